@@ -1,0 +1,48 @@
+"""Token-bucket rate limiter for the timing models."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["RateLimiter"]
+
+
+class RateLimiter(wiring.Component):
+    """Allows at most ``num`` events every ``den`` cycles on average.
+
+    A credit accumulator gains ``num`` each cycle and pays ``den`` per event.
+    It saturates at ``den + num - 1`` so that an idle limiter grants a short
+    burst of at most two events and a busy one loses no credit.
+
+    Members
+    -------
+    ok : Out(1)
+        An event may happen this cycle.
+    take : In(1)
+        An event happens this cycle (only meaningful when ``ok``).
+    """
+
+    ok: Out(1)
+    take: In(1)
+
+    def __init__(self, num, den):
+        if not (isinstance(num, int) and isinstance(den, int) and 1 <= num <= den):
+            raise ValueError(f"rate must be num/den with 1 <= num <= den, not {num}/{den}")
+        self._num, self._den = num, den
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        num, den = self._num, self._den
+        if num == den:
+            m.d.comb += self.ok.eq(1)
+            return m
+        cap = den + num - 1
+        acc = Signal(range(cap + 1), init=den)
+        nxt = Signal(range(cap + num + 1))
+        m.d.comb += [
+            self.ok.eq(acc >= den),
+            nxt.eq(acc + num - Mux(self.take & self.ok, den, 0)),
+        ]
+        m.d.sync += acc.eq(Mux(nxt > cap, cap, nxt))
+        return m

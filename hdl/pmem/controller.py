@@ -1,0 +1,232 @@
+"""PMEM controller model: media, timing, a volatile write-pending queue, power failure."""
+
+from amaranth import *
+from amaranth.hdl import ResetInserter
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.host.config import LINE_BITS, LINE_BYTES
+from ..common.arbiter import RoundRobin
+from ..common.line_port import LineOp, LinePortSignature
+from ..common.rate import RateLimiter
+
+__all__ = ["PmemController"]
+
+_TS_BITS = 32
+
+
+class PmemController(wiring.Component):
+    """Persistent memory behind a controller with PMEM-like timing (DESIGN section 6).
+
+    Clients reach the media through line ports served round-robin, one
+    request per cycle.
+
+    * A read is accepted at most at ``pmem.read_rate``, with at most
+      ``pmem.read_depth`` reads in flight; its data returns ``read_latency``
+      cycles after acceptance, in acceptance order. A read of a line that has
+      a write pending waits until that write reached the media, so reads
+      always see the newest accepted write.
+    * A write is accepted into the write-pending queue (WPQ) when there is
+      room. It leaves the queue for the media no earlier than
+      ``write_latency`` cycles later, at most at ``pmem.write_rate``, and only
+      then is it acknowledged on ``wack``: an acknowledged write is persistent.
+    * ``power_fail`` drops everything volatile (the WPQ, reads in flight, the
+      timing state); the media keeps what reached it.
+
+    Parameters
+    ----------
+    config : Config
+    n_ports : int
+        Number of client ports, ``port0`` ... ``port{n_ports-1}``.
+    tag_bits : int
+        Width of the tags the clients use.
+
+    Members
+    -------
+    port0 ... : In(LinePortSignature)
+        Client ports, addressed in media lines.
+    power_fail : In(1)
+    wpq_level : Out
+        Writes accepted and not yet persistent.
+    lines_read, lines_written : Out(32)
+        Media lines read and written since the last power failure.
+    """
+
+    def __init__(self, config, *, n_ports, tag_bits=16):
+        if n_ports < 1:
+            raise ValueError(f"n_ports must be at least 1, not {n_ports}")
+        self._config = config
+        self._n_ports = n_ports
+        self._tag_bits = tag_bits
+        self._port_sig = LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=tag_bits)
+        members = {f"port{i}": In(self._port_sig) for i in range(n_ports)}
+        members.update({
+            "power_fail": In(1),
+            "wpq_level": Out(range(config.pmem.wpq_depth + 1)),
+            "lines_read": Out(32),
+            "lines_written": Out(32),
+        })
+        super().__init__(members)
+        self.media = Memory(shape=LINE_BITS, depth=config.media_lines, init=[])
+
+    @property
+    def ports(self):
+        return [getattr(self, f"port{i}") for i in range(self._n_ports)]
+
+    @property
+    def port_signature(self):
+        return self._port_sig
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config.pmem
+        n = self._n_ports
+        ports = self.ports
+        abits = self._config.media_addr_bits
+        client_bits = max(1, (n - 1).bit_length())
+
+        m.submodules.media = media = self.media
+        rd = media.read_port()
+        wr = media.write_port(granularity=8)
+
+        now = Signal(_TS_BITS)
+        m.d.sync += now.eq(now + 1)
+
+        m.submodules.read_rate = read_rate = RateLimiter(*cfg.read_rate)
+        m.submodules.write_rate = write_rate = RateLimiter(*cfg.write_rate)
+
+        # -- write-pending queue: payload in a FIFO, addresses mirrored for hazard checks
+        wpq_layout = data.StructLayout({
+            "addr": abits, "data": LINE_BITS, "be": LINE_BYTES,
+            "tag": self._tag_bits, "client": client_bits, "ts": _TS_BITS,
+        })
+        m.submodules.wpq = wpq = fifo.SyncFIFOBuffered(width=wpq_layout.size, depth=cfg.wpq_depth)
+        wpq_head = wpq_layout(wpq.r_data)
+        wpq_in = Signal(wpq_layout)
+        m.d.comb += wpq.w_data.eq(wpq_in)
+        pend_addr = Array(Signal(abits, name=f"pend_addr{i}") for i in range(cfg.wpq_depth))
+        pend_valid = Signal(cfg.wpq_depth)
+        wp = Signal(range(cfg.wpq_depth))
+        rp = Signal(range(cfg.wpq_depth))
+        m.d.comb += self.wpq_level.eq(wpq.level)
+
+        # -- reads in flight: data captured at acceptance, released after the latency
+        rsp_layout = data.StructLayout({
+            "data": LINE_BITS, "tag": self._tag_bits, "client": client_bits, "ts": _TS_BITS,
+        })
+        m.submodules.rq = rq = fifo.SyncFIFOBuffered(width=rsp_layout.size, depth=cfg.read_depth)
+        rq_head = rsp_layout(rq.r_data)
+        inflight = Signal(range(cfg.read_depth + 1))
+
+        # -- arbitration among requests that can be served now
+        def hazard(addr):
+            return Cat(pend_valid[i] & (pend_addr[i] == addr) for i in range(cfg.wpq_depth)).any()
+
+        can_read = read_rate.ok & (inflight < cfg.read_depth)
+        can_write = wpq.w_rdy
+        m.submodules.arb = arb = RoundRobin(n)
+        for i, p in enumerate(ports):
+            is_rd = p.req.payload.op == LineOp.READ
+            m.d.comb += arb.requests[i].eq(p.req.valid & Mux(
+                is_rd, can_read & ~hazard(p.req.payload.addr[:abits]), can_write))
+
+        sel = Signal.like(ports[0].req.payload)
+        with m.Switch(arb.grant):
+            for i, p in enumerate(ports):
+                with m.Case(i):
+                    m.d.comb += sel.eq(p.req.payload)
+        accept = arb.valid
+        m.d.comb += arb.advance.eq(accept)
+        for i, p in enumerate(ports):
+            m.d.comb += p.req.ready.eq(accept & (arb.grant == i))
+
+        issue_read = accept & (sel.op == LineOp.READ)
+        issue_write = accept & (sel.op == LineOp.WRITE)
+        m.d.comb += [
+            read_rate.take.eq(issue_read),
+            rd.addr.eq(sel.addr[:abits]),
+            rd.en.eq(issue_read),
+        ]
+
+        # Media data appears one cycle after acceptance.
+        rd_pending = Signal()
+        rd_tag = Signal(self._tag_bits)
+        rd_client = Signal(client_bits)
+        rd_ts = Signal(_TS_BITS)
+        m.d.sync += [
+            rd_pending.eq(issue_read),
+            rd_tag.eq(sel.tag),
+            rd_client.eq(arb.grant),
+            rd_ts.eq(now),
+        ]
+        rq_in = Signal(rsp_layout)
+        m.d.comb += [
+            rq_in.data.eq(rd.data), rq_in.tag.eq(rd_tag),
+            rq_in.client.eq(rd_client), rq_in.ts.eq(rd_ts),
+            rq.w_data.eq(rq_in),
+            rq.w_en.eq(rd_pending),
+        ]
+
+        # Release reads in order once their latency has passed.
+        rq_due = rq.r_rdy & ((now - rq_head.ts)[:_TS_BITS] >= cfg.read_latency)
+        for i, p in enumerate(ports):
+            m.d.comb += [
+                p.rdata.payload.tag.eq(rq_head.tag),
+                p.rdata.payload.data.eq(rq_head.data),
+                p.rdata.valid.eq(rq_due & (rq_head.client == i)),
+            ]
+        rq_pop = Signal()
+        with m.Switch(rq_head.client):
+            for i, p in enumerate(ports):
+                with m.Case(i):
+                    m.d.comb += rq_pop.eq(rq_due & p.rdata.ready)
+        m.d.comb += rq.r_en.eq(rq_pop)
+        m.d.sync += inflight.eq(inflight + issue_read - rq_pop)
+
+        # Enqueue writes.
+        m.d.comb += [
+            wpq_in.addr.eq(sel.addr[:abits]), wpq_in.data.eq(sel.data), wpq_in.be.eq(sel.be),
+            wpq_in.tag.eq(sel.tag), wpq_in.client.eq(arb.grant), wpq_in.ts.eq(now),
+            wpq.w_en.eq(issue_write),
+        ]
+        with m.If(issue_write):
+            m.d.sync += [pend_addr[wp].eq(sel.addr[:abits]), wp.eq(wp + 1)]
+
+        # Drain the oldest write to the media when due and its client can take the ack.
+        wack_ready = Signal()
+        with m.Switch(wpq_head.client):
+            for i, p in enumerate(ports):
+                with m.Case(i):
+                    m.d.comb += wack_ready.eq(p.wack.ready)
+        # The ack's valid must not depend on its ready: offer it whenever the
+        # head is due and a write slot is free, drain when it is taken.
+        due = wpq.r_rdy & ((now - wpq_head.ts)[:_TS_BITS] >= cfg.write_latency) & write_rate.ok
+        drain = due & wack_ready
+        m.d.comb += [
+            write_rate.take.eq(drain),
+            wpq.r_en.eq(drain),
+            wr.addr.eq(wpq_head.addr),
+            wr.data.eq(wpq_head.data),
+            wr.en.eq(Mux(drain, wpq_head.be, 0)),
+        ]
+        for i, p in enumerate(ports):
+            m.d.comb += [
+                p.wack.payload.tag.eq(wpq_head.tag),
+                p.wack.valid.eq(due & (wpq_head.client == i)),
+            ]
+        with m.If(drain):
+            m.d.sync += rp.eq(rp + 1)
+
+        set_mask = Mux(issue_write, 1 << wp, 0)
+        clr_mask = Mux(drain, 1 << rp, 0)
+        m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
+
+        m.d.sync += [
+            self.lines_read.eq(self.lines_read + issue_read),
+            self.lines_written.eq(self.lines_written + drain),
+        ]
+
+        # Power failure clears every register and FIFO pointer of the
+        # controller; the media is a memory and keeps its contents.
+        return ResetInserter(self.power_fail)(m)

@@ -1,0 +1,1 @@
+"""Host side of trainingcxl: configuration, golden model, data and the command line."""

