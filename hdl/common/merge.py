@@ -1,0 +1,59 @@
+"""Merge several streams of one payload layout into one."""
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .arbiter import RoundRobin
+
+__all__ = ["StreamMerge"]
+
+
+class StreamMerge(wiring.Component):
+    """Round-robin merge of ``count`` streams into ``o``.
+
+    Once a payload is offered on ``o`` it stays there until taken, even if
+    another input becomes valid meanwhile (the stream rule the consumers rely on).
+
+    Members
+    -------
+    i0 ... : In(stream.Signature(shape))
+    o : Out(stream.Signature(shape))
+    index : Out(range(count))
+        Which input ``o`` currently carries.
+    """
+
+    def __init__(self, shape, count):
+        self._count = count
+        members = {f"i{k}": In(stream.Signature(shape)) for k in range(count)}
+        members["o"] = Out(stream.Signature(shape))
+        members["index"] = Out(range(count))
+        super().__init__(members)
+
+    @property
+    def inputs(self):
+        return [getattr(self, f"i{k}") for k in range(self._count)]
+
+    def elaborate(self, platform):
+        m = Module()
+        ins = self.inputs
+        m.submodules.arb = arb = RoundRobin(self._count)
+        holding = Signal()
+        held = Signal(range(self._count))
+        m.d.comb += arb.requests.eq(Cat(i.valid for i in ins))
+        m.d.comb += self.index.eq(Mux(holding, held, arb.grant))
+        with m.Switch(self.index):
+            for k, i in enumerate(ins):
+                with m.Case(k):
+                    m.d.comb += [
+                        self.o.valid.eq(i.valid),
+                        self.o.payload.eq(i.payload),
+                        i.ready.eq(self.o.ready),
+                    ]
+        taken = self.o.valid & self.o.ready
+        m.d.comb += arb.advance.eq(taken)
+        m.d.sync += [
+            holding.eq(self.o.valid & ~self.o.ready),
+            held.eq(self.index),
+        ]
+        return m

@@ -1,0 +1,172 @@
+"""CXL.mem target: host-managed device memory decoded onto the PMEM controller."""
+
+from amaranth import *
+from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.host.config import LINE_BITS, LINE_BYTES
+from ..common.line_port import LineOp, LinePortSignature
+from ..common.merge import StreamMerge
+from .messages import (ADDR_BITS, TAG_BITS, CxlMemSignature, M2SReqOpcode, M2SRwDOpcode,
+                       S2MDrsOpcode, S2MNdrOpcode)
+
+__all__ = ["MemError", "CxlMemTarget"]
+
+
+class MemError(enum.Enum, shape=3):
+    """Why the target refused a CXL.mem request."""
+    NONE = 0
+    UNMAPPED = 1        # address outside every decoded range
+    PROTECTED = 2       # write to the log, commit or snapshot regions
+    POISONED = 3        # write data carried poison
+    OPCODE = 4          # opcode this device does not implement
+
+
+_Unified = data.StructLayout({
+    "write": 1, "opcode": 4, "tag": TAG_BITS, "addr": ADDR_BITS,
+    "poison": 1, "be": LINE_BYTES, "data": LINE_BITS,
+})
+
+
+class CxlMemTarget(wiring.Component):
+    """Serves CXL.mem requests from the device's PMEM (DESIGN sections 3, 4).
+
+    Device memory occupies host line addresses ``[hdm_base, hdm_base +
+    media_lines)``; host line ``hdm_base + k`` is media line ``k``. Requests
+    are served one per cycle, alternating between the Req and RwD channels.
+
+    * ``MemRd`` (and ``MemRdData``, ``MemSpecRd``): ``MemData`` on DRS when the
+      PMEM read returns; unmapped: ``MemData`` with ``poison`` at once.
+    * ``MemWr``/``MemWrPtl``: ``Cmp`` on NDR once the line is persistent;
+      refused (unmapped, protected region, poisoned data): ``CmpErr`` at once,
+      nothing written.
+    * ``MemInv``: ``Cmp`` at once (the device keeps no copies of host lines).
+
+    Responses leave in the order they are ready, not in request order: the
+    host matches them by tag.
+
+    Members
+    -------
+    cxl : Out(CxlMemSignature)
+    pmem : Out(LinePortSignature)
+        Client port of the PMEM controller.
+    errors : Out(32)
+        Requests refused so far.
+    last_error : Out(MemError), last_error_addr : Out(ADDR_BITS), last_error_tag : Out(TAG_BITS)
+        The most recent refusal.
+    """
+
+    def __init__(self, config):
+        self._config = config
+        super().__init__({
+            "cxl": Out(CxlMemSignature()),
+            "pmem": Out(LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=TAG_BITS)),
+            "errors": Out(32),
+            "last_error": Out(MemError),
+            "last_error_addr": Out(ADDR_BITS),
+            "last_error_tag": Out(TAG_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        cxl = self.cxl
+
+        # One stream of requests, Req and RwD alike.
+        m.submodules.merge = merge = StreamMerge(_Unified, 2)
+        req, rwd = cxl.m2s_req, cxl.m2s_rwd
+        m.d.comb += [
+            merge.i0.valid.eq(req.valid), req.ready.eq(merge.i0.ready),
+            merge.i0.payload.write.eq(0), merge.i0.payload.opcode.eq(req.payload.opcode),
+            merge.i0.payload.tag.eq(req.payload.tag), merge.i0.payload.addr.eq(req.payload.addr),
+            merge.i1.valid.eq(rwd.valid), rwd.ready.eq(merge.i1.ready),
+            merge.i1.payload.write.eq(1), merge.i1.payload.opcode.eq(rwd.payload.opcode),
+            merge.i1.payload.tag.eq(rwd.payload.tag), merge.i1.payload.addr.eq(rwd.payload.addr),
+            merge.i1.payload.poison.eq(rwd.payload.poison),
+            merge.i1.payload.be.eq(Mux(rwd.payload.opcode == M2SRwDOpcode.MemWrPtl,
+                                       rwd.payload.be, (1 << LINE_BYTES) - 1)),
+            merge.i1.payload.data.eq(rwd.payload.data),
+        ]
+        r = merge.o.payload
+
+        # Decode.
+        offset = Signal(ADDR_BITS + 1)
+        m.d.comb += offset.eq(r.addr - cfg.hdm_base)
+        mapped = (r.addr >= cfg.hdm_base) & (offset < cfg.media_lines)
+        protected = offset >= cfg.table_lines
+        is_read = ~r.write & r.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData,
+                                              M2SReqOpcode.MemSpecRd)
+        is_inv = ~r.write & (r.opcode == M2SReqOpcode.MemInv)
+        is_write = r.write & r.opcode.matches(M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl)
+
+        error = Signal(MemError)
+        with m.If(~(is_read | is_inv | is_write)):
+            m.d.comb += error.eq(MemError.OPCODE)
+        with m.Elif(is_inv):
+            m.d.comb += error.eq(MemError.NONE)
+        with m.Elif(~mapped):
+            m.d.comb += error.eq(MemError.UNMAPPED)
+        with m.Elif(is_write & protected):
+            m.d.comb += error.eq(MemError.PROTECTED)
+        with m.Elif(is_write & r.poison):
+            m.d.comb += error.eq(MemError.POISONED)
+
+        # Immediate responses: refusals and MemInv completions.
+        m.submodules.now_ndr = now_ndr = fifo.SyncFIFOBuffered(
+            width=Shape.cast(S2MNdrOpcode).width + TAG_BITS, depth=4)
+        m.submodules.now_drs = now_drs = fifo.SyncFIFOBuffered(width=TAG_BITS, depth=4)
+        to_pmem = (error == MemError.NONE) & ~is_inv
+        # Unknown Req opcodes are answered on DRS, unknown RwD opcodes on NDR.
+        to_now_drs = (error != MemError.NONE) & ~r.write
+        to_now_ndr = ~to_pmem & ~to_now_drs
+        m.d.comb += [
+            self.pmem.req.valid.eq(merge.o.valid & to_pmem),
+            self.pmem.req.payload.op.eq(Mux(r.write, LineOp.WRITE, LineOp.READ)),
+            self.pmem.req.payload.addr.eq(offset),
+            self.pmem.req.payload.tag.eq(r.tag),
+            self.pmem.req.payload.data.eq(r.data),
+            self.pmem.req.payload.be.eq(r.be),
+            now_drs.w_data.eq(r.tag),
+            now_drs.w_en.eq(merge.o.valid & to_now_drs),
+            now_ndr.w_data.eq(Cat(Mux(error == MemError.NONE, S2MNdrOpcode.Cmp,
+                                      S2MNdrOpcode.CmpErr), r.tag)),
+            now_ndr.w_en.eq(merge.o.valid & to_now_ndr),
+            merge.o.ready.eq(Mux(to_pmem, self.pmem.req.ready,
+                                 Mux(to_now_drs, now_drs.w_rdy, now_ndr.w_rdy))),
+        ]
+        refused = merge.o.valid & merge.o.ready & (error != MemError.NONE)
+        with m.If(refused):
+            m.d.sync += [
+                self.errors.eq(self.errors + 1),
+                self.last_error.eq(error),
+                self.last_error_addr.eq(r.addr),
+                self.last_error_tag.eq(r.tag),
+            ]
+
+        # DRS: PMEM read data or poisoned refusals.
+        m.submodules.drs = drs = StreamMerge(cxl.s2m_drs.payload.shape(), 2)
+        m.d.comb += [
+            drs.i0.valid.eq(self.pmem.rdata.valid), self.pmem.rdata.ready.eq(drs.i0.ready),
+            drs.i0.payload.opcode.eq(S2MDrsOpcode.MemData),
+            drs.i0.payload.tag.eq(self.pmem.rdata.payload.tag),
+            drs.i0.payload.data.eq(self.pmem.rdata.payload.data),
+            drs.i0.payload.poison.eq(self.pmem.rdata.payload.err),
+            drs.i1.valid.eq(now_drs.r_rdy), now_drs.r_en.eq(drs.i1.ready),
+            drs.i1.payload.opcode.eq(S2MDrsOpcode.MemData),
+            drs.i1.payload.tag.eq(now_drs.r_data),
+            drs.i1.payload.poison.eq(1),
+        ]
+        wiring.connect(m, drs.o, wiring.flipped(cxl.s2m_drs))
+
+        # NDR: persistence completions or immediate ones.
+        m.submodules.ndr = ndr = StreamMerge(cxl.s2m_ndr.payload.shape(), 2)
+        m.d.comb += [
+            ndr.i0.valid.eq(self.pmem.wack.valid), self.pmem.wack.ready.eq(ndr.i0.ready),
+            ndr.i0.payload.opcode.eq(Mux(self.pmem.wack.payload.err,
+                                         S2MNdrOpcode.CmpErr, S2MNdrOpcode.Cmp)),
+            ndr.i0.payload.tag.eq(self.pmem.wack.payload.tag),
+            ndr.i1.valid.eq(now_ndr.r_rdy), now_ndr.r_en.eq(ndr.i1.ready),
+            ndr.i1.payload.eq(now_ndr.r_data),
+        ]
+        wiring.connect(m, ndr.o, wiring.flipped(cxl.s2m_ndr))
+        return m
