@@ -1,0 +1,56 @@
+"""Descriptors the control window submits to the engines, and their error codes."""
+
+from amaranth.lib import data, enum
+
+from ..cxl.messages import ADDR_BITS
+
+__all__ = ["Op", "ErrorCode", "descriptor_layout", "completion_layout"]
+
+
+class Op(enum.Enum, shape=4):
+    """Descriptor operations (DESIGN section 5)."""
+    NOP = 0
+    LOOKUP = 1
+    UPDATE = 2
+    COMMIT = 3
+    SNAPSHOT_MLP = 4
+    RECOVER = 5
+
+
+class ErrorCode(enum.Enum, shape=8):
+    """Why a descriptor failed; the value lands in the control window's ERROR register."""
+    NONE = 0
+    BAD_OP = 1              # operation unknown or not implemented
+    BAD_SIZE = 2            # n_bags is zero, too large, or not a multiple of the table count
+    BAD_POINTER = 3         # a host pointer is not line aligned
+    BAD_OFFSETS = 4         # offsets do not start at 0, decrease, or do not end at n_indices
+    POOLING = 5             # a bag holds more than max_pooling indices
+    ROW_RANGE = 6           # an index is not a row of its table
+    HOST_POISON = 7         # host memory answered a read with poisoned data
+    HOST_WRITE = 8          # host memory refused a write
+
+
+def descriptor_layout(config):
+    """One descriptor; pointers are host line addresses (byte address / 64).
+
+    For ``LOOKUP``: bag ``k`` (``k = sample * tables + table``) owns indices
+    ``offsets[k] .. offsets[k+1]-1``; ``idx_addr`` holds ``n_indices`` 32-bit
+    row numbers, ``off_addr`` holds ``n_bags + 1`` 32-bit offsets, and the
+    pooled vector of bag ``k`` goes to ``vec_addr + k * lines_per_row``.
+    """
+    return data.StructLayout({
+        "op": Op,
+        "batch": 32,
+        "n_bags": 24,
+        "n_indices": 32,
+        "idx_addr": ADDR_BITS,
+        "off_addr": ADDR_BITS,
+        "vec_addr": ADDR_BITS,
+    })
+
+
+completion_layout = data.StructLayout({
+    "batch": 32,
+    "op": Op,
+    "error": ErrorCode,
+})

@@ -1,0 +1,228 @@
+"""The lookup engine: EmbeddingBag-sum of a batch, from PMEM to host memory."""
+
+from amaranth import *
+from amaranth.hdl import ResetInserter
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+from ..common.line_port import LinePortSignature
+from ..cxl.messages import ADDR_BITS
+from .gather import RowGather
+from .host_reader import HostWordReader
+from .pool import SumPool
+from .vector_writer import VectorWriter
+
+__all__ = ["LookupEngine"]
+
+
+class _Datapath(Elaboratable):
+    """Readers, gather, pooler and writer, wired; reset as one between descriptors."""
+
+    def __init__(self, config, pmem_tag_bits):
+        self.off_reader = HostWordReader(window=config.host_window, count_bits=25)
+        self.idx_reader = HostWordReader(window=config.host_window, count_bits=32)
+        self.gather = RowGather(config, tag_bits=pmem_tag_bits)
+        self.pool = SumPool(config, rdata_shape=self.gather.pmem.rdata.payload.shape())
+        self.writer = VectorWriter(config)
+        self.bags = stream.Signature(self.gather.bags.payload.shape()).create()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.off_reader = self.off_reader
+        m.submodules.idx_reader = self.idx_reader
+        m.submodules.gather = self.gather
+        m.submodules.pool = self.pool
+        m.submodules.writer = self.writer
+        wiring.connect(m, self.idx_reader.words, self.gather.indices)
+        wiring.connect(m, self.gather.marks, self.pool.marks)
+        wiring.connect(m, self.pool.pooled, self.writer.vectors)
+        wiring.connect(m, self.bags, self.gather.bags)
+        return m
+
+
+class LookupEngine(wiring.Component):
+    """Runs ``LOOKUP`` descriptors (DESIGN section 5).
+
+    For a batch in CSR form it reads the offsets and the indices from host
+    memory (CXL.cache), gathers every row from PMEM with many reads in flight,
+    sum-pools each bag and writes the pooled vectors back to host memory.
+
+    Bag ``k`` belongs to table ``k % tables``. Checks made while the batch
+    streams in: offsets start at 0, never decrease and end at ``n_indices``;
+    no bag exceeds ``max_pooling``; every index is a row of its table. A failed
+    check stops the descriptor: the engine issues nothing more, waits for what
+    is in flight, and completes with the error code. Lookup never writes PMEM.
+
+    Members
+    -------
+    desc : In(stream.Signature(descriptor_layout))
+        ``LOOKUP`` descriptors (other operations complete with ``BAD_OP``).
+    done : Out(stream.Signature(completion_layout))
+    pmem : Out(LinePortSignature)
+        PMEM client port (reads).
+    off_mem, idx_mem, out_mem : Out(LinePortSignature)
+        CXL.cache agent client ports.
+    busy : Out(1)
+    busy_cycles, lines, bags, overflows : Out(32)
+        Cycles with a descriptor running, PMEM lines read, bags pooled, bags
+        whose pooled vector overflowed.
+    """
+
+    def __init__(self, config, *, pmem_tag_bits=16):
+        self._config = config
+        self._pmem_tag_bits = pmem_tag_bits
+        host_sig = LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)
+        super().__init__({
+            "desc": In(stream.Signature(descriptor_layout(config))),
+            "done": Out(stream.Signature(completion_layout)),
+            "pmem": Out(LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=pmem_tag_bits)),
+            "off_mem": Out(host_sig),
+            "idx_mem": Out(host_sig),
+            "out_mem": Out(host_sig),
+            "busy": Out(1),
+            "busy_cycles": Out(32),
+            "lines": Out(32),
+            "bags": Out(32),
+            "overflows": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        n_tables = cfg.n_tables
+
+        clear = Signal()
+        dp = _Datapath(cfg, self._pmem_tag_bits)
+        m.submodules.datapath = ResetInserter(clear)(dp)
+
+        wiring.connect(m, dp.off_reader.mem, wiring.flipped(self.off_mem))
+        wiring.connect(m, dp.idx_reader.mem, wiring.flipped(self.idx_mem))
+        wiring.connect(m, dp.writer.mem, wiring.flipped(self.out_mem))
+        # The gather issues PMEM reads; their data goes to the pooler.
+        m.d.comb += [
+            self.pmem.req.valid.eq(dp.gather.pmem.req.valid),
+            self.pmem.req.payload.eq(dp.gather.pmem.req.payload),
+            dp.gather.pmem.req.ready.eq(self.pmem.req.ready),
+            dp.pool.rdata.valid.eq(self.pmem.rdata.valid),
+            dp.pool.rdata.payload.eq(self.pmem.rdata.payload),
+            self.pmem.rdata.ready.eq(dp.pool.rdata.ready),
+            self.pmem.wack.ready.eq(1),
+        ]
+        pmem_in_flight = Signal(16)
+        m.d.sync += pmem_in_flight.eq(pmem_in_flight
+                                      + (self.pmem.req.valid & self.pmem.req.ready)
+                                      - (self.pmem.rdata.valid & self.pmem.rdata.ready))
+
+        desc = Signal(descriptor_layout(cfg))
+        error = Signal(ErrorCode)
+
+        # -- offsets -> bag lengths, with the CSR checks
+        offs = dp.off_reader.words
+        first = Signal()
+        prev = Signal(32)
+        table = Signal(range(n_tables))
+        bags_seen = Signal(24)
+        length = offs.payload - prev
+        bag_error = Signal(ErrorCode)
+        with m.If(first):
+            with m.If(offs.payload != 0):
+                m.d.comb += bag_error.eq(ErrorCode.BAD_OFFSETS)
+        with m.Elif(offs.payload < prev):
+            m.d.comb += bag_error.eq(ErrorCode.BAD_OFFSETS)
+        with m.Elif(length > cfg.max_pooling):
+            m.d.comb += bag_error.eq(ErrorCode.POOLING)
+        with m.Elif((bags_seen == desc.n_bags - 1) & (offs.payload != desc.n_indices)):
+            m.d.comb += bag_error.eq(ErrorCode.BAD_OFFSETS)
+        emit_ok = bag_error == ErrorCode.NONE
+        m.d.comb += [
+            dp.bags.valid.eq(offs.valid & ~first & emit_ok & (error == ErrorCode.NONE)),
+            dp.bags.payload.table.eq(table),
+            dp.bags.payload.length.eq(length),
+            offs.ready.eq((first | dp.bags.ready) & (error == ErrorCode.NONE)),
+        ]
+        with m.If(offs.valid & offs.ready):
+            m.d.sync += [prev.eq(offs.payload), first.eq(0)]
+            with m.If(~first):
+                m.d.sync += [bags_seen.eq(bags_seen + 1),
+                             table.eq(Mux(table == n_tables - 1, 0, table + 1))]
+
+        # -- sequencing
+        abort = Signal()
+        quiet = ((dp.off_reader.outstanding == 0) & (dp.idx_reader.outstanding == 0)
+                 & (dp.writer.outstanding == 0) & (pmem_in_flight == 0))
+        m.d.comb += [
+            dp.off_reader.stop.eq(abort), dp.idx_reader.stop.eq(abort),
+            dp.gather.stop.eq(abort), dp.writer.discard.eq(abort),
+            dp.off_reader.addr.eq(desc.off_addr), dp.off_reader.count.eq(desc.n_bags + 1),
+            dp.idx_reader.addr.eq(desc.idx_addr), dp.idx_reader.count.eq(desc.n_indices),
+            dp.writer.addr.eq(desc.vec_addr), dp.writer.count.eq(desc.n_bags),
+            self.done.payload.batch.eq(desc.batch),
+            self.done.payload.op.eq(desc.op),
+            self.done.payload.error.eq(error),
+        ]
+        # While aborting, the pooler keeps draining the reads in flight (the
+        # writer discards what it pools), so PMEM's shared read queue never blocks.
+
+        found = Signal(ErrorCode)
+        with m.If(offs.valid & (error == ErrorCode.NONE) & (bag_error != ErrorCode.NONE)):
+            m.d.comb += found.eq(bag_error)
+        with m.Elif(dp.gather.range_error):
+            m.d.comb += found.eq(ErrorCode.ROW_RANGE)
+        with m.Elif(dp.off_reader.error | dp.idx_reader.error):
+            m.d.comb += found.eq(ErrorCode.HOST_POISON)
+        with m.Elif(dp.writer.error):
+            m.d.comb += found.eq(ErrorCode.HOST_WRITE)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.desc.ready.eq(1)
+                with m.If(self.desc.valid):
+                    m.d.sync += [desc.eq(self.desc.payload), error.eq(ErrorCode.NONE)]
+                    with m.If(self.desc.payload.op != Op.LOOKUP):
+                        m.d.sync += error.eq(ErrorCode.BAD_OP)
+                        m.next = "COMPLETE"
+                    with m.Elif((self.desc.payload.n_bags == 0)
+                                | (self.desc.payload.n_bags > cfg.max_bags)):
+                        m.d.sync += error.eq(ErrorCode.BAD_SIZE)
+                        m.next = "COMPLETE"
+                    with m.Else():
+                        m.next = "CLEAR"
+            with m.State("CLEAR"):
+                m.d.comb += clear.eq(1)
+                m.next = "START"
+            with m.State("START"):
+                m.d.comb += [dp.off_reader.start.eq(1), dp.idx_reader.start.eq(1),
+                             dp.writer.start.eq(1)]
+                m.d.sync += [first.eq(1), prev.eq(0), table.eq(0), bags_seen.eq(0)]
+                m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(found != ErrorCode.NONE):
+                    m.d.sync += error.eq(found)
+                    m.next = "ABORT"
+                with m.Elif(dp.writer.done):
+                    m.next = "COMPLETE"
+            with m.State("ABORT"):
+                m.d.comb += [self.busy.eq(1), abort.eq(1)]
+                with m.If(quiet):
+                    m.next = "FLUSH"
+            with m.State("FLUSH"):
+                # Drop whatever the aborted batch left in the datapath.
+                m.d.comb += clear.eq(1)
+                m.next = "COMPLETE"
+            with m.State("COMPLETE"):
+                m.d.comb += self.done.valid.eq(1)
+                with m.If(self.done.ready):
+                    m.next = "IDLE"
+
+        # Counters over the engine's life (the datapath's own restart per descriptor).
+        pooled = dp.pool.pooled
+        pooled_fire = pooled.valid & pooled.ready & ~abort
+        m.d.sync += [
+            self.busy_cycles.eq(self.busy_cycles + self.busy),
+            self.lines.eq(self.lines + (self.pmem.req.valid & self.pmem.req.ready)),
+            self.bags.eq(self.bags + pooled_fire),
+            self.overflows.eq(self.overflows + (pooled_fire & pooled.payload.overflow)),
+        ]
+        return m

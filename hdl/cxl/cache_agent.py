@@ -1,0 +1,185 @@
+"""CXL.cache device agent: lets the engines read and write host/GPU memory lines."""
+
+from amaranth import *
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.host.config import LINE_BITS
+from ..common.line_port import LineOp, LinePortSignature
+from ..common.merge import StreamMerge
+from .messages import ADDR_BITS, CxlCacheSignature, D2HReqOpcode, H2DRspOpcode
+
+__all__ = ["CacheAgent"]
+
+
+class CacheAgent(wiring.Component):
+    """Turns line-port requests from the engines into CXL.cache transactions.
+
+    * A read becomes ``RdCurr`` (the device keeps no cache state); the host's
+      ``H2D Data`` with the same command queue id (CQID) answers it, in any
+      order, and goes back to the requesting port with its tag.
+    * A write becomes ``ItoMWr``. The agent keeps the data until the host's
+      ``GO_WritePull`` names the CQID, sends it as ``D2H Data`` with the
+      host's UQID, and then acknowledges the write on the port.
+      ``GO_ERR_WritePull`` also pulls the data but acknowledges with ``err``.
+
+    At most ``config.cache_ids`` requests are outstanding; a CQID is reused
+    only after its transaction finished.
+
+    Parameters
+    ----------
+    config : Config
+    n_ports : int
+    tag_bits : int
+        Width of the clients' tags.
+
+    Members
+    -------
+    cache : Out(CxlCacheSignature)
+    port0 ... : In(LinePortSignature)
+        Clients, addressed in host line addresses.
+    outstanding : Out
+        CQIDs in use.
+    lines_read, lines_written : Out(32)
+    """
+
+    def __init__(self, config, *, n_ports, tag_bits=8):
+        self._config = config
+        self._n_ports = n_ports
+        self._tag_bits = tag_bits
+        members = {f"port{i}": In(LinePortSignature(addr_bits=ADDR_BITS, tag_bits=tag_bits))
+                   for i in range(n_ports)}
+        members.update({
+            "cache": Out(CxlCacheSignature()),
+            "outstanding": Out(range(config.cache_ids + 1)),
+            "lines_read": Out(32),
+            "lines_written": Out(32),
+        })
+        super().__init__(members)
+
+    @property
+    def ports(self):
+        return [getattr(self, f"port{i}") for i in range(self._n_ports)]
+
+    def elaborate(self, platform):
+        m = Module()
+        q = self._config.cache_ids
+        n = self._n_ports
+        ports = self.ports
+        cache = self.cache
+        client_bits = max(1, (n - 1).bit_length())
+
+        m.submodules.merge = merge = StreamMerge(ports[0].req.payload.shape(), n)
+        for i, p in enumerate(ports):
+            wiring.connect(m, wiring.flipped(p.req), getattr(merge, f"i{i}"))
+
+        busy = Signal(q)
+        free_id = Signal(range(q))
+        have_free = Signal()
+        for k in reversed(range(q)):
+            with m.If(~busy[k]):
+                m.d.comb += [free_id.eq(k), have_free.eq(1)]
+
+        info_layout = data.StructLayout({"client": client_bits, "tag": self._tag_bits})
+        info = Array(Signal(info_layout, name=f"info{k}") for k in range(q))
+        m.submodules.wbuf = wbuf = Memory(shape=LINE_BITS, depth=q, init=[])
+        wbuf_w = wbuf.write_port()
+        wbuf_r = wbuf.read_port()
+
+        # -- request: allocate a CQID, latch the D2H request in an output register
+        out_valid = Signal()
+        out = Signal.like(cache.d2h_req.payload)
+        can_load = ~out_valid | cache.d2h_req.ready
+        take = merge.o.valid & have_free & can_load
+        m.d.comb += [
+            merge.o.ready.eq(have_free & can_load),
+            cache.d2h_req.valid.eq(out_valid),
+            cache.d2h_req.payload.eq(out),
+            wbuf_w.addr.eq(free_id),
+            wbuf_w.data.eq(merge.o.payload.data),
+            wbuf_w.en.eq(take & (merge.o.payload.op == LineOp.WRITE)),
+        ]
+        with m.If(cache.d2h_req.ready):
+            m.d.sync += out_valid.eq(0)
+        with m.If(take):
+            m.d.sync += [
+                out_valid.eq(1),
+                out.opcode.eq(Mux(merge.o.payload.op == LineOp.WRITE,
+                                  D2HReqOpcode.ItoMWr, D2HReqOpcode.RdCurr)),
+                out.cqid.eq(free_id),
+                out.addr.eq(merge.o.payload.addr),
+                info[free_id].client.eq(merge.index),
+                info[free_id].tag.eq(merge.o.payload.tag),
+            ]
+
+        # -- read data: route by CQID to the client
+        rd_info = info[cache.h2d_data.payload.cqid[:max(1, (q - 1).bit_length())]]
+        rd_ready = Signal()
+        for i, p in enumerate(ports):
+            m.d.comb += [
+                p.rdata.valid.eq(cache.h2d_data.valid & (rd_info.client == i)),
+                p.rdata.payload.tag.eq(rd_info.tag),
+                p.rdata.payload.data.eq(cache.h2d_data.payload.data),
+                p.rdata.payload.err.eq(cache.h2d_data.payload.poison),
+            ]
+            with m.If(rd_info.client == i):
+                m.d.comb += rd_ready.eq(p.rdata.ready)
+        m.d.comb += cache.h2d_data.ready.eq(rd_ready)
+        rd_done = cache.h2d_data.valid & rd_ready
+
+        # -- write pull: read the buffer, send D2H data, then acknowledge the client
+        rsp = cache.h2d_rsp.payload
+        pull = rsp.opcode.matches(H2DRspOpcode.GO_WritePull, H2DRspOpcode.WritePull,
+                                  H2DRspOpcode.GO_ERR_WritePull)
+        wp_busy = Signal()          # a pull is in progress
+        wp_data_pending = Signal()
+        wp_ack_pending = Signal()
+        wp_cqid = Signal(range(q))
+        wp_uqid = Signal.like(rsp.uqid)
+        wp_err = Signal()
+        wp_info = info[wp_cqid]
+        m.d.comb += [
+            cache.h2d_rsp.ready.eq(~wp_busy),
+            wbuf_r.addr.eq(rsp.cqid),
+            wbuf_r.en.eq(~wp_busy),
+        ]
+        start_pull = cache.h2d_rsp.valid & ~wp_busy & pull
+        with m.If(start_pull):
+            m.d.sync += [
+                wp_busy.eq(1), wp_data_pending.eq(1), wp_ack_pending.eq(1),
+                wp_cqid.eq(rsp.cqid), wp_uqid.eq(rsp.uqid),
+                wp_err.eq(rsp.opcode == H2DRspOpcode.GO_ERR_WritePull),
+            ]
+        # The buffer's read data stays valid while wp_busy: its enable is off.
+        m.d.comb += [
+            cache.d2h_data.valid.eq(wp_data_pending),
+            cache.d2h_data.payload.uqid.eq(wp_uqid),
+            cache.d2h_data.payload.data.eq(wbuf_r.data),
+        ]
+        with m.If(cache.d2h_data.valid & cache.d2h_data.ready):
+            m.d.sync += wp_data_pending.eq(0)
+        ack_ready = Signal()
+        for i, p in enumerate(ports):
+            m.d.comb += [
+                p.wack.valid.eq(wp_busy & ~wp_data_pending & wp_ack_pending & (wp_info.client == i)),
+                p.wack.payload.tag.eq(wp_info.tag),
+                p.wack.payload.err.eq(wp_err),
+            ]
+            with m.If(wp_info.client == i):
+                m.d.comb += ack_ready.eq(p.wack.ready)
+        wr_done = wp_busy & ~wp_data_pending & wp_ack_pending & ack_ready
+        with m.If(wr_done):
+            m.d.sync += [wp_busy.eq(0), wp_ack_pending.eq(0)]
+
+        # -- CQID bookkeeping
+        set_mask = Mux(take, 1 << free_id, 0)
+        clr_rd = Mux(rd_done, 1 << cache.h2d_data.payload.cqid, 0)
+        clr_wr = Mux(wr_done, 1 << wp_cqid, 0)
+        m.d.sync += busy.eq((busy & ~clr_rd & ~clr_wr) | set_mask)
+        m.d.comb += self.outstanding.eq(sum(busy[k] for k in range(q)))
+        m.d.sync += [
+            self.lines_read.eq(self.lines_read + rd_done),
+            self.lines_written.eq(self.lines_written + wr_done),
+        ]
+        return m

@@ -1,0 +1,95 @@
+"""Synthetic DLRM batches with Zipf-like row popularity, and initial tables."""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .fixed import to_fixed
+
+__all__ = ["Batch", "SyntheticWorkload", "initial_tables"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch in the device's CSR form.
+
+    ``offsets`` has ``n_bags + 1`` entries; bag ``k = sample * n_tables + table``
+    owns ``indices[offsets[k]:offsets[k+1]]``, row numbers of that table.
+    """
+    index: int
+    indices: np.ndarray          # uint32
+    offsets: np.ndarray          # uint32
+    batch_size: int
+    n_tables: int
+
+    @property
+    def n_bags(self):
+        return len(self.offsets) - 1
+
+    @property
+    def n_indices(self):
+        return len(self.indices)
+
+
+@dataclass(frozen=True)
+class SyntheticWorkload:
+    """Batches as a pure function of ``(seed, i)``.
+
+    Pooling factors are uniform in ``[min_pooling, max_pooling]``. Row ``r`` of
+    a table is drawn with probability proportional to ``1 / rank(r) **
+    zipf_alpha``, where the rank order is a fixed random permutation of the
+    table (so hot rows are spread over the table, as after hashing).
+    """
+    config: object
+    seed: int = 0
+    batch_size: int = 16
+    min_pooling: int = 0
+    max_pooling: int | None = None
+    zipf_alpha: float = 1.05
+
+    def __post_init__(self):
+        hi = self.config.max_pooling if self.max_pooling is None else self.max_pooling
+        if not 0 <= self.min_pooling <= hi <= self.config.max_pooling:
+            raise ValueError(f"pooling range [{self.min_pooling}, {hi}] must lie in "
+                             f"[0, {self.config.max_pooling}]")
+        if self.batch_size * self.config.n_tables > self.config.max_bags:
+            raise ValueError(f"batch_size {self.batch_size} x {self.config.n_tables} tables "
+                             f"exceeds max_bags {self.config.max_bags}")
+
+    @property
+    def pooling_range(self):
+        hi = self.config.max_pooling if self.max_pooling is None else self.max_pooling
+        return self.min_pooling, hi
+
+    @cached_property
+    def _popularity(self):
+        out = []
+        for t, rows in enumerate(self.config.tables):
+            rng = np.random.default_rng([self.seed, 0x7AB1E, t])
+            weights = 1.0 / np.arange(1, rows + 1) ** self.zipf_alpha
+            cdf = np.cumsum(weights)
+            out.append((cdf / cdf[-1], rng.permutation(rows)))
+        return out
+
+    def batch(self, i):
+        rng = np.random.default_rng([self.seed, 0xBA7C4, i])
+        n_tables = self.config.n_tables
+        n_bags = self.batch_size * n_tables
+        lo, hi = self.pooling_range
+        lengths = rng.integers(lo, hi + 1, size=n_bags)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint32)
+        indices = np.empty(int(offsets[-1]), dtype=np.uint32)
+        for k in range(n_bags):
+            cdf, perm = self._popularity[k % n_tables]
+            ranks = np.searchsorted(cdf, rng.random(lengths[k]), side="right")
+            indices[offsets[k]:offsets[k + 1]] = perm[np.minimum(ranks, len(perm) - 1)]
+        return Batch(index=i, indices=indices, offsets=offsets,
+                     batch_size=self.batch_size, n_tables=n_tables)
+
+
+def initial_tables(config, seed, scale=0.05):
+    """Tables of uniform values in ``[-scale, scale)``, in fixed point; a pure function of ``seed``."""
+    rng = np.random.default_rng([seed, 0x7AB1E5])
+    return [to_fixed(rng.uniform(-scale, scale, size=(rows, config.dim)), config.fixed.frac_bits)
+            for rows in config.tables]

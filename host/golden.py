@@ -1,0 +1,65 @@
+"""Golden model of the device's embedding operations, bit-exact with the RTL."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .fixed import fits32, wrap32
+
+__all__ = ["PoolResult", "embedding_bag_sum", "check_batch"]
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    """Pooled vectors ``(n_bags, dim)`` int32 and a per-bag overflow flag."""
+    pooled: np.ndarray
+    overflow: np.ndarray
+
+
+def check_batch(config, indices, offsets):
+    """Raise ``ValueError`` when a CSR batch breaks a rule the device enforces."""
+    indices = np.asarray(indices)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_bags = len(offsets) - 1
+    if n_bags < 1 or n_bags > config.max_bags:
+        raise ValueError(f"the batch has {n_bags} bags; the device takes 1 to {config.max_bags}")
+    if offsets[0] != 0:
+        raise ValueError(f"offsets[0] must be 0, not {offsets[0]}")
+    lengths = np.diff(offsets)
+    if (lengths < 0).any():
+        k = int(np.argmax(lengths < 0))
+        raise ValueError(f"offsets decrease at bag {k}")
+    if offsets[-1] != len(indices):
+        raise ValueError(f"offsets end at {offsets[-1]} but there are {len(indices)} indices")
+    if lengths.max(initial=0) > config.max_pooling:
+        k = int(np.argmax(lengths))
+        raise ValueError(f"bag {k} holds {lengths[k]} indices; max_pooling is {config.max_pooling}")
+    tables = np.repeat(np.arange(n_bags) % config.n_tables, lengths)
+    rows = np.asarray(config.tables)[tables]
+    bad = np.nonzero(indices.astype(np.int64) >= rows)[0]
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"index {i} is row {indices[i]} of table {tables[i]}, "
+                         f"which has {rows[i]} rows")
+
+
+def embedding_bag_sum(config, tables, indices, offsets):
+    """EmbeddingBag(mode="sum") over the device's bag order and arithmetic.
+
+    Bag ``k`` belongs to table ``k % n_tables`` and sums the rows
+    ``indices[offsets[k]:offsets[k+1]]`` of that table. Sums are exact; each
+    pooled element is the low 32 bits of the exact sum (two's complement
+    wrap) and ``overflow[k]`` flags a bag with an element outside int32.
+    """
+    check_batch(config, indices, offsets)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_bags = len(offsets) - 1
+    lengths = np.diff(offsets)
+    bag_of = np.repeat(np.arange(n_bags), lengths)
+    table_of = bag_of % config.n_tables
+    base = np.concatenate([[0], np.cumsum(config.tables)[:-1]])
+    flat = np.concatenate([np.asarray(t, dtype=np.int64) for t in tables])
+    vals = flat[base[table_of] + np.asarray(indices, dtype=np.int64)]
+    exact = np.zeros((n_bags, config.dim), dtype=np.int64)
+    np.add.at(exact, bag_of, vals)
+    return PoolResult(pooled=wrap32(exact), overflow=~fits32(exact).all(axis=1))

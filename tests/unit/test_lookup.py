@@ -1,0 +1,204 @@
+"""Lookup datapath in amaranth.sim: engine + PMEM model + a behavioural host memory."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from trainingcxl.hdl.common.descriptor import ErrorCode, Op
+from trainingcxl.hdl.common.line_port import LineOp
+from trainingcxl.hdl.compute.lookup import LookupEngine
+from trainingcxl.hdl.pmem.controller import PmemController
+from trainingcxl.host.config import Config, PmemTiming
+from trainingcxl.host.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.golden import embedding_bag_sum
+from trainingcxl.sim.amaranth_streams import stream_get, stream_put
+
+TIMING = PmemTiming(read_latency=10, write_latency=6, write_rate=(1, 1), read_rate=(3, 5),
+                    wpq_depth=8, read_depth=16)
+
+
+def cfg_for(dim=16, tables=(24, 40), max_pooling=6):
+    return Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
+                  log_lines=4, commit_lines=1, snapshot_lines=2, host_window=4)
+
+
+class Harness(wiring.Component):
+    def __init__(self, cfg):
+        self.engine = LookupEngine(cfg)
+        self.pmem = PmemController(cfg, n_ports=2)
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = self.engine
+        m.submodules.pmem = self.pmem
+        wiring.connect(m, self.engine.pmem, self.pmem.port1)
+        return m
+
+
+def words_to_lines(words):
+    words = np.asarray(words, dtype=np.uint32)
+    pad = (-len(words)) % 16
+    words = np.concatenate([words, np.zeros(pad, np.uint32)])
+    return [int.from_bytes(words[i:i + 16].tobytes(), "little") for i in range(0, len(words), 16)]
+
+
+def row_lines(row):
+    b = np.asarray(row, dtype=np.int32).tobytes()
+    return [int.from_bytes(b[i:i + 64], "little") for i in range(0, len(b), 64)]
+
+
+def host_port_model(port, memory, rng, writes):
+    """Serve one line port from ``memory`` (line address -> int), answering out of order."""
+    async def tb(ctx):
+        pending = []
+        t = 0
+        ctx.set(port.req.ready, 1)
+        while True:
+            if ctx.get(port.req.valid):
+                p = ctx.get(port.req.payload)
+                pending.append((t + rng.randrange(2, 12), p.op, p.addr, p.tag, p.data))
+            due = [e for e in pending if e[0] <= t]
+            rsp = rng.choice(due) if due else None
+            for s in (port.rdata, port.wack):
+                ctx.set(s.valid, 0)
+            if rsp is not None:
+                _, op, addr, tag, data = rsp
+                if op == LineOp.READ:
+                    ctx.set(port.rdata.payload, {"tag": tag, "data": memory.get(addr, 0), "err": 0})
+                    ctx.set(port.rdata.valid, 1)
+                    fire = ctx.get(port.rdata.ready)
+                else:
+                    ctx.set(port.wack.payload, {"tag": tag, "err": 0})
+                    ctx.set(port.wack.valid, 1)
+                    fire = ctx.get(port.wack.ready)
+                if fire:
+                    pending.remove(rsp)
+                    if op == LineOp.WRITE:
+                        writes[addr] = data
+            await ctx.tick()
+            t += 1
+    return tb
+
+
+def run_lookups(cfg, tables, batches, *, seed=0, expect_errors=None):
+    """Load ``tables`` into PMEM, run one LOOKUP per batch, return the host writes of each."""
+    h = Harness(cfg)
+    eng = h.engine
+    rng = random.Random(seed)
+    host = {}
+    writes = {}
+    results = []
+    IDX, OFF, OUT = 0x1000, 0x2000, 0x3000
+
+    async def main(ctx):
+        port = h.pmem.port0
+        ctx.set(port.wack.ready, 1)
+        for t, table in enumerate(tables):
+            for r, row in enumerate(table):
+                for j, line in enumerate(row_lines(row)):
+                    addr = cfg.table_base[t] + r * cfg.lines_per_row + j
+                    await stream_put(ctx, port.req, {"op": LineOp.WRITE, "addr": addr, "tag": 0,
+                                                     "data": line, "be": (1 << 64) - 1})
+        while ctx.get(h.pmem.wpq_level):
+            await ctx.tick()
+        for b, (indices, offsets) in enumerate(batches):
+            host.clear()
+            writes.clear()
+            for k, line in enumerate(words_to_lines(indices)):
+                host[IDX + k] = line
+            for k, line in enumerate(words_to_lines(offsets)):
+                host[OFF + k] = line
+            await stream_put(ctx, eng.desc, {
+                "op": Op.LOOKUP, "batch": b, "n_bags": len(offsets) - 1,
+                "n_indices": len(indices), "idx_addr": IDX, "off_addr": OFF, "vec_addr": OUT,
+            })
+            done = await stream_get(ctx, eng.done, timeout=50_000)
+            assert done.batch == b
+            results.append((done.error, dict(writes)))
+
+    sim = Simulator(h)
+    sim.add_clock(1e-8)
+    sim.add_testbench(main)
+    for port in (eng.off_mem, eng.idx_mem, eng.out_mem):
+        sim.add_testbench(host_port_model(port, host, rng, writes), background=True)
+    sim.run()
+    return results
+
+
+def pooled_from_writes(cfg, writes, n_bags, base=0x3000):
+    out = np.zeros((n_bags, cfg.dim), dtype=np.int32)
+    for k in range(n_bags):
+        raw = b"".join(writes[base + k * cfg.lines_per_row + j].to_bytes(64, "little")
+                       for j in range(cfg.lines_per_row))
+        out[k] = np.frombuffer(raw, dtype=np.int32)
+    return out
+
+
+@pytest.mark.parametrize("dim", [16, 32])
+def test_lookup_matches_golden_bit_for_bit(dim):
+    cfg = cfg_for(dim=dim)
+    tables = initial_tables(cfg, seed=3)
+    wl = SyntheticWorkload(cfg, seed=5, batch_size=5)
+    batches = []
+    for i in range(2):
+        b = wl.batch(i)
+        batches.append((b.indices, b.offsets))
+    # Edge cases: empty bags, repeats within and across bags, the first and
+    # last row of each table, the largest pooling factor.
+    last = [r - 1 for r in cfg.tables]
+    bags = [[0, 0, last[0]], [], [last[0]] * cfg.max_pooling, [0, last[1], 0],
+            [5, 5], [], [], [0]]
+    indices = [i for bag in bags for i in bag]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in bags])])
+    batches.append((np.array(indices, np.uint32), offsets.astype(np.uint32)))
+
+    results = run_lookups(cfg, tables, batches)
+    for (indices, offsets), (error, writes) in zip(batches, results):
+        assert error == ErrorCode.NONE
+        want = embedding_bag_sum(cfg, tables, indices, offsets)
+        got = pooled_from_writes(cfg, writes, len(offsets) - 1)
+        np.testing.assert_array_equal(got, want.pooled)
+
+
+def test_pooling_wraps_and_is_order_independent():
+    cfg = cfg_for(tables=(4, 4))
+    big = np.full((4, 16), 0x7FFF0000, dtype=np.int32)
+    big[1] = -0x7FFF0000
+    tables = [big, big.copy()]
+    # Bag 2's running sum leaves int32 after two rows and comes back with the
+    # third: the exact sum fits, so the result is exact and not flagged.
+    batches = [(np.array([0, 0, 1, 0, 0, 1, 0], np.uint32), np.array([0, 2, 3, 6, 7], np.uint32))]
+    (error, writes), = run_lookups(cfg, tables, batches)
+    want = embedding_bag_sum(cfg, tables, *batches[0])
+    assert want.overflow.tolist() == [True, False, False, False]
+    got = pooled_from_writes(cfg, writes, 4)
+    np.testing.assert_array_equal(got, want.pooled)
+    np.testing.assert_array_equal(got[2], big[0])
+    assert got[0, 0] == np.int32(np.uint32((2 * 0x7FFF0000) & 0xFFFFFFFF).view(np.int32))
+
+
+@pytest.mark.parametrize("case,code", [
+    ("row", ErrorCode.ROW_RANGE),
+    ("pooling", ErrorCode.POOLING),
+    ("offsets", ErrorCode.BAD_OFFSETS),
+])
+def test_bad_batches_complete_with_an_error_and_the_engine_keeps_working(case, code):
+    cfg = cfg_for()
+    tables = initial_tables(cfg, seed=1)
+    good = (np.array([1, 2, 3], np.uint32), np.array([0, 2, 3], np.uint32))
+    if case == "row":
+        bad = (np.array([1, cfg.tables[1], 3], np.uint32), np.array([0, 1, 3], np.uint32))
+    elif case == "pooling":
+        bad = (np.zeros(cfg.max_pooling + 1, np.uint32), np.array([0, cfg.max_pooling + 1], np.uint32))
+    else:
+        bad = (np.array([1, 2, 3], np.uint32), np.array([0, 2, 1, 3], np.uint32))
+    results = run_lookups(cfg, tables, [bad, good])
+    assert results[0][0] == code
+    assert results[1][0] == ErrorCode.NONE
+    want = embedding_bag_sum(cfg, tables, *good)
+    np.testing.assert_array_equal(pooled_from_writes(cfg, results[1][1], 2), want.pooled)
