@@ -93,7 +93,7 @@ class LookupEngine(wiring.Component):
         n_tables = cfg.n_tables
 
         clear = Signal()
-        dp = _Datapath(cfg, self._pmem_tag_bits)
+        dp = self._datapath = _Datapath(cfg, self._pmem_tag_bits)
         m.submodules.datapath = ResetInserter(clear)(dp)
 
         wiring.connect(m, dp.off_reader.mem, wiring.flipped(self.off_mem))
@@ -208,8 +208,9 @@ class LookupEngine(wiring.Component):
                 with m.If(quiet):
                     m.next = "FLUSH"
             with m.State("FLUSH"):
-                # Drop whatever the aborted batch left in the datapath.
-                m.d.comb += clear.eq(1)
+                # Drop whatever the aborted batch left in the datapath, still
+                # holding every issuer back during this last cycle.
+                m.d.comb += [clear.eq(1), abort.eq(1)]
                 m.next = "COMPLETE"
             with m.State("COMPLETE"):
                 m.d.comb += self.done.valid.eq(1)
