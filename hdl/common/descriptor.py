@@ -28,6 +28,7 @@ class ErrorCode(enum.Enum, shape=8):
     ROW_RANGE = 6           # an index is not a row of its table
     HOST_POISON = 7         # host memory answered a read with poisoned data
     HOST_WRITE = 8          # host memory refused a write
+    QUEUE_FULL = 9          # doorbell rung while the descriptor queue was full
 
 
 def descriptor_layout(config):

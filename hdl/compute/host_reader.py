@@ -12,6 +12,7 @@ from ..cxl.messages import ADDR_BITS
 __all__ = ["HostWordReader"]
 
 WORDS_PER_LINE = LINE_BITS // 32
+_LINE_SHIFT = WORDS_PER_LINE.bit_length() - 1
 
 
 class HostWordReader(wiring.Component):
@@ -135,7 +136,7 @@ class HostWordReader(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 base.eq(self.addr),
-                lines_total.eq((self.count + WORDS_PER_LINE - 1) // WORDS_PER_LINE),
+                lines_total.eq((self.count + WORDS_PER_LINE - 1) >> _LINE_SHIFT),
                 words_left.eq(self.count),
                 issued.eq(0), in_rob.eq(0), head.eq(0), tail.eq(0), filled.eq(0),
                 cur_left.eq(0), self.error.eq(0),

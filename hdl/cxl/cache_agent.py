@@ -130,7 +130,7 @@ class CacheAgent(wiring.Component):
 
         # -- write pull: read the buffer, send D2H data, then acknowledge the client
         rsp = cache.h2d_rsp.payload
-        pull = rsp.opcode.matches(H2DRspOpcode.GO_WritePull, H2DRspOpcode.WritePull,
+        pull = rsp.opcode.as_value().matches(H2DRspOpcode.GO_WritePull, H2DRspOpcode.WritePull,
                                   H2DRspOpcode.GO_ERR_WritePull)
         wp_busy = Signal()          # a pull is in progress
         wp_data_pending = Signal()

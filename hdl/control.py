@@ -1,0 +1,227 @@
+"""The control window: the device's register file, reached from the host (CXL.io-like)."""
+
+from amaranth import *
+from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+
+__all__ = ["Reg", "ControlBusSignature", "ControlWindow", "DEVICE_ID"]
+
+#: Value of the ID register: "TCXL" and the register map version.
+DEVICE_ID = (0x5443584C << 32) | 1
+
+
+class Reg(enum.IntEnum):
+    """Register addresses (64-bit registers, numbered in 8-byte words).
+
+    RO: read only; RW: read and write; W: write only (reads return 0).
+    """
+    ID = 0x00               # RO  DEVICE_ID
+    GEOMETRY = 0x01         # RO  tables | dim << 8 | lines_per_row << 24 | frac_bits << 32 | max_pooling << 40
+    HDM_BASE = 0x02         # RO  host line address of device memory
+    MEDIA = 0x03            # RO  media_lines | table_lines << 32
+    LIMITS = 0x04           # RO  max_bags | desc_depth << 32
+    DESC_OP = 0x08          # RW  op | batch << 32
+    DESC_SIZE = 0x09        # RW  n_bags | n_indices << 32
+    DESC_IDX = 0x0A         # RW  byte address of the indices (64-byte aligned)
+    DESC_OFF = 0x0B         # RW  byte address of the offsets
+    DESC_VEC = 0x0C         # RW  byte address of the vectors (pooled output)
+    DOORBELL = 0x0D         # W   any write submits the staged descriptor
+    STATUS = 0x10           # RO  busy | queue_full << 1 | queue_level << 8
+    SUBMITTED = 0x11        # RO  descriptors accepted by the doorbell
+    COMPLETED = 0x12        # RO  descriptors completed (with or without error)
+    LAST_DONE = 0x13        # RO  batch | op << 32 | error << 40 of the last completion
+    ERROR = 0x14            # RW  first error code since cleared | error count << 32; write clears
+    CYCLES = 0x18           # RO  cycles since the last power-up
+    LOOKUP_BUSY = 0x19      # RO  cycles the lookup engine was busy
+    LOOKUP_LINES = 0x1A     # RO  PMEM lines the lookup engine read
+    LOOKUP_BAGS = 0x1B      # RO  bags pooled
+    LOOKUP_OVERFLOWS = 0x1C  # RO bags whose pooled vector overflowed
+    PMEM_READS = 0x1D       # RO  media lines read
+    PMEM_WRITES = 0x1E      # RO  media lines written (persisted)
+    CACHE_READS = 0x1F      # RO  host lines read over CXL.cache
+    CACHE_WRITES = 0x20     # RO  host lines written over CXL.cache
+    MEM_ERRORS = 0x21       # RO  CXL.mem requests refused
+    MEM_LAST_ERROR = 0x22   # RO  kind | tag << 8 | line address << 24 of the last refusal
+
+
+class ControlBusSignature(wiring.Signature):
+    """A register bus of two streams, seen from the device.
+
+    ``req``: ``write``, register ``addr`` (:class:`Reg`), ``data``;
+    ``rsp``: one per request, ``data`` (0 for writes) and ``err`` for an
+    unknown register.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "req": In(stream.Signature(data.StructLayout({"write": 1, "addr": 8, "data": 64}))),
+            "rsp": Out(stream.Signature(data.StructLayout({"data": 64, "err": 1}))),
+        })
+
+    def __eq__(self, other):
+        return isinstance(other, ControlBusSignature)
+
+    def __repr__(self):
+        return "ControlBusSignature()"
+
+
+class ControlWindow(wiring.Component):
+    """Registers, the descriptor queue and completion bookkeeping.
+
+    A doorbell write checks the staged descriptor (pointers 64-byte aligned)
+    and queues it for the engines; a refused or queue-full doorbell queues
+    nothing and records the error in ``ERROR``. Completions from the engines
+    update ``COMPLETED``, ``LAST_DONE`` and ``ERROR``.
+
+    Members
+    -------
+    bus : Out(ControlBusSignature)
+    desc : Out(stream.Signature(descriptor_layout))
+    done : In(stream.Signature(completion_layout))
+    busy : In(1)
+    counters : In(dict of Reg -> 32 or 64 bits)
+        Values shown by the read-only counter registers.
+    """
+
+    COUNTERS = (Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS, Reg.LOOKUP_OVERFLOWS,
+                Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS, Reg.CACHE_WRITES,
+                Reg.MEM_ERRORS, Reg.MEM_LAST_ERROR)
+
+    def __init__(self, config):
+        self._config = config
+        members = {
+            "bus": Out(ControlBusSignature()),
+            "desc": Out(stream.Signature(descriptor_layout(config))),
+            "done": In(stream.Signature(completion_layout)),
+            "busy": In(1),
+        }
+        for reg in self.COUNTERS:
+            members[f"ctr_{reg.name.lower()}"] = In(64)
+        super().__init__(members)
+
+    def counter(self, reg):
+        return getattr(self, f"ctr_{reg.name.lower()}")
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        req, rsp = self.bus.req, self.bus.rsp
+
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(
+            width=descriptor_layout(cfg).size, depth=cfg.desc_depth)
+        m.d.comb += [
+            self.desc.valid.eq(queue.r_rdy),
+            self.desc.payload.eq(queue.r_data),
+            queue.r_en.eq(self.desc.ready),
+        ]
+
+        d_op = Signal(64)
+        d_size = Signal(64)
+        d_idx = Signal(64)
+        d_off = Signal(64)
+        d_vec = Signal(64)
+        submitted = Signal(32)
+        completed = Signal(32)
+        last_done = Signal(64)
+        first_error = Signal(ErrorCode)
+        error_count = Signal(32)
+        cycles = Signal(64)
+        m.d.sync += cycles.eq(cycles + 1)
+
+        staged = Signal(descriptor_layout(cfg))
+        m.d.comb += [
+            staged.op.eq(d_op[:4]), staged.batch.eq(d_op[32:]),
+            staged.n_bags.eq(d_size[:24]), staged.n_indices.eq(d_size[32:]),
+            staged.idx_addr.eq(d_idx[6:]), staged.off_addr.eq(d_off[6:]),
+            staged.vec_addr.eq(d_vec[6:]),
+            queue.w_data.eq(staged),
+        ]
+        aligned = (d_idx[:6] == 0) & (d_off[:6] == 0) & (d_vec[:6] == 0)
+        fits = (d_size[24:32] == 0)
+
+        # Errors: refusals at the doorbell and completions with an error (both
+        # may happen in one cycle).
+        door_error = Signal(ErrorCode)
+        done_error = Signal(ErrorCode)
+        m.d.sync += error_count.eq(error_count + (door_error != ErrorCode.NONE)
+                                   + (done_error != ErrorCode.NONE))
+        with m.If(first_error == ErrorCode.NONE):
+            with m.If(done_error != ErrorCode.NONE):
+                m.d.sync += first_error.eq(done_error)
+            with m.Elif(door_error != ErrorCode.NONE):
+                m.d.sync += first_error.eq(door_error)
+
+        m.d.comb += self.done.ready.eq(1)
+        with m.If(self.done.valid):
+            d = self.done.payload
+            m.d.sync += [
+                completed.eq(completed + 1),
+                last_done.eq(Cat(d.batch, d.op.as_value(), Const(0, 4), d.error.as_value())),
+            ]
+            m.d.comb += done_error.eq(d.error)
+
+        # One request at a time; the response is registered.
+        rsp_valid = Signal()
+        rsp_data = Signal(64)
+        rsp_err = Signal()
+        m.d.comb += [
+            rsp.valid.eq(rsp_valid), rsp.payload.data.eq(rsp_data), rsp.payload.err.eq(rsp_err),
+            req.ready.eq(~rsp_valid),
+        ]
+        with m.If(rsp.valid & rsp.ready):
+            m.d.sync += rsp_valid.eq(0)
+
+        geometry = (cfg.n_tables | cfg.dim << 8 | cfg.lines_per_row << 24
+                    | cfg.fixed.frac_bits << 32 | cfg.max_pooling << 40)
+        ro = {
+            Reg.ID: Const(DEVICE_ID, 64),
+            Reg.GEOMETRY: Const(geometry, 64),
+            Reg.HDM_BASE: Const(cfg.hdm_base, 64),
+            Reg.MEDIA: Const(cfg.media_lines | cfg.table_lines << 32, 64),
+            Reg.LIMITS: Const(cfg.max_bags | cfg.desc_depth << 32, 64),
+            Reg.STATUS: Cat(self.busy | queue.r_rdy, ~queue.w_rdy, Const(0, 6), queue.level),
+            Reg.SUBMITTED: submitted,
+            Reg.COMPLETED: completed,
+            Reg.LAST_DONE: last_done,
+            Reg.ERROR: Cat(first_error.as_value(), Const(0, 24), error_count),
+            Reg.CYCLES: cycles,
+            Reg.DOORBELL: Const(0, 64),
+        }
+        for reg in self.COUNTERS:
+            ro[reg] = self.counter(reg)
+        rw = {Reg.DESC_OP: d_op, Reg.DESC_SIZE: d_size, Reg.DESC_IDX: d_idx,
+              Reg.DESC_OFF: d_off, Reg.DESC_VEC: d_vec}
+
+        with m.If(req.valid & req.ready):
+            m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]
+            with m.If(req.payload.write):
+                with m.Switch(req.payload.addr):
+                    for reg, sig in rw.items():
+                        with m.Case(reg):
+                            m.d.sync += sig.eq(req.payload.data)
+                    with m.Case(Reg.ERROR):
+                        m.d.sync += [first_error.eq(ErrorCode.NONE), error_count.eq(0)]
+                    with m.Case(Reg.DOORBELL):
+                        with m.If(~aligned):
+                            m.d.comb += door_error.eq(ErrorCode.BAD_POINTER)
+                        with m.Elif(~fits):
+                            m.d.comb += door_error.eq(ErrorCode.BAD_SIZE)
+                        with m.Elif(~queue.w_rdy):
+                            m.d.comb += door_error.eq(ErrorCode.QUEUE_FULL)
+                        with m.Else():
+                            m.d.comb += queue.w_en.eq(1)
+                            m.d.sync += submitted.eq(submitted + 1)
+                    with m.Case(*ro.keys()):
+                        pass            # writes to read-only registers are ignored
+                    with m.Default():
+                        m.d.sync += rsp_err.eq(1)
+            with m.Else():
+                with m.Switch(req.payload.addr):
+                    for reg, sig in {**ro, **rw}.items():
+                        with m.Case(reg):
+                            m.d.sync += rsp_data.eq(sig)
+                    with m.Default():
+                        m.d.sync += rsp_err.eq(1)
+        return m

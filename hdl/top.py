@@ -1,0 +1,91 @@
+"""The device: CXL endpoint, PMEM controller, lookup engine and control window."""
+
+from amaranth import *
+from amaranth.hdl import ResetInserter
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .compute.lookup import LookupEngine
+from .control import ControlBusSignature, ControlWindow, Reg
+from .cxl.cache_agent import CacheAgent
+from .cxl.mem_target import CxlMemTarget
+from .cxl.messages import CxlCacheSignature, CxlMemSignature
+from .pmem.controller import PmemController
+
+__all__ = ["Device"]
+
+
+class Device(wiring.Component):
+    """The trainingcxl device as the host sees it.
+
+    ::
+
+        host --CXL.mem--> CxlMemTarget ---port0--+
+                                                 +--> PmemController (media)
+        control --> ControlWindow --desc-->      |
+                    LookupEngine ----port1-------+
+                         |  off/idx/out
+                         v
+        host <--CXL.cache-- CacheAgent
+
+    ``power_fail`` resets every register of the device (engines, queues, the
+    PMEM write-pending queue, counters); only the PMEM media keeps its contents.
+
+    Members
+    -------
+    cxl_mem : Out(CxlMemSignature)
+    cxl_cache : Out(CxlCacheSignature)
+    control : Out(ControlBusSignature)
+    power_fail : In(1)
+    """
+
+    cxl_mem: Out(CxlMemSignature())
+    cxl_cache: Out(CxlCacheSignature())
+    control: Out(ControlBusSignature())
+    power_fail: In(1)
+
+    def __init__(self, config):
+        self._config = config
+        super().__init__()
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+
+        m.submodules.pmem = pmem = PmemController(cfg, n_ports=2)
+        m.submodules.mem_target = target = CxlMemTarget(cfg)
+        m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=3)
+        m.submodules.lookup = lookup = LookupEngine(cfg)
+        m.submodules.control = control = ControlWindow(cfg)
+
+        wiring.connect(m, wiring.flipped(self.cxl_mem), target.cxl)
+        wiring.connect(m, wiring.flipped(self.cxl_cache), agent.cache)
+        wiring.connect(m, wiring.flipped(self.control), control.bus)
+        wiring.connect(m, target.pmem, pmem.port0)
+        wiring.connect(m, lookup.pmem, pmem.port1)
+        wiring.connect(m, lookup.off_mem, agent.port0)
+        wiring.connect(m, lookup.idx_mem, agent.port1)
+        wiring.connect(m, lookup.out_mem, agent.port2)
+        wiring.connect(m, control.desc, lookup.desc)
+        wiring.connect(m, lookup.done, control.done)
+        m.d.comb += [
+            pmem.power_fail.eq(self.power_fail),
+            control.busy.eq(lookup.busy),
+            control.counter(Reg.LOOKUP_BUSY).eq(lookup.busy_cycles),
+            control.counter(Reg.LOOKUP_LINES).eq(lookup.lines),
+            control.counter(Reg.LOOKUP_BAGS).eq(lookup.bags),
+            control.counter(Reg.LOOKUP_OVERFLOWS).eq(lookup.overflows),
+            control.counter(Reg.PMEM_READS).eq(pmem.lines_read),
+            control.counter(Reg.PMEM_WRITES).eq(pmem.lines_written),
+            control.counter(Reg.CACHE_READS).eq(agent.lines_read),
+            control.counter(Reg.CACHE_WRITES).eq(agent.lines_written),
+            control.counter(Reg.MEM_ERRORS).eq(target.errors),
+            control.counter(Reg.MEM_LAST_ERROR).eq(Cat(
+                target.last_error.as_value(), Const(0, 5), target.last_error_tag,
+                target.last_error_addr)),
+        ]
+        return ResetInserter(self.power_fail)(m)
