@@ -7,7 +7,9 @@ cell the width its operation is computed in (with explicit extension or
 truncation), using only the passes of Amaranth's built-in Yosys plus a small
 RTLIL rewrite in Python. The logic is unchanged: the rewrite inserts only
 ``$pos`` (extend or truncate) cells, compares with zero instead of logical
-negation, and reduces operands of logical and/or to one bit.
+negation, reduces operands of logical and/or to one bit, and writes ``$pmux``
+as a chain of ``$mux``. Synchronous memory read ports start at zero instead of
+X, so that Icarus (which has no X-initialisation option) agrees with Verilator.
 """
 
 import os
@@ -175,6 +177,16 @@ def normalize_rtlil(text):
                 conns[m.group(1)] = m.group(2)
             else:
                 other.append(inner)
+        if kind == "$memrd_v2" and "x" in params.get("\\INIT_VALUE", ""):
+            # A synchronous read port starts at zero, not X, so Icarus does not
+            # carry X out of a FIFO that has never been read.
+            width = params["\\INIT_VALUE"].split("'", 1)[0]
+            params["\\INIT_VALUE"] = f"{width}'0"
+            out.append(line)
+            out.extend(f"{indent}  parameter {k} {v}" for k, v in params.items())
+            out.extend(f"{indent}  connect {k} {v}" for k, v in conns.items())
+            out.append(f"{indent}end")
+            continue
         if other or not ("\\A_WIDTH" in params or kind == "$pmux") or "\\Y" not in conns:
             out.append(line)
             out.extend(body)
@@ -205,6 +217,6 @@ def convert(component, *, name="top"):
         with open(os.path.join(tmp, "norm.il"), "w") as f:
             f.write(mid)
         _yosys("read_rtlil norm.il\nsimplemap t:$pos\nopt_clean\nmemory_collect\n"
-               "write_verilog -norename out.v\n", tmp)
+               "write_verilog -norename -noattr out.v\n", tmp)
         with open(os.path.join(tmp, "out.v")) as f:
             return f.read()

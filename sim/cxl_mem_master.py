@@ -1,0 +1,103 @@
+"""CXL.mem host master: issues reads and writes to device memory, matches responses by tag."""
+
+import collections
+
+import cocotb
+from cocotb.triggers import Event, with_timeout
+
+from trainingcxl.hdl.cxl.messages import (M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode, S2MDrs,
+                                          S2MNdr, TAG_BITS)
+from .streams import StreamSink, StreamSource
+
+__all__ = ["CxlMemMaster", "ProtocolError"]
+
+FULL_BE = (1 << 64) - 1
+
+
+class ProtocolError(AssertionError):
+    """The device answered something the host never asked for."""
+
+
+class CxlMemMaster:
+    """Host side of CXL.mem. Any number of requests may be outstanding (up to ``max_tags``).
+
+    Responses are matched by tag and may come in any order. Every wait is
+    bounded by ``timeout_ns`` and fails with a clear message.
+    """
+
+    def __init__(self, dut, clock, *, prefix="cxl_mem", max_tags=64, pause=None,
+                 timeout_ns=2_000_000):
+        self.req = StreamSource(dut, f"{prefix}__m2s_req", M2SReq, clock)
+        self.rwd = StreamSource(dut, f"{prefix}__m2s_rwd", M2SRwD, clock)
+        self.ndr = StreamSink(dut, f"{prefix}__s2m_ndr", S2MNdr, clock, pause=pause,
+                              callback=self._on_rsp)
+        self.drs = StreamSink(dut, f"{prefix}__s2m_drs", S2MDrs, clock, pause=pause,
+                              callback=self._on_rsp)
+        self.max_tags = min(max_tags, 1 << TAG_BITS)
+        self.timeout_ns = timeout_ns
+        self._free = collections.deque(range(self.max_tags))
+        self._tag_freed = Event()
+        self._pending = {}
+        self.errors = []
+
+    def _on_rsp(self, rsp):
+        entry = self._pending.pop(rsp.tag, None)
+        if entry is None:
+            self.errors.append(f"response for tag {rsp.tag} that is not outstanding: {rsp!r}")
+            return
+        entry[1].append(rsp)
+        entry[0].set()
+
+    async def _transact(self, source, payload, what):
+        while not self._free:
+            self._tag_freed.clear()
+            await with_timeout(self._tag_freed.wait(), self.timeout_ns, "ns")
+        tag = self._free.popleft()
+        done, box = Event(), []
+        self._pending[tag] = (done, box)
+        source.send_nowait({**payload, "tag": tag})
+        try:
+            await with_timeout(done.wait(), self.timeout_ns, "ns")
+        except Exception:
+            raise TimeoutError(f"CXL.mem {what} (tag {tag}) got no response "
+                               f"within {self.timeout_ns} ns") from None
+        self._free.append(tag)
+        self._tag_freed.set()
+        return box[0]
+
+    def forget_outstanding(self):
+        """Drop every outstanding request (after a power failure nothing will answer them)."""
+        for tag in list(self._pending):
+            self._pending.pop(tag)
+            self._free.append(tag)
+        self.req.queue.clear()
+        self.rwd.queue.clear()
+
+    async def read(self, addr):
+        """Read line ``addr``; returns ``(data, poison)``."""
+        rsp = await self._transact(self.req, {"opcode": M2SReqOpcode.MemRd, "addr": addr},
+                                   f"MemRd {addr:#x}")
+        return rsp.data, bool(rsp.poison)
+
+    async def write(self, addr, data, be=None, poison=False):
+        """Write line ``addr`` (partial when ``be`` is given); returns the NDR opcode."""
+        opcode = M2SRwDOpcode.MemWr if be is None else M2SRwDOpcode.MemWrPtl
+        rsp = await self._transact(self.rwd, {
+            "opcode": opcode, "addr": addr, "data": data,
+            "be": FULL_BE if be is None else be, "poison": int(poison),
+        }, f"{opcode.name} {addr:#x}")
+        return rsp.opcode
+
+    async def invalidate(self, addr):
+        rsp = await self._transact(self.req, {"opcode": M2SReqOpcode.MemInv, "addr": addr},
+                                   f"MemInv {addr:#x}")
+        return rsp.opcode
+
+    async def write_lines(self, lines):
+        """Write ``{addr: data}`` with as many writes in flight as tags allow; returns opcodes."""
+        tasks = {addr: cocotb.start_soon(self.write(addr, data)) for addr, data in lines.items()}
+        return {addr: await task for addr, task in tasks.items()}
+
+    async def read_lines(self, addrs):
+        tasks = {addr: cocotb.start_soon(self.read(addr)) for addr in addrs}
+        return {addr: await task for addr, task in tasks.items()}

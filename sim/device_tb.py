@@ -1,0 +1,173 @@
+"""Test bench for the whole device: clock, reset, host models and high-level operations."""
+
+import json
+import os
+
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge, Timer
+
+from trainingcxl.hdl.common.descriptor import ErrorCode, Op
+from trainingcxl.hdl.control import DEVICE_ID, Reg
+from trainingcxl.host.config import LINE_BYTES, NOMINAL_CLOCK_MHZ, Config
+from .control_driver import ControlDriver
+from .cxl_mem_master import CxlMemMaster
+from .host_memory import HostMemory
+from .runner import ARGS_ENV, CONFIG_ENV
+
+__all__ = ["bench_config", "bench_args", "LookupResult", "DeviceTB"]
+
+PERIOD_NS = 1000 // NOMINAL_CLOCK_MHZ          # 4 ns
+
+
+def bench_config():
+    """The configuration the runner built the device with."""
+    return Config.from_json(os.environ[CONFIG_ENV])
+
+
+def bench_args():
+    return json.loads(os.environ.get(ARGS_ENV, "{}"))
+
+
+def rows_to_lines(table):
+    """``(rows, dim)`` int32 -> list of line integers, row-major."""
+    raw = np.ascontiguousarray(table, dtype=np.int32).tobytes()
+    return [int.from_bytes(raw[i:i + LINE_BYTES], "little") for i in range(0, len(raw), LINE_BYTES)]
+
+
+class LookupResult:
+    def __init__(self, pooled, error, cycles):
+        self.pooled, self.error, self.cycles = pooled, error, cycles
+
+
+class DeviceTB:
+    """Owns the clock and the host-side models of one simulated device.
+
+    Host memory for descriptors sits at host line ``HOST_BASE``: indices, then
+    offsets, then the pooled vectors, each region sized for the largest batch
+    the configuration allows.
+    """
+
+    HOST_BASE = 0x40000             # byte address 16 MiB
+
+    def __init__(self, dut, config, *, seed=0, backpressure=None, host_delay=(2, 24)):
+        self.dut, self.config = dut, config
+        self.clock = dut.clk
+        Clock(dut.clk, PERIOD_NS, unit="ns").start()
+        dut.rst.value = 1
+        dut.power_fail.value = 0
+        cfg = config
+        idx_lines = -(-cfg.max_bags * cfg.max_pooling * 4 // LINE_BYTES)
+        off_lines = -(-(cfg.max_bags + 1) * 4 // LINE_BYTES)
+        out_lines = cfg.max_bags * cfg.lines_per_row
+        self.idx_line = self.HOST_BASE
+        self.off_line = self.idx_line + idx_lines
+        self.out_line = self.off_line + off_lines
+        self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure)
+        self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE,
+                               lines=idx_lines + off_lines + out_lines,
+                               period_ns=PERIOD_NS, delay=host_delay, seed=seed,
+                               pause=backpressure)
+        self.ctl = ControlDriver(dut, dut.clk)
+
+    async def reset(self, cycles=4):
+        self.dut.rst.value = 1
+        await ClockCycles(self.clock, cycles)
+        self.dut.rst.value = 0
+        await RisingEdge(self.clock)
+
+    async def power_fail(self, cycles=2):
+        """Cut the power: every volatile state of the device is lost; host requests in flight too."""
+        self.dut.power_fail.value = 1
+        await ClockCycles(self.clock, cycles)
+        self.dut.power_fail.value = 0
+        self.mem.forget_outstanding()
+        self.ctl.forget()
+        await RisingEdge(self.clock)
+
+    async def cycles(self):
+        return await self.ctl.read(Reg.CYCLES)
+
+    async def check_identity(self):
+        ident = await self.ctl.read(Reg.ID)
+        assert ident == DEVICE_ID, f"ID register reads {ident:#x}, expected {DEVICE_ID:#x}"
+        geo = await self.ctl.read(Reg.GEOMETRY)
+        cfg = self.config
+        want = (cfg.n_tables | cfg.dim << 8 | cfg.lines_per_row << 24
+                | cfg.fixed.frac_bits << 32 | cfg.max_pooling << 40)
+        assert geo == want, f"device geometry {geo:#x} does not match the configuration {want:#x}"
+
+    # -- embedding tables through CXL.mem -------------------------------------------
+
+    def row_addr(self, table, row):
+        return self.config.hdm_base + self.config.table_base[table] + row * self.config.lines_per_row
+
+    async def load_tables(self, tables):
+        lines = {}
+        for t, table in enumerate(tables):
+            for k, line in enumerate(rows_to_lines(table)):
+                lines[self.row_addr(t, 0) + k] = line
+        result = await self.mem.write_lines(lines)
+        bad = [a for a, op in result.items() if op.name != "Cmp"]
+        assert not bad, f"{len(bad)} table writes refused, first at {bad[0]:#x}"
+
+    async def read_tables(self):
+        cfg = self.config
+        out = []
+        for t, rows in enumerate(cfg.tables):
+            addrs = [self.row_addr(t, 0) + k for k in range(rows * cfg.lines_per_row)]
+            got = await self.mem.read_lines(addrs)
+            raw = b"".join(got[a][0].to_bytes(LINE_BYTES, "little") for a in addrs)
+            out.append(np.frombuffer(raw, dtype=np.int32).reshape(rows, cfg.dim).copy())
+        return out
+
+    # -- descriptors -------------------------------------------------------------------
+
+    async def submit(self, op, batch, *, n_bags, n_indices, idx_addr, off_addr, vec_addr):
+        await self.ctl.write(Reg.DESC_OP, op.value | batch << 32)
+        await self.ctl.write(Reg.DESC_SIZE, n_bags | n_indices << 32)
+        await self.ctl.write(Reg.DESC_IDX, idx_addr)
+        await self.ctl.write(Reg.DESC_OFF, off_addr)
+        await self.ctl.write(Reg.DESC_VEC, vec_addr)
+        await self.ctl.write(Reg.DOORBELL, 1)
+
+    async def wait_completed(self, count, *, poll_cycles=64, timeout_cycles=5_000_000):
+        waited = 0
+        while True:
+            done = await self.ctl.read(Reg.COMPLETED)
+            if done >= count:
+                return done
+            if waited > timeout_cycles:
+                raise TimeoutError(f"{count} descriptors not completed after {waited} cycles "
+                                   f"(completed: {done})")
+            await Timer(poll_cycles * PERIOD_NS, "ns")
+            waited += poll_cycles
+
+    async def lookup(self, batch_id, indices, offsets):
+        """Run one LOOKUP; returns the pooled vectors read back from host memory."""
+        cfg = self.config
+        n_bags = len(offsets) - 1
+        self.host.write_array(self.idx_line * LINE_BYTES, np.asarray(indices, np.uint32))
+        self.host.write_array(self.off_line * LINE_BYTES, np.asarray(offsets, np.uint32))
+        before = await self.ctl.read(Reg.COMPLETED)
+        t0 = await self.cycles()
+        await self.submit(Op.LOOKUP, batch_id, n_bags=n_bags, n_indices=len(indices),
+                          idx_addr=self.idx_line * LINE_BYTES, off_addr=self.off_line * LINE_BYTES,
+                          vec_addr=self.out_line * LINE_BYTES)
+        await self.wait_completed(before + 1)
+        cycles = await self.cycles() - t0
+        last = await self.ctl.read(Reg.LAST_DONE)
+        assert last & 0xFFFFFFFF == batch_id & 0xFFFFFFFF, f"completion for batch {last & 0xFFFFFFFF}"
+        error = ErrorCode(last >> 40 & 0xFF)
+        pooled = self.host.read_array(self.out_line * LINE_BYTES, n_bags * cfg.dim, np.int32)
+        return LookupResult(pooled.reshape(n_bags, cfg.dim), error, cycles)
+
+    async def counters(self):
+        regs = [Reg.CYCLES, Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS,
+                Reg.LOOKUP_OVERFLOWS, Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS,
+                Reg.CACHE_WRITES, Reg.MEM_ERRORS]
+        return {r.name.lower(): await self.ctl.read(r) for r in regs}
+
+    def check_models(self):
+        errors = self.mem.errors + self.host.errors
+        assert not errors, "host models saw protocol errors:\n" + "\n".join(errors[:10])

@@ -1,0 +1,111 @@
+"""Host/GPU memory behind CXL.cache: a numpy array answering the device's requests."""
+
+import random
+
+import cocotb
+import numpy as np
+from cocotb.triggers import Timer
+
+from trainingcxl.hdl.cxl.messages import (D2HData, D2HReq, D2HReqOpcode, H2DData, H2DRsp,
+                                          H2DRspOpcode, UQID_BITS)
+from .streams import StreamSink, StreamSource
+
+__all__ = ["HostMemory"]
+
+LINE = 64
+
+
+class HostMemory:
+    """Serves CXL.cache requests from ``lines`` lines starting at host line ``base``.
+
+    Reads (``RdCurr``, ``RdShared``, ``RdOwn``) are answered with ``H2D Data``
+    and writes (``ItoMWr``, ``WrCur``) with ``GO_WritePull``, each after a
+    random delay in ``delay`` cycles, so answers overtake each other. Requests
+    outside the window get poisoned data or ``GO_ERR_WritePull``.
+    """
+
+    def __init__(self, dut, clock, *, base, lines, period_ns, prefix="cxl_cache",
+                 delay=(2, 24), seed=0, pause=None):
+        self.base, self.lines = base, lines
+        self.mem = np.zeros(lines * LINE, dtype=np.uint8)
+        self.period_ns = period_ns
+        self.delay = delay
+        self.rng = random.Random(seed)
+        self.rsp = StreamSource(dut, f"{prefix}__h2d_rsp", H2DRsp, clock)
+        self.data = StreamSource(dut, f"{prefix}__h2d_data", H2DData, clock)
+        self.req = StreamSink(dut, f"{prefix}__d2h_req", D2HReq, clock, pause=pause,
+                              callback=self._on_req)
+        self.wdata = StreamSink(dut, f"{prefix}__d2h_data", D2HData, clock, pause=pause,
+                                callback=self._on_data)
+        self._pulls = {}
+        self._next_uqid = 0
+        self.reads = self.writes = 0
+        self.errors = []
+
+    # -- memory access for the host program ---------------------------------------------
+
+    def _offset(self, byte_addr, nbytes):
+        off = byte_addr - self.base * LINE
+        if off < 0 or off + nbytes > len(self.mem):
+            raise IndexError(f"host bytes {byte_addr:#x}+{nbytes} lie outside the modelled memory")
+        return off
+
+    def write_array(self, byte_addr, array):
+        raw = np.ascontiguousarray(array).view(np.uint8).ravel()
+        off = self._offset(byte_addr, len(raw))
+        self.mem[off:off + len(raw)] = raw
+
+    def read_array(self, byte_addr, count, dtype):
+        dtype = np.dtype(dtype)
+        off = self._offset(byte_addr, count * dtype.itemsize)
+        return self.mem[off:off + count * dtype.itemsize].view(dtype).copy()
+
+    def _line(self, addr):
+        k = addr - self.base
+        if not 0 <= k < self.lines:
+            return None
+        return int.from_bytes(self.mem[k * LINE:(k + 1) * LINE].tobytes(), "little")
+
+    # -- CXL.cache --------------------------------------------------------------------
+
+    def _later(self, source, payload):
+        lo, hi = self.delay
+        cycles = self.rng.randint(lo, hi) if hi > 0 else 0
+        if cycles == 0:
+            source.send_nowait(payload)
+            return
+
+        async def send():
+            await Timer(cycles * self.period_ns, "ns")
+            source.send_nowait(payload)
+        cocotb.start_soon(send())
+
+    def _on_req(self, req):
+        op = req.opcode
+        if op in (D2HReqOpcode.RdCurr, D2HReqOpcode.RdShared, D2HReqOpcode.RdOwn):
+            line = self._line(req.addr)
+            self.reads += 1
+            self._later(self.data, {"cqid": req.cqid, "data": line or 0, "poison": int(line is None)})
+        elif op in (D2HReqOpcode.ItoMWr, D2HReqOpcode.WrCur):
+            uqid = self._next_uqid
+            self._next_uqid = (uqid + 1) % (1 << UQID_BITS)
+            if uqid in self._pulls:
+                self.errors.append(f"UQID {uqid} reused while its data is outstanding")
+            inside = self._line(req.addr) is not None
+            self._pulls[uqid] = req.addr if inside else None
+            self._later(self.rsp, {
+                "opcode": H2DRspOpcode.GO_WritePull if inside else H2DRspOpcode.GO_ERR_WritePull,
+                "cqid": req.cqid, "uqid": uqid})
+        else:
+            self.errors.append(f"unexpected D2H request {req!r}")
+
+    def _on_data(self, d):
+        if d.uqid not in self._pulls:
+            self.errors.append(f"D2H data for UQID {d.uqid} that was never pulled")
+            return
+        addr = self._pulls.pop(d.uqid)
+        if addr is None:
+            return
+        k = addr - self.base
+        self.mem[k * LINE:(k + 1) * LINE] = np.frombuffer(d.data.to_bytes(LINE, "little"), np.uint8)
+        self.writes += 1

@@ -1,0 +1,155 @@
+"""Builds the device for a simulator and runs cocotb benches on it.
+
+Generated Verilog is cached by configuration and by a hash of the HDL sources
+under ``.cache/verilog``; simulator builds under ``.cache/sim/<sim>-<key>``, so
+a suite that runs many benches on one configuration converts and compiles once.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from trainingcxl.host.config import Config
+from .toolchain import check_simulator
+
+__all__ = ["repo_cache", "design_key", "verilog_for", "build", "run_bench", "BenchFailure"]
+
+TOPLEVEL = "top"
+TIMESCALE = ("1ns", "1ps")
+CONFIG_ENV = "TRAININGCXL_CONFIG"
+ARGS_ENV = "TRAININGCXL_BENCH_ARGS"
+
+
+class BenchFailure(AssertionError):
+    """A cocotb bench reported failures or did not finish."""
+
+
+def repo_cache():
+    """Cache folder: ``$TRAININGCXL_CACHE`` or ``.cache`` beside ``pyproject.toml``."""
+    if "TRAININGCXL_CACHE" in os.environ:
+        return Path(os.environ["TRAININGCXL_CACHE"])
+    here = Path(__file__).resolve().parent.parent
+    if (here / "pyproject.toml").exists():
+        return here / ".cache"
+    return Path.cwd() / ".cache"
+
+
+def _hdl_digest():
+    root = Path(__file__).resolve().parent.parent / "hdl"
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    cfg = Path(__file__).resolve().parent.parent / "host" / "config.py"
+    h.update(cfg.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def design_key(config):
+    return f"{config.digest()}-{_hdl_digest()}"
+
+
+def verilog_for(config, *, log=print):
+    """Path of the device's Verilog for ``config``, converting it if not cached."""
+    out = repo_cache() / "verilog" / f"device-{design_key(config)}.v"
+    if out.exists():
+        return out
+    from trainingcxl.hdl.export import convert
+    from trainingcxl.hdl.top import Device
+    t0 = time.monotonic()
+    log(f"[build] converting the device to Verilog ({config.media_lines} media lines)")
+    text = convert(Device(config), name=TOPLEVEL)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    log(f"[build] Verilog ready in {time.monotonic() - t0:.1f} s: {out}")
+    return out
+
+
+def _runner(sim):
+    check_simulator(sim)
+    from cocotb_tools.runner import get_runner
+    return get_runner(sim)
+
+
+def build_dir(sim, config):
+    return repo_cache() / "sim" / f"{sim}-{design_key(config)}"
+
+
+def build(sim, config, *, waves=False, log=print):
+    """Compile the device for ``sim``; returns the build folder."""
+    source = verilog_for(config, log=log)
+    bdir = build_dir(sim, config)
+    if waves:
+        bdir = bdir.with_name(bdir.name + "-waves")
+    stamp = bdir / ".built"
+    if stamp.exists():
+        return bdir
+    runner = _runner(sim)
+    t0 = time.monotonic()
+    log(f"[build] compiling for {sim} in {bdir}")
+    args = []
+    if sim == "verilator":
+        args = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal"]
+        jobs = str(max(1, os.cpu_count() or 1))
+        os.environ["MAKEFLAGS"] = f"{os.environ.get('MAKEFLAGS', '')} -j{jobs}".strip()
+    runner.build(
+        sources=[source],
+        hdl_toplevel=TOPLEVEL,
+        build_dir=bdir,
+        build_args=args,
+        timescale=TIMESCALE,
+        waves=waves,
+        always=True,
+    )
+    stamp.write_text(json.dumps({"config": config.to_dict(), "seconds": time.monotonic() - t0}))
+    log(f"[build] {sim} build done in {time.monotonic() - t0:.1f} s")
+    return bdir
+
+
+def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log=print,
+              results_name=None):
+    """Run cocotb ``module`` (an importable module name) on the device built for ``sim``.
+
+    ``args`` (JSON-serialisable) reach the bench through the environment
+    (:func:`trainingcxl.sim.device_tb.bench_args`). Raises :class:`BenchFailure`
+    unless every test of the run passed; returns the number of tests.
+    """
+    from cocotb_tools.check_results import get_results
+    bdir = build(sim, config, waves=waves, log=log)
+    runner = _runner(sim)
+    name = results_name or (testcase if isinstance(testcase, str) else module.rsplit(".", 1)[-1])
+    results = bdir / f"results-{name}-{os.getpid()}.xml"
+    env = {
+        CONFIG_ENV: config.to_json(),
+        ARGS_ENV: json.dumps(args or {}),
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+    }
+    try:
+        runner.test(
+            test_module=module,
+            hdl_toplevel=TOPLEVEL,
+            hdl_toplevel_lang="verilog",
+            testcase=testcase,
+            build_dir=bdir,
+            test_dir=bdir,
+            extra_env=env,
+            results_xml=str(results),
+            timescale=TIMESCALE,
+            waves=waves,
+        )
+        tests, failed = get_results(results)
+    except (RuntimeError, SystemExit) as e:
+        # The runner exits when tests fail; the log above has the details.
+        raise BenchFailure(f"{module} ({testcase or 'all tests'}) on {sim} failed: {e}") from None
+    finally:
+        results.unlink(missing_ok=True)
+    if tests == 0:
+        raise BenchFailure(f"{module} on {sim}: no test ran (testcase={testcase!r})")
+    if failed:
+        raise BenchFailure(f"{module} on {sim}: {failed} of {tests} tests failed; see the log above")
+    return tests

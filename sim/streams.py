@@ -1,0 +1,150 @@
+"""Generic cocotb stream source, sink and monitor for Amaranth ``stream`` ports.
+
+A port ``foo`` of the top-level appears as ``foo__valid``, ``foo__ready`` and
+``foo__payload``. Every model samples handshakes in the read-only phase just
+before the clock edge, and sleeps (no per-cycle callbacks) while it has nothing
+to do, so the RTL runs alone between transactions.
+
+Backpressure and gaps come from ``pause``: an iterator of booleans, one per
+cycle, ``True`` meaning "hold off this cycle" (see :func:`random_pauses`).
+"""
+
+import collections
+import random
+
+import cocotb
+from cocotb.triggers import Event, ReadOnly, RisingEdge, ValueChange
+
+from .layouts import pack, unpack
+
+__all__ = ["random_pauses", "StreamSource", "StreamSink"]
+
+
+def random_pauses(probability, seed=0):
+    """An endless pause pattern: hold off with the given probability each cycle."""
+    rng = random.Random(seed)
+    while True:
+        yield rng.random() < probability
+
+
+def _bit(handle, what):
+    value = handle.value
+    if not value.is_resolvable:
+        raise AssertionError(f"{handle._name} is {value} while sampling {what}")
+    return bool(value)
+
+
+def _signals(dut, prefix):
+    try:
+        return (getattr(dut, f"{prefix}__valid"), getattr(dut, f"{prefix}__ready"),
+                getattr(dut, f"{prefix}__payload"))
+    except AttributeError:
+        raise AttributeError(f"the top-level has no stream port {prefix!r}") from None
+
+
+class StreamSource:
+    """Drives a stream into the DUT from a queue of payloads (dicts, ints or enum members)."""
+
+    def __init__(self, dut, prefix, shape, clock, *, pause=None):
+        self.valid, self.ready, self.payload = _signals(dut, prefix)
+        self.shape, self.clock, self.pause = shape, clock, pause
+        self.queue = collections.deque()
+        self.sent = 0
+        self._wake = Event()
+        self._idle = Event()
+        self._idle.set()
+        self.valid.value = 0
+        # A defined payload from time 0: Icarus would otherwise carry X into
+        # logic that decodes the payload before valid is ever raised.
+        self.payload.value = 0
+        self._task = cocotb.start_soon(self._run())
+
+    def send_nowait(self, payload):
+        self.queue.append(pack(self.shape, payload))
+        self._idle.clear()
+        self._wake.set()
+
+    async def wait_idle(self):
+        await self._idle.wait()
+
+    def kill(self):
+        self._task.cancel()
+
+    async def _run(self):
+        edge = RisingEdge(self.clock)
+        while True:
+            if not self.queue:
+                self.valid.value = 0
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                # Present right after a clock edge, like the RTL would.
+                await edge
+            hold = self.pause is not None and next(self.pause)
+            if hold:
+                self.valid.value = 0
+            else:
+                self.payload.value = self.queue[0]
+                self.valid.value = 1
+            await ReadOnly()
+            taken = not hold and _bit(self.ready, 'a handshake')
+            await edge
+            if taken:
+                self.queue.popleft()
+                self.sent += 1
+
+
+class StreamSink:
+    """Takes payloads from a DUT stream, optionally with backpressure.
+
+    ``callback`` (if given) is called with each decoded payload; otherwise
+    payloads queue up for :meth:`recv`.
+    """
+
+    def __init__(self, dut, prefix, shape, clock, *, pause=None, callback=None):
+        self.valid, self.ready, self.payload = _signals(dut, prefix)
+        self.shape, self.clock, self.pause = shape, clock, pause
+        self.callback = callback
+        self.queue = collections.deque()
+        self.received = 0
+        self._got = Event()
+        self.ready.value = 0 if pause is not None else 1
+        self._task = cocotb.start_soon(self._run())
+
+    async def recv(self):
+        while not self.queue:
+            self._got.clear()
+            await self._got.wait()
+        return self.queue.popleft()
+
+    def kill(self):
+        self._task.cancel()
+
+    async def _run(self):
+        edge = RisingEdge(self.clock)
+        while True:
+            hold = self.pause is not None and next(self.pause)
+            self.ready.value = 0 if hold else 1
+            await ReadOnly()
+            if not hold and not _bit(self.valid, 'a handshake'):
+                # Nothing offered: sleep until something is.
+                if self.pause is None:
+                    await ValueChange(self.valid)
+                    await ReadOnly()
+                    if not _bit(self.valid, 'a handshake'):
+                        await edge
+                        continue
+                else:
+                    await edge
+                    continue
+            fire = not hold and _bit(self.valid, 'a handshake')
+            raw = int(self.payload.value) if fire else None
+            await edge
+            if fire:
+                self.received += 1
+                item = unpack(self.shape, raw)
+                if self.callback is not None:
+                    self.callback(item)
+                else:
+                    self.queue.append(item)
+                    self._got.set()
