@@ -44,6 +44,7 @@ class Reg(enum.IntEnum):
     CACHE_WRITES = 0x20     # RO  host lines written over CXL.cache
     MEM_ERRORS = 0x21       # RO  CXL.mem requests refused
     MEM_LAST_ERROR = 0x22   # RO  kind | tag << 8 | line address << 24 of the last refusal
+    IRQ_ACK = 0x28          # RW  completions the host has seen; ``irq`` is high while COMPLETED differs
 
 
 class ControlBusSignature(wiring.Signature):
@@ -81,6 +82,9 @@ class ControlWindow(wiring.Component):
     desc : Out(stream.Signature(descriptor_layout))
     done : In(stream.Signature(completion_layout))
     busy : In(1)
+    irq : Out(1)
+        Level interrupt: descriptors completed that the host has not acknowledged
+        by writing ``COMPLETED`` to ``IRQ_ACK``.
     counters : In(dict of Reg -> 32 or 64 bits)
         Values shown by the read-only counter registers.
     """
@@ -96,6 +100,7 @@ class ControlWindow(wiring.Component):
             "desc": Out(stream.Signature(descriptor_layout(config))),
             "done": In(stream.Signature(completion_layout)),
             "busy": In(1),
+            "irq": Out(1),
         }
         for reg in self.COUNTERS:
             members[f"ctr_{reg.name.lower()}"] = In(64)
@@ -129,6 +134,8 @@ class ControlWindow(wiring.Component):
         error_count = Signal(32)
         cycles = Signal(64)
         m.d.sync += cycles.eq(cycles + 1)
+        irq_ack = Signal(32)
+        m.d.comb += self.irq.eq(completed != irq_ack)
 
         staged = Signal(descriptor_layout(cfg))
         m.d.comb += [
@@ -192,7 +199,7 @@ class ControlWindow(wiring.Component):
         for reg in self.COUNTERS:
             ro[reg] = self.counter(reg)
         rw = {Reg.DESC_OP: d_op, Reg.DESC_SIZE: d_size, Reg.DESC_IDX: d_idx,
-              Reg.DESC_OFF: d_off, Reg.DESC_VEC: d_vec}
+              Reg.DESC_OFF: d_off, Reg.DESC_VEC: d_vec, Reg.IRQ_ACK: irq_ack}
 
         with m.If(req.valid & req.ready):
             m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]

@@ -37,12 +37,15 @@ class Device(wiring.Component):
     cxl_cache : Out(CxlCacheSignature)
     control : Out(ControlBusSignature)
     power_fail : In(1)
+    irq : Out(1)
+        Level interrupt for descriptor completions (see ``Reg.IRQ_ACK``).
     """
 
     cxl_mem: Out(CxlMemSignature())
     cxl_cache: Out(CxlCacheSignature())
     control: Out(ControlBusSignature())
     power_fail: In(1)
+    irq: Out(1)
 
     def __init__(self, config):
         self._config = config
@@ -74,6 +77,7 @@ class Device(wiring.Component):
         wiring.connect(m, lookup.done, control.done)
         m.d.comb += [
             pmem.power_fail.eq(self.power_fail),
+            self.irq.eq(control.irq),
             control.busy.eq(lookup.busy),
             control.counter(Reg.LOOKUP_BUSY).eq(lookup.busy_cycles),
             control.counter(Reg.LOOKUP_LINES).eq(lookup.lines),

@@ -36,7 +36,7 @@ class CxlMemMaster:
         self.max_tags = min(max_tags, 1 << TAG_BITS)
         self.timeout_ns = timeout_ns
         self._free = collections.deque(range(self.max_tags))
-        self._tag_freed = Event()
+        self._waiters = collections.deque()
         self._pending = {}
         self.errors = []
 
@@ -49,9 +49,11 @@ class CxlMemMaster:
         entry[0].set()
 
     async def _transact(self, source, payload, what):
-        while not self._free:
-            self._tag_freed.clear()
-            await with_timeout(self._tag_freed.wait(), self.timeout_ns, "ns")
+        if not self._free:
+            # Wait in line: a freed tag wakes exactly one waiter.
+            turn = Event()
+            self._waiters.append(turn)
+            await with_timeout(turn.wait(), self.timeout_ns, "ns")
         tag = self._free.popleft()
         done, box = Event(), []
         self._pending[tag] = (done, box)
@@ -61,15 +63,19 @@ class CxlMemMaster:
         except Exception:
             raise TimeoutError(f"CXL.mem {what} (tag {tag}) got no response "
                                f"within {self.timeout_ns} ns") from None
-        self._free.append(tag)
-        self._tag_freed.set()
+        self._release(tag)
         return box[0]
+
+    def _release(self, tag):
+        self._free.append(tag)
+        if self._waiters:
+            self._waiters.popleft().set()
 
     def forget_outstanding(self):
         """Drop every outstanding request (after a power failure nothing will answer them)."""
         for tag in list(self._pending):
             self._pending.pop(tag)
-            self._free.append(tag)
+            self._release(tag)
         self.req.queue.clear()
         self.rwd.queue.clear()
 
@@ -93,11 +99,25 @@ class CxlMemMaster:
                                    f"MemInv {addr:#x}")
         return rsp.opcode
 
+    async def _pool(self, items, op):
+        """Run ``op`` on every item with one worker per tag, so all tags stay busy."""
+        items = list(items)
+        results = {}
+        feed = iter(items)
+
+        async def worker():
+            for key, *rest in feed:
+                results[key] = await op(key, *rest)
+
+        workers = [cocotb.start_soon(worker()) for _ in range(min(self.max_tags, len(items)))]
+        for w in workers:
+            await w
+        return results
+
     async def write_lines(self, lines):
         """Write ``{addr: data}`` with as many writes in flight as tags allow; returns opcodes."""
-        tasks = {addr: cocotb.start_soon(self.write(addr, data)) for addr, data in lines.items()}
-        return {addr: await task for addr, task in tasks.items()}
+        return await self._pool(lines.items(), self.write)
 
     async def read_lines(self, addrs):
-        tasks = {addr: cocotb.start_soon(self.read(addr)) for addr in addrs}
-        return {addr: await task for addr, task in tasks.items()}
+        """Read ``addrs``; returns ``{addr: (data, poison)}``."""
+        return await self._pool(((a,) for a in addrs), self.read)

@@ -5,7 +5,8 @@ import os
 
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
+from cocotb.utils import get_sim_time
 
 from trainingcxl.hdl.common.descriptor import ErrorCode, Op
 from trainingcxl.hdl.control import DEVICE_ID, Reg
@@ -131,17 +132,19 @@ class DeviceTB:
         await self.ctl.write(Reg.DESC_VEC, vec_addr)
         await self.ctl.write(Reg.DOORBELL, 1)
 
-    async def wait_completed(self, count, *, poll_cycles=64, timeout_cycles=5_000_000):
-        waited = 0
+    async def wait_completed(self, count, *, timeout_cycles=5_000_000):
+        """Wait until ``count`` descriptors have completed, sleeping on the ``irq`` line."""
+        waited_from = get_sim_time("ns")
         while True:
             done = await self.ctl.read(Reg.COMPLETED)
+            await self.ctl.write(Reg.IRQ_ACK, done)
             if done >= count:
                 return done
-            if waited > timeout_cycles:
-                raise TimeoutError(f"{count} descriptors not completed after {waited} cycles "
-                                   f"(completed: {done})")
-            await Timer(poll_cycles * PERIOD_NS, "ns")
-            waited += poll_cycles
+            if (get_sim_time("ns") - waited_from) / PERIOD_NS > timeout_cycles:
+                raise TimeoutError(f"{count} descriptors not completed after {timeout_cycles} "
+                                   f"cycles (completed: {done})")
+            if not self.dut.irq.value:
+                await First(RisingEdge(self.dut.irq), Timer(65536 * PERIOD_NS, "ns"))
 
     async def lookup(self, batch_id, indices, offsets):
         """Run one LOOKUP; returns the pooled vectors read back from host memory."""

@@ -1,0 +1,258 @@
+"""The ``trainingcxl`` command line."""
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .config import PRESETS, ConfigError, load_config
+
+__all__ = ["main"]
+
+
+def _config_arg(text):
+    try:
+        return load_config(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _nonneg(text):
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must not be negative")
+    return v
+
+
+def _write_json(path, record):
+    """Write ``record`` atomically: the file is either complete or untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _run_job(sim, config, job_args, *, quiet=True):
+    """Run the lookup job on ``sim``; returns its JSON record."""
+    from trainingcxl.sim.runner import run_bench
+    with tempfile.TemporaryDirectory(prefix="trainingcxl-job-") as tmp:
+        out = Path(tmp) / "job.json"
+        run_bench(sim, config, "trainingcxl.sim.job_lookup", args={**job_args, "out": str(out)},
+                  quiet=quiet, results_name=f"job-{sim}",
+                  log=lambda text: print(text, file=sys.stderr, flush=True))
+        return json.loads(out.read_text())
+
+
+def _check_workload(config, args):
+    if args.batch_size * config.n_tables > config.max_bags:
+        raise SystemExit(f"error: --batch-size {args.batch_size} x {config.n_tables} tables exceeds "
+                         f"the configuration's max_bags ({config.max_bags})")
+    if args.max_pooling is not None and not 0 <= args.max_pooling <= config.max_pooling:
+        raise SystemExit(f"error: --max-pooling must be in [0, {config.max_pooling}] for this "
+                         f"configuration")
+
+
+def cmd_lookup_demo(args):
+    cfg = args.config
+    _check_workload(cfg, args)
+    print(f"trainingcxl lookup demo: {cfg.n_tables} tables {list(cfg.tables)} x dim {cfg.dim}, "
+          f"{args.batches} batches of {args.batch_size} samples on {args.sim}", flush=True)
+    job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size}
+    if args.max_pooling is not None:
+        job["max_pooling"] = args.max_pooling
+    t0 = time.monotonic()
+    from trainingcxl.sim.runner import BenchFailure
+    try:
+        rec = _run_job(args.sim, cfg, job)
+    except BenchFailure as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    peak = cfg.pmem.read_rate[0] / cfg.pmem.read_rate[1]
+    lines = sum(b["pmem_lines"] for b in rec["batches"])
+    busy = sum(b["busy_cycles"] for b in rec["batches"])
+    summary = {
+        "sim": args.sim,
+        "batches": len(rec["batches"]),
+        "bags": sum(b["bags"] for b in rec["batches"]),
+        "rows_gathered": sum(b["indices"] for b in rec["batches"]),
+        "cycles_per_batch": [b["cycles"] for b in rec["batches"]],
+        "lines_per_cycle": lines / busy if busy else 0.0,
+        "pmem_peak_lines_per_cycle": peak,
+        "golden_match": rec["golden_match"],
+        "sim_cycles_per_s": rec["sim_cycles_per_s"],
+        "wall_s": time.monotonic() - t0,
+        "job": rec,
+    }
+    print()
+    print(f"  batches            {summary['batches']} ({summary['bags']} bags, "
+          f"{summary['rows_gathered']} rows gathered from PMEM)")
+    print(f"  cycles per batch   {', '.join(map(str, summary['cycles_per_batch']))}")
+    print(f"  PMEM read rate     {summary['lines_per_cycle']:.3f} lines/cycle "
+          f"(peak {peak:.3f}, {100 * summary['lines_per_cycle'] / peak:.1f}%)")
+    print(f"  golden model       {'bit-exact on every batch' if rec['golden_match'] else 'MISMATCH'}")
+    print(f"  simulation         {summary['sim_cycles_per_s']:,.0f} cycles/s, "
+          f"{summary['wall_s']:.1f} s in all")
+    if args.json:
+        _write_json(args.json, summary)
+        print(f"  JSON               {args.json}")
+    return 0 if rec["golden_match"] else 1
+
+
+def cmd_bench_lookup(args):
+    from trainingcxl.sim.runner import BenchFailure
+    big = args.config
+    _check_workload(big, args)
+    peak = big.pmem.read_rate[0] / big.pmem.read_rate[1]
+    result = {}
+    try:
+        print(f"[1/3] bandwidth: {args.batches} batches of {args.batch_size} samples on Verilator, "
+              f"config with {big.n_tables} tables", flush=True)
+        job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
+               "min_pooling": big.max_pooling // 2}
+        rec = _run_job("verilator", big, job)
+        lines = sum(b["pmem_lines"] for b in rec["batches"])
+        busy = sum(b["busy_cycles"] for b in rec["batches"])
+        achieved = lines / busy
+        result.update({
+            "lookup_efficiency": achieved / peak,
+            "achieved_lines_per_cycle": achieved,
+            "peak_lines_per_cycle": peak,
+            "pmem_lines": lines,
+            "busy_cycles": busy,
+            "rows_per_cycle": achieved / big.lines_per_row,
+            "golden_match": rec["golden_match"],
+            "bandwidth_run": rec,
+        })
+        small = PRESETS["tiny"]
+        speed = {}
+        common = {"seed": args.seed, "batches": 2, "batch_size": 8}
+        for k, sim in enumerate(("verilator", "icarus")):
+            print(f"[{2 + k}/3] simulation speed on {sim}: the same small workload", flush=True)
+            rec = _run_job(sim, small, common)
+            speed[sim] = rec["sim_cycles_per_s"]
+            result.setdefault("speed_runs", {})[sim] = rec
+            result["golden_match"] = result["golden_match"] and rec["golden_match"]
+        result["sim_cycles_per_s"] = speed
+    except BenchFailure as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print()
+    print(f"  lookup bandwidth   {achieved:.3f} lines/cycle of a {peak:.3f} peak: "
+          f"{100 * result['lookup_efficiency']:.1f}% ({lines} lines in {busy} busy cycles)")
+    print(f"  simulation speed   Verilator {speed['verilator']:,.0f} cycles/s, "
+          f"Icarus {speed['icarus']:,.0f} cycles/s "
+          f"({speed['verilator'] / max(speed['icarus'], 1e-9):.0f}x)")
+    print(f"  golden model       {'bit-exact' if result['golden_match'] else 'MISMATCH'}")
+    if args.json:
+        _write_json(args.json, result)
+        print(f"  JSON               {args.json}")
+    return 0 if result["golden_match"] else 1
+
+
+def cmd_config(args):
+    print(json.dumps(args.config.to_dict(), indent=2))
+    cfg = args.config
+    print(f"# media: {cfg.media_lines} lines ({cfg.media_lines * 64} bytes); tables at line 0, "
+          f"log at {cfg.log_base}, commit at {cfg.commit_base}, snapshots at "
+          f"{cfg.snapshot_base[0]} and {cfg.snapshot_base[1]}", file=sys.stderr)
+    return 0
+
+
+def cmd_verilog(args):
+    from trainingcxl.sim.runner import verilog_for
+    path = verilog_for(args.config, log=lambda t: print(t, file=sys.stderr))
+    if args.output:
+        Path(args.output).write_text(path.read_text())
+        print(args.output)
+    else:
+        print(path)
+    if args.lint:
+        import subprocess
+        from trainingcxl.sim.toolchain import setup_verilator
+        setup_verilator()
+        done = subprocess.run(["verilator", "--lint-only", str(path)])
+        print("lint: clean" if done.returncode == 0 else "lint: warnings (see above)", file=sys.stderr)
+        return done.returncode
+    return 0
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="trainingcxl",
+        description="TrainingCXL on RTL: embedding tables in PMEM behind a CXL controller with "
+                    "near-memory compute. Commands build the Amaranth device, simulate it with "
+                    "cocotb under Verilator or Icarus, and compare every result with the golden model.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def config_option(sp, default):
+        sp.add_argument("--config", type=_config_arg, default=PRESETS[default],
+                        help=f"a preset ({', '.join(PRESETS)}) or a .json/.toml file of "
+                             f"configuration fields (default: {default})")
+
+    def workload_options(sp, batches, batch_size):
+        sp.add_argument("--batches", type=_positive, default=batches,
+                        help=f"batches to run (default: {batches})")
+        sp.add_argument("--batch-size", type=_positive, default=batch_size,
+                        help=f"samples per batch; each sample has one bag per table (default: {batch_size})")
+        sp.add_argument("--seed", type=_nonneg, default=0, help="workload and table seed (default: 0)")
+        sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+
+    sp = sub.add_parser("lookup-demo", help="run LOOKUP batches on the simulated device and check them",
+                        description="Loads random embedding tables into the device's PMEM through "
+                                    "CXL.mem, runs synthetic batches (Zipf row popularity) through "
+                                    "the lookup engine, and compares every pooled vector with the "
+                                    "golden model bit for bit.")
+    sp.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
+                    help="simulator (default: verilator; icarus is about 50x slower)")
+    config_option(sp, "small")
+    workload_options(sp, 4, 32)
+    sp.add_argument("--max-pooling", type=_nonneg, help="largest bag (default: the configuration's)")
+    sp.set_defaults(func=cmd_lookup_demo)
+
+    sp = sub.add_parser("bench-lookup", help="measure lookup bandwidth and simulation speed",
+                        description="Runs a large batch on Verilator and reports the PMEM lines the "
+                                    "lookup engine reads per busy cycle against the PMEM model's peak "
+                                    "read rate (lookup_efficiency), then runs one small workload under "
+                                    "Verilator and Icarus and reports simulated cycles per wall-second.")
+    config_option(sp, "bench")
+    workload_options(sp, 2, 256)
+    sp.set_defaults(func=cmd_bench_lookup, max_pooling=None)
+
+    sp = sub.add_parser("config", help="print a configuration as JSON")
+    sp.add_argument("config", type=_config_arg, nargs="?", default=PRESETS["small"],
+                    help="preset name or file (default: small)")
+    sp.set_defaults(func=cmd_config)
+
+    sp = sub.add_parser("verilog", help="generate the device's Verilog (cached) and optionally lint it")
+    config_option(sp, "tiny")
+    sp.add_argument("-o", "--output", help="copy the Verilog here")
+    sp.add_argument("--lint", action="store_true", help="run verilator --lint-only on it")
+    sp.set_defaults(func=cmd_verilog)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
