@@ -81,6 +81,8 @@ async def lookup_job(dut):
         "lookup_sim_cycles": sim_cycles,
         "sim_cycles_per_s": sim_cycles / sim_wall if sim_wall else 0.0,
         "job_wall_s": time.perf_counter() - wall0,
+        "total_cycles": total["cycles"] - c0,
+        "total_cycles_per_s": (total["cycles"] - c0) / (time.perf_counter() - wall0),
         "golden_match": all(r["golden_match"] for r in batches),
     }
     if "out" in args:

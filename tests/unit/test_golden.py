@@ -1,0 +1,89 @@
+"""Golden model and synthetic data."""
+
+import numpy as np
+import pytest
+
+from trainingcxl.host.config import Config
+from trainingcxl.host.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.fixed import from_fixed, to_fixed, wrap32
+from trainingcxl.host.golden import check_batch, embedding_bag_sum
+
+CFG = Config(tables=(50, 30, 20), max_pooling=8, max_bags=300)
+
+
+def reference_pool(cfg, tables, indices, offsets):
+    """A plain loop, independent of the vectorised golden model."""
+    out = []
+    for k in range(len(offsets) - 1):
+        acc = [0] * cfg.dim
+        for i in indices[offsets[k]:offsets[k + 1]]:
+            for e in range(cfg.dim):
+                acc[e] += int(tables[k % cfg.n_tables][i][e])
+        out.append([((a + 2**31) % 2**32) - 2**31 for a in acc])
+    return np.array(out, dtype=np.int64)
+
+
+def test_golden_equals_a_plain_loop():
+    tables = initial_tables(CFG, seed=1, scale=1000.0)
+    b = SyntheticWorkload(CFG, seed=2, batch_size=20).batch(0)
+    got = embedding_bag_sum(CFG, tables, b.indices, b.offsets)
+    np.testing.assert_array_equal(got.pooled, reference_pool(CFG, tables, b.indices, b.offsets))
+    assert got.pooled.dtype == np.int32
+
+
+def test_wrapping_and_overflow_flag_are_order_independent():
+    big = np.full((50, 16), 2**31 - 1, dtype=np.int32)
+    tables = [big, big[:30].copy(), -big[:20]]
+    idx = np.array([0, 0, 0, 0], np.uint32)
+    off = np.array([0, 2, 2, 2, 4], np.uint32)
+    r = embedding_bag_sum(CFG, tables, idx, off)
+    assert r.overflow.tolist() == [True, False, False, True]
+    assert r.pooled[0, 0] == wrap32(2 * (2**31 - 1))
+    assert (r.pooled[1] == 0).all()
+    # +max, +max, -max -max ... summed in any order is exact when the total fits.
+    t2 = [np.concatenate([big[:1], -big[:1]] * 25), big[:30], big[:20]]
+    r = embedding_bag_sum(CFG, t2, np.array([0, 0, 1, 1, 1], np.uint32), np.array([0, 5, 5, 5], np.uint32))
+    assert not r.overflow[0] and r.pooled[0, 0] == -(2**31 - 1)
+
+
+@pytest.mark.parametrize("indices,offsets,msg", [
+    ([0], [1, 1], "offsets\\[0\\] must be 0"),
+    ([0, 0], [0, 2, 1, 2], "offsets decrease at bag 1"),
+    ([0], [0, 2], "offsets end at 2 but there are 1 indices"),
+    ([0] * 9, [0, 9], "holds 9 indices; max_pooling is 8"),
+    ([0, 30], [0, 1, 2], "row 30 of table 1, which has 30 rows"),
+])
+def test_check_batch_explains_what_is_wrong(indices, offsets, msg):
+    with pytest.raises(ValueError, match=msg):
+        check_batch(CFG, np.array(indices, np.uint32), np.array(offsets, np.uint32))
+
+
+def test_batches_are_a_pure_function_of_seed_and_index():
+    a = SyntheticWorkload(CFG, seed=3, batch_size=16)
+    b = SyntheticWorkload(CFG, seed=3, batch_size=16)
+    for i in (0, 5):
+        np.testing.assert_array_equal(a.batch(i).indices, b.batch(i).indices)
+        np.testing.assert_array_equal(a.batch(i).offsets, b.batch(i).offsets)
+    assert not np.array_equal(a.batch(0).indices, a.batch(1).indices)
+    c = SyntheticWorkload(CFG, seed=4, batch_size=16)
+    assert not np.array_equal(a.batch(0).indices, c.batch(0).indices)
+
+
+def test_synthetic_rows_are_valid_and_zipf_skewed():
+    wl = SyntheticWorkload(CFG, seed=0, batch_size=100, min_pooling=4)
+    counts = np.zeros(CFG.tables[0], int)
+    for i in range(10):
+        b = wl.batch(i)
+        check_batch(CFG, b.indices, b.offsets)
+        lengths = np.diff(b.offsets.astype(np.int64))
+        assert lengths.min() >= 4 and lengths.max() <= CFG.max_pooling
+        table0 = np.repeat(np.arange(b.n_bags) % CFG.n_tables == 0, lengths)
+        np.add.at(counts, b.indices[table0], 1)
+    # The hottest row is drawn far more often than under a uniform choice.
+    assert counts.max() > 5 * counts.mean()
+
+
+def test_fixed_point_rounding_and_saturation():
+    assert to_fixed([0.25, -0.25, 1.25, 0.2], 1).tolist() == [1, -1, 3, 0]   # halves away from zero
+    assert to_fixed([1e12, -1e12], 16).tolist() == [2**31 - 1, -2**31]
+    assert from_fixed(to_fixed(0.75, 16), 16) == 0.75
