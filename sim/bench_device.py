@@ -16,7 +16,8 @@ from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import embedding_bag_sum
 from .device_tb import DeviceTB, bench_args, bench_config
-from .streams import random_pauses
+from .layouts import pack
+from .streams import StreamMonitor, random_pauses
 
 FULL = (1 << 64) - 1
 
@@ -202,3 +203,24 @@ async def test_lookup_refuses_bad_descriptors(dut):
     res = await tb.lookup(10, indices, offsets)
     assert res.error == ErrorCode.NONE
     np.testing.assert_array_equal(res.pooled, embedding_bag_sum(cfg, tables, indices, offsets).pooled)
+
+
+@cocotb.test()
+async def test_stream_monitor_flags_protocol_breaches(dut):
+    """The protocol monitor used on every device output really catches a changed payload."""
+    tb = await started(dut)
+    tb.ctl.req.kill()
+    tb.ctl.rsp.kill()
+    req_shape = tb.ctl.req.shape
+    mon = StreamMonitor(dut, "control__req", req_shape, dut.clk)
+    dut.control__rsp__ready.value = 0
+    dut.control__req__payload.value = pack(req_shape, {"write": 0, "addr": Reg.ID, "data": 0})
+    dut.control__req__valid.value = 1
+    await ClockCycles(dut.clk, 2)      # first request taken, the response is never taken
+    assert mon.violations == []
+    dut.control__req__payload.value = pack(req_shape, {"write": 0, "addr": Reg.CYCLES, "data": 0})
+    await ClockCycles(dut.clk, 2)
+    dut.control__req__payload.value = pack(req_shape, {"write": 0, "addr": Reg.MEDIA, "data": 0})
+    await ClockCycles(dut.clk, 2)
+    assert any("payload changed" in v for v in mon.violations), mon.violations
+    assert mon.transfers == 1

@@ -10,11 +10,13 @@ from cocotb.utils import get_sim_time
 
 from trainingcxl.hdl.common.descriptor import ErrorCode, Op
 from trainingcxl.hdl.control import DEVICE_ID, Reg
+from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
 from trainingcxl.host.config import LINE_BYTES, NOMINAL_CLOCK_MHZ, Config
 from .control_driver import ControlDriver
 from .cxl_mem_master import CxlMemMaster
 from .host_memory import HostMemory
 from .runner import ARGS_ENV, CONFIG_ENV
+from .streams import StreamMonitor
 
 __all__ = ["bench_config", "bench_args", "LookupResult", "DeviceTB"]
 
@@ -51,7 +53,8 @@ class DeviceTB:
 
     HOST_BASE = 0x40000             # byte address 16 MiB
 
-    def __init__(self, dut, config, *, seed=0, backpressure=None, host_delay=(2, 24)):
+    def __init__(self, dut, config, *, seed=0, backpressure=None, host_delay=None,
+                 protocol_checks=True):
         self.dut, self.config = dut, config
         self.clock = dut.clk
         Clock(dut.clk, PERIOD_NS, unit="ns").start()
@@ -65,11 +68,22 @@ class DeviceTB:
         self.off_line = self.idx_line + idx_lines
         self.out_line = self.off_line + off_lines
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure)
+        # Host memory answers after the link's round trip plus some jitter
+        # (so answers overtake each other), unless told otherwise.
+        if host_delay is None:
+            rtt = 2 * cfg.link.latency
+            host_delay = (max(1, rtt), rtt + 16)
         self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE,
                                lines=idx_lines + off_lines + out_lines,
                                period_ns=PERIOD_NS, delay=host_delay, seed=seed,
                                pause=backpressure)
         self.ctl = ControlDriver(dut, dut.clk)
+        # Every stream the device drives must hold valid and payload until taken.
+        self.monitors = []
+        if protocol_checks:
+            for prefix, shape in (("cxl_mem__s2m_ndr", S2MNdr), ("cxl_mem__s2m_drs", S2MDrs),
+                                  ("cxl_cache__d2h_req", D2HReq), ("cxl_cache__d2h_data", D2HData)):
+                self.monitors.append(StreamMonitor(dut, prefix, shape, dut.clk))
 
     async def reset(self, cycles=4):
         self.dut.rst.value = 1
@@ -173,4 +187,6 @@ class DeviceTB:
 
     def check_models(self):
         errors = self.mem.errors + self.host.errors
+        for mon in self.monitors:
+            errors += mon.violations
         assert not errors, "host models saw protocol errors:\n" + "\n".join(errors[:10])

@@ -38,6 +38,7 @@ class HostMemory:
         self.wdata = StreamSink(dut, f"{prefix}__d2h_data", D2HData, clock, pause=pause,
                                 callback=self._on_data)
         self._pulls = {}
+        self._cqids = set()
         self._next_uqid = 0
         self.reads = self.writes = 0
         self.errors = []
@@ -68,24 +69,32 @@ class HostMemory:
 
     # -- CXL.cache --------------------------------------------------------------------
 
-    def _later(self, source, payload):
+    def _later(self, source, payload, on_sent=None):
         lo, hi = self.delay
         cycles = self.rng.randint(lo, hi) if hi > 0 else 0
         if cycles == 0:
-            source.send_nowait(payload)
+            source.send_nowait(payload, on_sent)
             return
 
         async def send():
             await Timer(cycles * self.period_ns, "ns")
-            source.send_nowait(payload)
+            source.send_nowait(payload, on_sent)
         cocotb.start_soon(send())
+
+    def _retire(self, cqid):
+        return lambda: self._cqids.discard(cqid)
 
     def _on_req(self, req):
         op = req.opcode
+        # A CQID names one transaction until its answer has reached the device.
+        if req.cqid in self._cqids:
+            self.errors.append(f"CQID {req.cqid} reused while outstanding: {req!r}")
+        self._cqids.add(req.cqid)
         if op in (D2HReqOpcode.RdCurr, D2HReqOpcode.RdShared, D2HReqOpcode.RdOwn):
             line = self._line(req.addr)
             self.reads += 1
-            self._later(self.data, {"cqid": req.cqid, "data": line or 0, "poison": int(line is None)})
+            self._later(self.data, {"cqid": req.cqid, "data": line or 0, "poison": int(line is None)},
+                        self._retire(req.cqid))
         elif op in (D2HReqOpcode.ItoMWr, D2HReqOpcode.WrCur):
             uqid = self._next_uqid
             self._next_uqid = (uqid + 1) % (1 << UQID_BITS)
@@ -95,7 +104,7 @@ class HostMemory:
             self._pulls[uqid] = req.addr if inside else None
             self._later(self.rsp, {
                 "opcode": H2DRspOpcode.GO_WritePull if inside else H2DRspOpcode.GO_ERR_WritePull,
-                "cqid": req.cqid, "uqid": uqid})
+                "cqid": req.cqid, "uqid": uqid}, self._retire(req.cqid))
         else:
             self.errors.append(f"unexpected D2H request {req!r}")
 

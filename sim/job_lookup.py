@@ -3,7 +3,8 @@ and ``trainingcxl bench-lookup``.
 
 Arguments come from the runner (:func:`~trainingcxl.sim.device_tb.bench_args`):
 ``seed``, ``batches``, ``batch_size``, ``min_pooling``, ``max_pooling``,
-``zipf_alpha``, ``host_delay`` and ``out`` (where the JSON record goes).
+``zipf_alpha``, ``host_delay`` (cycles, a pair), ``protocol_checks`` and ``out``
+(where the JSON record goes).
 Every batch is checked against the golden model; the test fails on any mismatch.
 """
 
@@ -29,7 +30,9 @@ async def lookup_job(dut):
     args = bench_args()
     cfg = bench_config()
     seed = args.get("seed", 0)
-    tb = DeviceTB(dut, cfg, seed=seed, host_delay=tuple(args.get("host_delay", (2, 24))))
+    delay = args.get("host_delay")
+    tb = DeviceTB(dut, cfg, seed=seed, host_delay=tuple(delay) if delay else None,
+                  protocol_checks=args.get("protocol_checks", False))
     await tb.reset()
     await tb.check_identity()
 

@@ -13,11 +13,12 @@ import collections
 import random
 
 import cocotb
+import cocotb.utils
 from cocotb.triggers import Event, ReadOnly, RisingEdge, ValueChange
 
 from .layouts import pack, unpack
 
-__all__ = ["random_pauses", "StreamSource", "StreamSink"]
+__all__ = ["random_pauses", "StreamSource", "StreamSink", "StreamMonitor"]
 
 
 def random_pauses(probability, seed=0):
@@ -59,8 +60,9 @@ class StreamSource:
         self.payload.value = 0
         self._task = cocotb.start_soon(self._run())
 
-    def send_nowait(self, payload):
-        self.queue.append(pack(self.shape, payload))
+    def send_nowait(self, payload, on_sent=None):
+        """Queue ``payload``; ``on_sent()`` is called once the DUT has taken it."""
+        self.queue.append((pack(self.shape, payload), on_sent))
         self._idle.clear()
         self._wake.set()
 
@@ -84,14 +86,16 @@ class StreamSource:
             if hold:
                 self.valid.value = 0
             else:
-                self.payload.value = self.queue[0]
+                self.payload.value = self.queue[0][0]
                 self.valid.value = 1
             await ReadOnly()
             taken = not hold and _bit(self.ready, 'a handshake')
             await edge
             if taken:
-                self.queue.popleft()
+                _, on_sent = self.queue.popleft()
                 self.sent += 1
+                if on_sent is not None:
+                    on_sent()
 
 
 class StreamSink:
@@ -148,3 +152,49 @@ class StreamSink:
                 else:
                     self.queue.append(item)
                     self._got.set()
+
+
+class StreamMonitor:
+    """Watches a stream without driving it.
+
+    Records every transfer (to ``callback`` or the ``transfers`` count) and
+    checks the stream rule the RTL promises: once ``valid`` is raised, it stays
+    high and the payload stays the same until ``ready`` takes it. Breaches are
+    collected in ``violations`` for the bench to assert on.
+    """
+
+    def __init__(self, dut, prefix, shape, clock, *, callback=None):
+        self.prefix = prefix
+        self.valid, self.ready, self.payload = _signals(dut, prefix)
+        self.shape, self.clock, self.callback = shape, clock, callback
+        self.transfers = 0
+        self.violations = []
+        self._task = cocotb.start_soon(self._run())
+
+    def kill(self):
+        self._task.cancel()
+
+    async def _run(self):
+        edge = RisingEdge(self.clock)
+        held = None
+        while True:
+            await ReadOnly()
+            valid = _bit(self.valid, "a monitored stream")
+            if held is not None and (not valid or int(self.payload.value) != held):
+                self.violations.append(
+                    f"{self.prefix}: {'valid dropped' if not valid else 'payload changed'} "
+                    f"before ready at {cocotb.utils.get_sim_time('ns')} ns")
+            if not valid:
+                held = None
+                await ValueChange(self.valid)
+                continue
+            raw = int(self.payload.value)
+            ready = _bit(self.ready, "a monitored stream")
+            await edge
+            if ready:
+                held = None
+                self.transfers += 1
+                if self.callback is not None:
+                    self.callback(unpack(self.shape, raw))
+            else:
+                held = raw

@@ -44,3 +44,7 @@ def test_lookup(sim):
 
 def test_lookup_refuses_bad_descriptors(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_lookup_refuses_bad_descriptors")
+
+
+def test_stream_monitor_flags_protocol_breaches(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_stream_monitor_flags_protocol_breaches")
