@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the project needs, then runs it.
 #
-#   ./run.sh demo [ARGS...]    the main job (see `./run.sh cli --help`)
+#   ./run.sh demo [ARGS...]    the main job (options: `./run.sh cli lookup-demo --help`)
 #   ./run.sh test [ARGS...]    the whole test suite (ARGS go to pytest)
 #   ./run.sh cli  [ARGS...]    any `trainingcxl` command inside the environment
 #

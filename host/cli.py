@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -45,15 +46,19 @@ def _write_json(path, record):
     tmp.replace(path)
 
 
-def _run_job(sim, config, job_args, *, quiet=True):
-    """Run the lookup job on ``sim``; returns its JSON record."""
-    from trainingcxl.sim.runner import run_bench
+def _run_job(sim, config, job_args, *, quiet=True, waves=None):
+    """Run the lookup job on ``sim``; returns its JSON record. ``waves``: where to copy a waveform."""
+    from trainingcxl.sim.runner import run_bench, waves_file
     with tempfile.TemporaryDirectory(prefix="trainingcxl-job-") as tmp:
         out = Path(tmp) / "job.json"
         run_bench(sim, config, "trainingcxl.sim.job_lookup", args={**job_args, "out": str(out)},
-                  quiet=quiet, results_name=f"job-{sim}",
+                  quiet=quiet, results_name=f"job-{sim}", waves=waves is not None,
                   log=lambda text: print(text, file=sys.stderr, flush=True))
-        return json.loads(out.read_text())
+        record = json.loads(out.read_text())
+    if waves is not None:
+        shutil.copyfile(waves_file(sim, config), waves)
+        record["waves"] = str(waves)
+    return record
 
 
 def _check_workload(config, args):
@@ -76,7 +81,7 @@ def cmd_lookup_demo(args):
     t0 = time.monotonic()
     from trainingcxl.sim.runner import BenchFailure
     try:
-        rec = _run_job(args.sim, cfg, job)
+        rec = _run_job(args.sim, cfg, job, waves=args.waves)
     except BenchFailure as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -105,6 +110,8 @@ def cmd_lookup_demo(args):
     print(f"  golden model       {'bit-exact on every batch' if rec['golden_match'] else 'MISMATCH'}")
     print(f"  simulation         {summary['sim_cycles_per_s']:,.0f} cycles/s, "
           f"{summary['wall_s']:.1f} s in all")
+    if args.waves:
+        print(f"  waveform           {args.waves}")
     if args.json:
         _write_json(args.json, summary)
         print(f"  JSON               {args.json}")
@@ -221,6 +228,9 @@ def build_parser():
     config_option(sp, "small")
     workload_options(sp, 4, 32)
     sp.add_argument("--max-pooling", type=_nonneg, help="largest bag (default: the configuration's)")
+    sp.add_argument("--waves", metavar="FILE",
+                    help="record a waveform of the whole run into FILE (VCD for Verilator, FST "
+                         "for Icarus); slower, and the device is compiled again with tracing")
     sp.set_defaults(func=cmd_lookup_demo)
 
     sp = sub.add_parser("bench-lookup", help="measure lookup bandwidth and simulation speed",

@@ -15,7 +15,8 @@ from pathlib import Path
 from trainingcxl.host.config import Config
 from .toolchain import check_simulator
 
-__all__ = ["repo_cache", "design_key", "verilog_for", "build", "run_bench", "BenchFailure"]
+__all__ = ["repo_cache", "design_key", "verilog_for", "build", "run_bench", "waves_file",
+           "BenchFailure"]
 
 TOPLEVEL = "top"
 TIMESCALE = ("1ns", "1ps")
@@ -99,8 +100,20 @@ def build_dir(sim, config):
     return repo_cache() / "sim" / f"{sim}-{_BUILD_FLAVOUR}-{design_key(config)}{suffix}"
 
 
+def _waves_requested(waves):
+    return waves or os.environ.get("WAVES", "") in ("1", "true", "yes")
+
+
+def waves_file(sim, config):
+    """Where a run with ``waves=True`` leaves its waveform."""
+    bdir = build_dir(sim, config)
+    bdir = bdir.with_name(bdir.name + "-waves")
+    return bdir / ("dump.vcd" if sim == "verilator" else f"{TOPLEVEL}.fst")
+
+
 def build(sim, config, *, waves=False, log=print):
-    """Compile the device for ``sim``; returns the build folder."""
+    """Compile the device for ``sim`` (with tracing when ``waves`` or ``$WAVES``); returns the build folder."""
+    waves = _waves_requested(waves)
     source = verilog_for(config, log=log)
     bdir = build_dir(sim, config)
     if waves:
@@ -147,6 +160,7 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
     unless every test of the run passed; returns the number of tests.
     """
     from cocotb_tools.check_results import get_results
+    waves = _waves_requested(waves)
     bdir = build(sim, config, waves=waves, log=log)
     runner = _runner(sim)
     name = results_name or (testcase if isinstance(testcase, str) else module.rsplit(".", 1)[-1])
