@@ -150,15 +150,20 @@ class ControlWindow(wiring.Component):
 
         # Errors: refusals at the doorbell and completions with an error (both
         # may happen in one cycle).
+        # A write to ERROR clears it first, so an error of the same cycle counts.
         door_error = Signal(ErrorCode)
         done_error = Signal(ErrorCode)
-        m.d.sync += error_count.eq(error_count + (door_error != ErrorCode.NONE)
+        clear_errors = Signal()
+        kept_first = Mux(clear_errors, ErrorCode.NONE, first_error)
+        m.d.sync += error_count.eq(Mux(clear_errors, 0, error_count)
+                                   + (door_error != ErrorCode.NONE)
                                    + (done_error != ErrorCode.NONE))
-        with m.If(first_error == ErrorCode.NONE):
-            with m.If(done_error != ErrorCode.NONE):
-                m.d.sync += first_error.eq(done_error)
-            with m.Elif(door_error != ErrorCode.NONE):
-                m.d.sync += first_error.eq(door_error)
+        with m.If(kept_first != ErrorCode.NONE):
+            m.d.sync += first_error.eq(kept_first)
+        with m.Elif(done_error != ErrorCode.NONE):
+            m.d.sync += first_error.eq(done_error)
+        with m.Else():
+            m.d.sync += first_error.eq(door_error)
 
         m.d.comb += self.done.ready.eq(1)
         with m.If(self.done.valid):
@@ -209,7 +214,7 @@ class ControlWindow(wiring.Component):
                         with m.Case(reg):
                             m.d.sync += sig.eq(req.payload.data)
                     with m.Case(Reg.ERROR):
-                        m.d.sync += [first_error.eq(ErrorCode.NONE), error_count.eq(0)]
+                        m.d.comb += clear_errors.eq(1)
                     with m.Case(Reg.DOORBELL):
                         with m.If(~aligned):
                             m.d.comb += door_error.eq(ErrorCode.BAD_POINTER)

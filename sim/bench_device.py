@@ -92,7 +92,8 @@ async def test_cxl_mem_random_traffic(dut):
 
 @cocotb.test()
 async def test_cxl_mem_refusals(dut):
-    """Unmapped reads get poison, unmapped/protected/poisoned writes get CmpErr and change nothing."""
+    """Unmapped reads get poison, unmapped/protected/poisoned writes get CmpErr and change
+    nothing; MemInv completes; MemSpecRd is taken without an answer."""
     tb = await started(dut)
     cfg = tb.config
     outside = cfg.hdm_base + cfg.media_lines
@@ -103,6 +104,7 @@ async def test_cxl_mem_refusals(dut):
     assert await tb.mem.write(cfg.hdm_base + 3, 5, poison=True) == S2MNdrOpcode.CmpErr
     assert await tb.mem.write(cfg.hdm_base - 1, 1) == S2MNdrOpcode.CmpErr
     assert await tb.mem.invalidate(cfg.hdm_base) == S2MNdrOpcode.Cmp
+    tb.mem.speculative_read(cfg.hdm_base + 3)     # no answer: a stray one would be an error below
     assert (await tb.mem.read(cfg.hdm_base + cfg.log_base)) == (0, False)
     assert (await tb.mem.read(cfg.hdm_base + 3)) == (0, False)
     assert await tb.ctl.read(Reg.MEM_ERRORS) == 5

@@ -114,6 +114,10 @@ class CxlMemMaster:
             await w
         return results
 
+    def speculative_read(self, addr):
+        """Send ``MemSpecRd``: a hint that has no completion (its tag is reserved)."""
+        self.req.send_nowait({"opcode": M2SReqOpcode.MemSpecRd, "addr": addr, "tag": 0})
+
     async def write_lines(self, lines):
         """Write ``{addr: data}`` with as many writes in flight as tags allow; returns opcodes."""
         return await self._pool(lines.items(), self.write)

@@ -21,7 +21,7 @@ class ErrorCode(enum.Enum, shape=8):
     """Why a descriptor failed; the value lands in the control window's ERROR register."""
     NONE = 0
     BAD_OP = 1              # operation unknown or not implemented
-    BAD_SIZE = 2            # n_bags is zero, too large, or not a multiple of the table count
+    BAD_SIZE = 2            # n_bags is zero or larger than max_bags
     BAD_POINTER = 3         # a host pointer is not line aligned
     BAD_OFFSETS = 4         # offsets do not start at 0, decrease, or do not end at n_indices
     POOLING = 5             # a bag holds more than max_pooling indices

@@ -40,8 +40,10 @@ class StreamMerge(wiring.Component):
         m.submodules.arb = arb = RoundRobin(self._count)
         holding = Signal()
         held = Signal(range(self._count))
-        m.d.comb += arb.requests.eq(Cat(i.valid for i in ins))
-        m.d.comb += self.index.eq(Mux(holding, held, arb.grant))
+        # While a payload is held, the arbiter sees only its requester, so the
+        # turn it records is the one actually served.
+        m.d.comb += arb.requests.eq(Mux(holding, 1 << held, Cat(i.valid for i in ins)))
+        m.d.comb += self.index.eq(arb.grant)
         with m.Switch(self.index):
             for k, i in enumerate(ins):
                 with m.Case(k):

@@ -38,7 +38,7 @@ class RowGather(wiring.Component):
         Reads only; ``rdata`` is consumed by the pooler, not here.
     marks : Out(stream.Signature(mark_layout))
     stop : In(1)
-        Issue no more reads.
+        Offer no new reads and take no more bags or indices.
     range_error : Out(1)
     rows : Out(32)
         Rows gathered.
@@ -115,8 +115,11 @@ class RowGather(wiring.Component):
         line = Signal(range(lpr))
         last_line = line == lpr - 1
 
+        offered = Signal()      # a read offered and not yet taken survives ``stop``
+        m.d.sync += offered.eq(self.pmem.req.valid & ~self.pmem.req.ready)
         m.d.comb += [
-            self.pmem.req.valid.eq(row_q.r_rdy & ~head.empty & mark_q.w_rdy & ~self.stop),
+            self.pmem.req.valid.eq(row_q.r_rdy & ~head.empty & mark_q.w_rdy
+                                   & (~self.stop | offered)),
             self.pmem.req.payload.op.eq(LineOp.READ),
             self.pmem.req.payload.addr.eq(head.addr + line),
         ]

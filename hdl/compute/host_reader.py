@@ -28,7 +28,7 @@ class HostWordReader(wiring.Component):
     addr : In(ADDR_BITS)
     count : In(count_bits)
     stop : In(1)
-        Issue no more reads (abort); ``outstanding`` drains to zero.
+        Offer no new reads (abort); ``outstanding`` drains to zero.
     words : Out(stream.Signature(32))
     mem : Out(LinePortSignature)
     busy : Out(1)
@@ -74,8 +74,11 @@ class HostWordReader(wiring.Component):
         rob_w = rob.write_port()
         rob_r = rob.read_port(domain="comb")
 
-        # -- issue reads in order, one slot per line
-        can_issue = (issued < lines_total) & (in_rob < w) & ~self.stop
+        # -- issue reads in order, one slot per line. ``stop`` holds back new
+        # requests only: one already offered stays until it is taken.
+        offered = Signal()
+        can_issue = (issued < lines_total) & (in_rob < w) & (~self.stop | offered)
+        m.d.sync += offered.eq(self.mem.req.valid & ~self.mem.req.ready)
         m.d.comb += [
             self.mem.req.valid.eq(can_issue),
             self.mem.req.payload.op.eq(LineOp.READ),

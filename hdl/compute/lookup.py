@@ -64,6 +64,7 @@ class LookupEngine(wiring.Component):
     off_mem, idx_mem, out_mem : Out(LinePortSignature)
         CXL.cache agent client ports.
     busy : Out(1)
+        A descriptor has been taken and has not completed yet.
     busy_cycles, lines, bags, overflows : Out(32)
         Cycles with a descriptor running, PMEM lines read, bags pooled, bags
         whose pooled vector overflowed.
@@ -128,7 +129,9 @@ class LookupEngine(wiring.Component):
         with m.If(first):
             with m.If(offs.payload != 0):
                 m.d.comb += bag_error.eq(ErrorCode.BAD_OFFSETS)
-        with m.Elif(offs.payload < prev):
+        with m.Elif((offs.payload < prev) | (offs.payload > desc.n_indices)):
+            # Every offset is checked against n_indices, not just the last: a bag
+            # reaching past the indices would wait forever for words never read.
             m.d.comb += bag_error.eq(ErrorCode.BAD_OFFSETS)
         with m.Elif(length > cfg.max_pooling):
             m.d.comb += bag_error.eq(ErrorCode.POOLING)
@@ -149,8 +152,11 @@ class LookupEngine(wiring.Component):
 
         # -- sequencing
         abort = Signal()
+        # Nothing in flight and nothing still offered: only then may the datapath be cleared.
+        offering = (dp.off_reader.mem.req.valid | dp.idx_reader.mem.req.valid
+                    | dp.writer.mem.req.valid | dp.gather.pmem.req.valid)
         quiet = ((dp.off_reader.outstanding == 0) & (dp.idx_reader.outstanding == 0)
-                 & (dp.writer.outstanding == 0) & (pmem_in_flight == 0))
+                 & (dp.writer.outstanding == 0) & (pmem_in_flight == 0) & ~offering)
         m.d.comb += [
             dp.off_reader.stop.eq(abort), dp.idx_reader.stop.eq(abort),
             dp.gather.stop.eq(abort), dp.writer.discard.eq(abort),
@@ -189,11 +195,11 @@ class LookupEngine(wiring.Component):
                     with m.Else():
                         m.next = "CLEAR"
             with m.State("CLEAR"):
-                m.d.comb += clear.eq(1)
+                m.d.comb += [clear.eq(1), self.busy.eq(1)]
                 m.next = "START"
             with m.State("START"):
                 m.d.comb += [dp.off_reader.start.eq(1), dp.idx_reader.start.eq(1),
-                             dp.writer.start.eq(1)]
+                             dp.writer.start.eq(1), self.busy.eq(1)]
                 m.d.sync += [first.eq(1), prev.eq(0), table.eq(0), bags_seen.eq(0)]
                 m.next = "RUN"
             with m.State("RUN"):
@@ -210,10 +216,10 @@ class LookupEngine(wiring.Component):
             with m.State("FLUSH"):
                 # Drop whatever the aborted batch left in the datapath, still
                 # holding every issuer back during this last cycle.
-                m.d.comb += [clear.eq(1), abort.eq(1)]
+                m.d.comb += [clear.eq(1), abort.eq(1), self.busy.eq(1)]
                 m.next = "COMPLETE"
             with m.State("COMPLETE"):
-                m.d.comb += self.done.valid.eq(1)
+                m.d.comb += [self.done.valid.eq(1), self.busy.eq(1)]
                 with m.If(self.done.ready):
                     m.next = "IDLE"
 

@@ -60,8 +60,10 @@ class VectorWriter(wiring.Component):
         last_line = line == lpr - 1
 
         v = self.vectors.payload
+        offered = Signal()      # a write offered and not yet taken survives ``discard``
+        m.d.sync += offered.eq(self.mem.req.valid & ~self.mem.req.ready)
         m.d.comb += [
-            self.mem.req.valid.eq(self.vectors.valid & ~self.discard),
+            self.mem.req.valid.eq(self.vectors.valid & (~self.discard | offered)),
             self.mem.req.payload.op.eq(LineOp.WRITE),
             self.mem.req.payload.addr.eq(base + written * lpr + line),
             self.mem.req.payload.data.eq(v.data if lpr == 1 else v.data.word_select(line, LINE_BITS)),
@@ -70,7 +72,8 @@ class VectorWriter(wiring.Component):
             self.mem.wack.ready.eq(1),
         ]
         req_fire = self.mem.req.valid & self.mem.req.ready
-        m.d.comb += self.vectors.ready.eq(self.discard | (self.mem.req.ready & last_line))
+        m.d.comb += self.vectors.ready.eq((self.discard & ~offered)
+                                          | (self.mem.req.valid & self.mem.req.ready & last_line))
         with m.If(req_fire):
             m.d.sync += [line.eq(Mux(last_line, 0, line + 1)), issued.eq(issued + 1)]
             with m.If(last_line):

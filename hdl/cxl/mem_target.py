@@ -35,8 +35,10 @@ class CxlMemTarget(wiring.Component):
     media_lines)``; host line ``hdm_base + k`` is media line ``k``. Requests
     are served one per cycle, alternating between the Req and RwD channels.
 
-    * ``MemRd`` (and ``MemRdData``, ``MemSpecRd``): ``MemData`` on DRS when the
-      PMEM read returns; unmapped: ``MemData`` with ``poison`` at once.
+    * ``MemRd`` (and ``MemRdData``): ``MemData`` on DRS when the PMEM read
+      returns; unmapped: ``MemData`` with ``poison`` at once.
+    * ``MemSpecRd``: taken without a response (a speculative-read hint that
+      has no completion in CXL); the model does nothing with it.
     * ``MemWr``/``MemWrPtl``: ``Cmp`` on NDR once the line is persistent;
       refused (unmapped, protected region, poisoned data): ``CmpErr`` at once,
       nothing written.
@@ -94,15 +96,16 @@ class CxlMemTarget(wiring.Component):
         m.d.comb += offset.eq(r.addr - cfg.hdm_base)
         mapped = (r.addr >= cfg.hdm_base) & (offset < cfg.media_lines)
         protected = offset >= cfg.table_lines
-        is_read = ~r.write & r.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData,
-                                              M2SReqOpcode.MemSpecRd)
+        is_read = ~r.write & r.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)
         is_inv = ~r.write & (r.opcode == M2SReqOpcode.MemInv)
+        # MemSpecRd is a hint with no completion (its tag is reserved): taken, ignored.
+        is_spec = ~r.write & (r.opcode == M2SReqOpcode.MemSpecRd)
         is_write = r.write & r.opcode.matches(M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl)
 
         error = Signal(MemError)
-        with m.If(~(is_read | is_inv | is_write)):
+        with m.If(~(is_read | is_inv | is_write | is_spec)):
             m.d.comb += error.eq(MemError.OPCODE)
-        with m.Elif(is_inv):
+        with m.Elif(is_inv | is_spec):
             m.d.comb += error.eq(MemError.NONE)
         with m.Elif(~mapped):
             m.d.comb += error.eq(MemError.UNMAPPED)
@@ -115,10 +118,10 @@ class CxlMemTarget(wiring.Component):
         m.submodules.now_ndr = now_ndr = fifo.SyncFIFOBuffered(
             width=Shape.cast(S2MNdrOpcode).width + TAG_BITS, depth=4)
         m.submodules.now_drs = now_drs = fifo.SyncFIFOBuffered(width=TAG_BITS, depth=4)
-        to_pmem = (error == MemError.NONE) & ~is_inv
+        to_pmem = (error == MemError.NONE) & ~is_inv & ~is_spec
         # Unknown Req opcodes are answered on DRS, unknown RwD opcodes on NDR.
         to_now_drs = (error != MemError.NONE) & ~r.write
-        to_now_ndr = ~to_pmem & ~to_now_drs
+        to_now_ndr = ~to_pmem & ~to_now_drs & ~is_spec
         m.d.comb += [
             self.pmem.req.valid.eq(merge.o.valid & to_pmem),
             self.pmem.req.payload.op.eq(Mux(r.write, LineOp.WRITE, LineOp.READ)),
@@ -132,7 +135,8 @@ class CxlMemTarget(wiring.Component):
                                       S2MNdrOpcode.CmpErr), r.tag)),
             now_ndr.w_en.eq(merge.o.valid & to_now_ndr),
             merge.o.ready.eq(Mux(to_pmem, self.pmem.req.ready,
-                                 Mux(to_now_drs, now_drs.w_rdy, now_ndr.w_rdy))),
+                                 Mux(to_now_drs, now_drs.w_rdy,
+                                     Mux(to_now_ndr, now_ndr.w_rdy, 1)))),
         ]
         refused = merge.o.valid & merge.o.ready & (error != MemError.NONE)
         with m.If(refused):

@@ -186,6 +186,8 @@ def test_pooling_wraps_and_is_order_independent():
     ("row", ErrorCode.ROW_RANGE),
     ("pooling", ErrorCode.POOLING),
     ("offsets", ErrorCode.BAD_OFFSETS),
+    ("offsets_past_end", ErrorCode.BAD_OFFSETS),
+    ("offsets_no_indices", ErrorCode.BAD_OFFSETS),
 ])
 def test_bad_batches_complete_with_an_error_and_the_engine_keeps_working(case, code):
     cfg = cfg_for()
@@ -195,8 +197,13 @@ def test_bad_batches_complete_with_an_error_and_the_engine_keeps_working(case, c
         bad = (np.array([1, cfg.tables[1], 3], np.uint32), np.array([0, 1, 3], np.uint32))
     elif case == "pooling":
         bad = (np.zeros(cfg.max_pooling + 1, np.uint32), np.array([0, cfg.max_pooling + 1], np.uint32))
-    else:
+    elif case == "offsets":
         bad = (np.array([1, 2, 3], np.uint32), np.array([0, 2, 1, 3], np.uint32))
+    elif case == "offsets_past_end":
+        # An inner offset beyond n_indices (not only the last one) is refused, not waited on.
+        bad = (np.array([1, 2, 3], np.uint32), np.array([0, 5, 6, 7], np.uint32))
+    else:
+        bad = (np.array([], np.uint32), np.array([0, 1, 1, 1], np.uint32))
     results = run_lookups(cfg, tables, [bad, good])
     assert results[0][0] == code
     assert results[1][0] == ErrorCode.NONE

@@ -35,13 +35,13 @@ def bytemask(be):
     return sum(0xFF << (8 * b) for b in range(64) if (be >> b) & 1)
 
 
-def run_traffic(ops, *, backpressure=0.0, seed=0):
+def run_traffic(ops, *, backpressure=0.0, seed=0, expect_drs=None):
     """Send ``ops`` (dicts with ``chan`` 'req' or 'rwd'), return responses by tag, in arrival order."""
     h = Harness(CFG)
     cxl = h.target.cxl
     got = {"ndr": [], "drs": []}
     n_ndr = sum(1 for o in ops if o["chan"] == "rwd" or o["opcode"] == M2SReqOpcode.MemInv)
-    n_drs = len(ops) - n_ndr
+    n_drs = len(ops) - n_ndr if expect_drs is None else expect_drs
 
     async def send(ctx):
         for o in ops:
@@ -157,6 +157,13 @@ def test_refused_requests_change_nothing_and_are_logged():
     drs = {r.tag: (r.poison, r.data) for r in got["drs"]}
     assert drs[5][0] == 1
     assert drs[6] == (0, 0) and drs[7] == (0, 0)     # nothing was written
+
+
+def test_speculative_read_is_taken_without_a_response():
+    ops = [dict(chan="req", opcode=M2SReqOpcode.MemSpecRd, tag=0, addr=hpa(1)),
+           dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=9, addr=hpa(1))]
+    got, _ = run_traffic(ops, expect_drs=1)
+    assert [r.tag for r in got["drs"]] == [9] and got["ndr"] == []
 
 
 def test_error_registers():
