@@ -8,6 +8,7 @@ a suite that runs many benches on one configuration converts and compiles once.
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -55,11 +56,24 @@ def design_key(config):
     return f"{config.digest()}-{_hdl_digest()}"
 
 
+def _prune_stale(folder, prefix, keep):
+    """Remove cached entries named ``prefix*`` other than ``keep``: builds of older HDL."""
+    if not folder.exists():
+        return
+    for old in folder.glob(prefix + "*"):
+        if old.name != keep and not old.name.startswith(keep + "-"):
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+
+
 def verilog_for(config, *, log=print):
     """Path of the device's Verilog for ``config``, converting it if not cached."""
     out = repo_cache() / "verilog" / f"device-{design_key(config)}.v"
     if out.exists():
         return out
+    _prune_stale(out.parent, f"device-{config.digest()}-", out.name)
     from trainingcxl.hdl.export import convert
     from trainingcxl.hdl.top import Device
     t0 = time.monotonic()
@@ -121,6 +135,9 @@ def build(sim, config, *, waves=False, log=print):
     stamp = bdir / ".built"
     if stamp.exists():
         return bdir
+    # Builds of this configuration from older HDL are of no further use.
+    _prune_stale(bdir.parent, f"{sim}-{_BUILD_FLAVOUR}-{config.digest()}-",
+                 f"{sim}-{_BUILD_FLAVOUR}-{design_key(config)}")
     runner = _runner(sim)
     t0 = time.monotonic()
     log(f"[build] compiling for {sim} in {bdir}")
