@@ -145,7 +145,7 @@ def cmd_bench_lookup(args):
         })
         small = PRESETS["tiny"]
         speed = {}
-        common = {"seed": args.seed, "batches": 4, "batch_size": 32}
+        common = {"seed": args.seed, "batches": 4, "batch_size": 128}
         for k, sim in enumerate(("verilator", "icarus")):
             print(f"[{2 + k}/3] simulation speed on {sim}: the same small workload", flush=True)
             rec = _run_job(sim, small, common)
@@ -237,7 +237,7 @@ def build_parser():
                         description="Runs a large batch on Verilator and reports the PMEM lines the "
                                     "lookup engine reads per busy cycle against the PMEM model's peak "
                                     "read rate (lookup_efficiency), then runs one small workload under "
-                                    "Verilator and Icarus (tiny preset, 4 batches of 32 samples) and "
+                                    "Verilator and Icarus (tiny preset, 4 batches of 128 samples) and "
                                     "reports simulated cycles per wall-second, table load included.")
     config_option(sp, "bench")
     workload_options(sp, 2, 256)
