@@ -25,10 +25,11 @@ class CxlMemMaster:
     bounded by ``timeout_ns`` and fails with a clear message.
     """
 
-    def __init__(self, dut, clock, *, prefix="cxl_mem", max_tags=64, pause=None,
+    def __init__(self, dut, clock, *, prefix="cxl_mem", max_tags=64, pause=None, gaps=None,
                  timeout_ns=2_000_000):
-        self.req = StreamSource(dut, f"{prefix}__m2s_req", M2SReq, clock)
-        self.rwd = StreamSource(dut, f"{prefix}__m2s_rwd", M2SRwD, clock)
+        """``pause``: backpressure on the responses; ``gaps``: a pause pattern between requests."""
+        self.req = StreamSource(dut, f"{prefix}__m2s_req", M2SReq, clock, pause=gaps)
+        self.rwd = StreamSource(dut, f"{prefix}__m2s_rwd", M2SRwD, clock, pause=gaps)
         self.ndr = StreamSink(dut, f"{prefix}__s2m_ndr", S2MNdr, clock, pause=pause,
                               callback=self._on_rsp)
         self.drs = StreamSink(dut, f"{prefix}__s2m_drs", S2MDrs, clock, pause=pause,
@@ -37,6 +38,9 @@ class CxlMemMaster:
         self.timeout_ns = timeout_ns
         self._free = collections.deque(range(self.max_tags))
         self._waiters = collections.deque()
+        self._issued = 0
+        self._newest_answered = -1
+        self.overtaken = 0
         self._pending = {}
         self.errors = []
 
@@ -57,6 +61,8 @@ class CxlMemMaster:
         tag = self._free.popleft()
         done, box = Event(), []
         self._pending[tag] = (done, box)
+        seq = self._issued
+        self._issued += 1
         source.send_nowait({**payload, "tag": tag})
         try:
             await with_timeout(done.wait(), self.timeout_ns, "ns")
@@ -64,6 +70,10 @@ class CxlMemMaster:
             raise TimeoutError(f"CXL.mem {what} (tag {tag}) got no response "
                                f"within {self.timeout_ns} ns") from None
         self._release(tag)
+        # Count answers that overtook a request issued before them.
+        if seq < self._newest_answered:
+            self.overtaken += 1
+        self._newest_answered = max(self._newest_answered, seq)
         return box[0]
 
     def _release(self, tag):

@@ -53,7 +53,7 @@ class DeviceTB:
 
     HOST_BASE = 0x40000             # byte address 16 MiB
 
-    def __init__(self, dut, config, *, seed=0, backpressure=None, host_delay=None,
+    def __init__(self, dut, config, *, seed=0, backpressure=None, gaps=None, host_delay=None,
                  protocol_checks=True):
         self.dut, self.config = dut, config
         self.clock = dut.clk
@@ -67,7 +67,7 @@ class DeviceTB:
         self.idx_line = self.HOST_BASE
         self.off_line = self.idx_line + idx_lines
         self.out_line = self.off_line + off_lines
-        self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure)
+        self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
         # Host memory answers after the link's round trip plus some jitter
         # (so answers overtake each other), unless told otherwise.
         if host_delay is None:

@@ -74,28 +74,37 @@ class StreamSource:
 
     async def _run(self):
         edge = RisingEdge(self.clock)
+        offering = False
         while True:
             if not self.queue:
+                offering = False
                 self.valid.value = 0
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
                 # Present right after a clock edge, like the RTL would.
                 await edge
-            hold = self.pause is not None and next(self.pause)
+            # A pause may only delay an offer: once valid is up it stays up
+            # with the same payload until the DUT takes it (the stream rule).
+            hold = not offering and self.pause is not None and next(self.pause)
+            item = self.queue[0]
             if hold:
                 self.valid.value = 0
             else:
-                self.payload.value = self.queue[0][0]
+                self.payload.value = item[0]
                 self.valid.value = 1
             await ReadOnly()
             taken = not hold and _bit(self.ready, 'a handshake')
+            offering = not hold and not taken
             await edge
-            if taken:
-                _, on_sent = self.queue.popleft()
+            # The queue may have been cleared meanwhile (power failure).
+            if taken and self.queue and self.queue[0] is item:
+                self.queue.popleft()
                 self.sent += 1
-                if on_sent is not None:
-                    on_sent()
+                if item[1] is not None:
+                    item[1]()
+            elif self.queue and self.queue[0] is not item:
+                offering = False
 
 
 class StreamSink:

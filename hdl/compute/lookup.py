@@ -94,7 +94,7 @@ class LookupEngine(wiring.Component):
         n_tables = cfg.n_tables
 
         clear = Signal()
-        dp = self._datapath = _Datapath(cfg, self._pmem_tag_bits)
+        dp = _Datapath(cfg, self._pmem_tag_bits)
         m.submodules.datapath = ResetInserter(clear)(dp)
 
         wiring.connect(m, dp.off_reader.mem, wiring.flipped(self.off_mem))
