@@ -22,7 +22,8 @@ from pathlib import Path
 
 __all__ = [
     "NOMINAL_CLOCK_MHZ", "LINE_BYTES", "LINE_BITS", "ConfigError",
-    "FixedPoint", "PmemTiming", "LinkTiming", "Config", "PRESETS", "load_config",
+    "FixedPoint", "PmemTiming", "LinkTiming", "ModelShape", "GpuTiming", "Config",
+    "PRESETS", "load_config",
 ]
 
 #: Nominal device clock used to turn the published nanosecond figures into cycles.
@@ -135,6 +136,53 @@ class LinkTiming:
 
 
 @dataclass(frozen=True)
+class ModelShape:
+    """The dense part of DLRM, run by the GPU model (host side only).
+
+    ``bottom_hidden`` and ``top_hidden`` list the hidden layer widths. The
+    bottom MLP maps ``dense_features`` through them to ``Config.dim`` (its
+    output meets the embeddings in the dot-product interaction); the top MLP
+    maps the interaction through them to one logit. The Criteo Kaggle DLRM
+    (13-512-256-64-16 and 512-256-1) is ``bottom_hidden=(512, 256, 64)``,
+    ``top_hidden=(512, 256)``. ``lr`` is the SGD learning rate of every parameter.
+    """
+    dense_features: int = 13
+    bottom_hidden: tuple[int, ...] = (64,)
+    top_hidden: tuple[int, ...] = (64,)
+    lr: float = 0.1
+
+    def __post_init__(self):
+        _check(isinstance(self.dense_features, int) and self.dense_features >= 1,
+               f"model.dense_features must be a positive integer, not {self.dense_features!r}")
+        for name in ("bottom_hidden", "top_hidden"):
+            v = getattr(self, name)
+            _check(isinstance(v, tuple) and all(isinstance(w, int) and w >= 1 for w in v),
+                   f"model.{name} must be a tuple of layer widths, not {v!r}")
+        _check(isinstance(self.lr, (int, float)) and 0 < self.lr <= 10,
+               f"model.lr must be in (0, 10], not {self.lr!r}")
+
+
+@dataclass(frozen=True)
+class GpuTiming:
+    """Cycle cost of the GPU's work per batch (host side only).
+
+    Defaults: an NVIDIA V100 (15.7 TFLOP/s FP32, 900 GB/s HBM2; NVIDIA V100
+    datasheet) at 25% of peak compute and 50% of peak bandwidth, as small-batch
+    MLPs reach, expressed per 4 ns device cycle; 5 us per kernel launch.
+    """
+    flops_per_cycle: int = 15_700
+    bytes_per_cycle: int = 1_800
+    launch_cycles: int = 1_250
+
+    def __post_init__(self):
+        for name in ("flops_per_cycle", "bytes_per_cycle"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 1, f"gpu.{name} must be a positive integer, not {v!r}")
+        _check(isinstance(self.launch_cycles, int) and self.launch_cycles >= 0,
+               f"gpu.launch_cycles must be a non-negative integer, not {self.launch_cycles!r}")
+
+
+@dataclass(frozen=True)
 class Config:
     """Sizes, formats and timings of one device and its host model.
 
@@ -161,6 +209,9 @@ class Config:
         each of the two MLP snapshot slots).
     hdm_base : int
         Host physical line address (address / 64) where device memory begins.
+    model, gpu :
+        The DLRM dense part and the GPU's timing; host side only (they do not
+        change the device, see :meth:`hardware_digest`).
     """
     tables: tuple[int, ...] = (64, 64)
     dim: int = 16
@@ -176,6 +227,8 @@ class Config:
     commit_lines: int = 4
     snapshot_lines: int = 16
     hdm_base: int = 1 << 28          # byte address 16 GiB
+    model: ModelShape = field(default_factory=ModelShape)
+    gpu: GpuTiming = field(default_factory=GpuTiming)
 
     def __post_init__(self):
         _check(isinstance(self.tables, tuple) and 1 <= len(self.tables) <= 64,
@@ -279,7 +332,8 @@ class Config:
         d = dict(d)
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         _check(not unknown, f"unknown configuration keys: {', '.join(sorted(unknown))}")
-        sub = {"fixed": FixedPoint, "pmem": PmemTiming, "link": LinkTiming}
+        sub = {"fixed": FixedPoint, "pmem": PmemTiming, "link": LinkTiming,
+               "model": ModelShape, "gpu": GpuTiming}
         for key, klass in sub.items():
             if key in d:
                 v = dict(d[key])
@@ -298,8 +352,14 @@ class Config:
         return cls.from_dict(json.loads(text))
 
     def digest(self):
-        """Short stable hash, used to cache generated Verilog and builds."""
+        """Short stable hash of the whole configuration."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]
+
+    def hardware_digest(self):
+        """Hash of the fields the device is built from (not the host-only ``model`` and
+        ``gpu``): the key of cached Verilog and simulator builds."""
+        d = {k: v for k, v in self.to_dict().items() if k not in ("model", "gpu")}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

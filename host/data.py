@@ -22,6 +22,8 @@ class Batch:
     offsets: np.ndarray          # uint32
     batch_size: int
     n_tables: int
+    dense: np.ndarray | None = None      # (batch_size, dense_features) float32
+    labels: np.ndarray | None = None     # (batch_size,) float32, 0 or 1
 
     @property
     def n_bags(self):
@@ -40,6 +42,12 @@ class SyntheticWorkload:
     a table is drawn with probability proportional to ``1 / rank(r) **
     zipf_alpha``, where the rank order is a fixed random permutation of the
     table (so hot rows are spread over the table, as after hashing).
+
+    Labels carry a learnable signal: a hidden teacher gives every row a weight
+    and every dense feature a weight (all standard normal, fixed by ``seed``);
+    a sample's logit is ``signal * (sum over tables of the mean row weight of
+    its bag / sqrt(tables) + dense . weights / sqrt(features))`` and its label
+    is drawn from the sigmoid of that. Dense features are standard normal.
     """
     config: object
     seed: int = 0
@@ -47,6 +55,7 @@ class SyntheticWorkload:
     min_pooling: int = 0
     max_pooling: int | None = None
     zipf_alpha: float = 1.05
+    signal: float = 3.0
 
     def __post_init__(self):
         hi = self.config.max_pooling if self.max_pooling is None else self.max_pooling
@@ -72,6 +81,12 @@ class SyntheticWorkload:
             out.append((cdf / cdf[-1], rng.permutation(rows)))
         return out
 
+    @cached_property
+    def _teacher(self):
+        rng = np.random.default_rng([self.seed, 0x7EAC4])
+        rows = [rng.standard_normal(r) for r in self.config.tables]
+        return rows, rng.standard_normal(self.config.model.dense_features)
+
     def batch(self, i):
         rng = np.random.default_rng([self.seed, 0xBA7C4, i])
         n_tables = self.config.n_tables
@@ -84,8 +99,30 @@ class SyntheticWorkload:
             cdf, perm = self._popularity[k % n_tables]
             ranks = np.searchsorted(cdf, rng.random(lengths[k]), side="right")
             indices[offsets[k]:offsets[k + 1]] = perm[np.minimum(ranks, len(perm) - 1)]
-        return Batch(index=i, indices=indices, offsets=offsets,
-                     batch_size=self.batch_size, n_tables=n_tables)
+        dense, labels = self._dense_and_labels(i, indices, offsets)
+        return Batch(index=i, indices=indices, offsets=offsets, batch_size=self.batch_size,
+                     n_tables=n_tables, dense=dense, labels=labels)
+
+    def _dense_and_labels(self, i, indices, offsets):
+        # A separate stream, so indices do not depend on the model shape.
+        rng = np.random.default_rng([self.seed, 0xDE45E, i])
+        cfg = self.config
+        n_tables, b = cfg.n_tables, self.batch_size
+        dense = rng.standard_normal((b, cfg.model.dense_features)).astype(np.float32)
+        row_w, dense_w = self._teacher
+        lengths = np.diff(offsets.astype(np.int64))
+        bag_of = np.repeat(np.arange(b * n_tables), lengths)
+        w = np.empty(len(indices))
+        for t in range(n_tables):
+            sel = bag_of % n_tables == t
+            w[sel] = row_w[t][indices[sel]]
+        sums = np.zeros(b * n_tables)
+        np.add.at(sums, bag_of, w)
+        means = (sums / np.maximum(lengths, 1)).reshape(b, n_tables)
+        logit = self.signal * (means.sum(axis=1) / np.sqrt(n_tables)
+                               + dense @ dense_w / np.sqrt(len(dense_w)))
+        labels = (rng.random(b) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+        return dense, labels
 
 
 def initial_tables(config, seed, scale=0.05):

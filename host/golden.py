@@ -6,7 +6,7 @@ import numpy as np
 
 from .fixed import fits32, wrap32
 
-__all__ = ["PoolResult", "embedding_bag_sum", "check_batch"]
+__all__ = ["PoolResult", "embedding_bag_sum", "embedding_update", "check_batch"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,30 @@ def embedding_bag_sum(config, tables, indices, offsets):
     exact = np.zeros((n_bags, config.dim), dtype=np.int64)
     np.add.at(exact, bag_of, vals)
     return PoolResult(pooled=wrap32(exact), overflow=~fits32(exact).all(axis=1))
+
+
+def embedding_update(config, tables, indices, offsets, deltas):
+    """The device's UPDATE: subtract bag ``k``'s delta from every row of bag ``k``.
+
+    ``deltas`` is (n_bags, dim) int32. A row used by several bags, or several
+    times in one bag, receives every contribution. Arithmetic is two's
+    complement and wraps, so the result does not depend on the order in which
+    contributions are applied. Returns new tables; the inputs are not changed.
+    """
+    check_batch(config, indices, offsets)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_bags = len(offsets) - 1
+    deltas = np.asarray(deltas, dtype=np.int64)
+    if deltas.shape != (n_bags, config.dim):
+        raise ValueError(f"deltas must be ({n_bags}, {config.dim}), not {deltas.shape}")
+    lengths = np.diff(offsets)
+    bag_of = np.repeat(np.arange(n_bags), lengths)
+    table_of = bag_of % config.n_tables
+    idx = np.asarray(indices, dtype=np.int64)
+    out = []
+    for t, table in enumerate(tables):
+        acc = np.zeros(table.shape, dtype=np.int64)
+        sel = table_of == t
+        np.add.at(acc, idx[sel], deltas[bag_of[sel]])
+        out.append(wrap32(np.asarray(table, dtype=np.int64) - acc))
+    return out

@@ -53,7 +53,7 @@ def _hdl_digest():
 
 
 def design_key(config):
-    return f"{config.digest()}-{_hdl_digest()}"
+    return f"{config.hardware_digest()}-{_hdl_digest()}"
 
 
 def _prune_stale(folder, prefix, keep):
@@ -73,7 +73,7 @@ def verilog_for(config, *, log=print):
     out = repo_cache() / "verilog" / f"device-{design_key(config)}.v"
     if out.exists():
         return out
-    _prune_stale(out.parent, f"device-{config.digest()}-", out.name)
+    _prune_stale(out.parent, f"device-{config.hardware_digest()}-", out.name)
     from trainingcxl.hdl.export import convert
     from trainingcxl.hdl.top import Device
     t0 = time.monotonic()
@@ -136,7 +136,7 @@ def build(sim, config, *, waves=False, log=print):
     if stamp.exists():
         return bdir
     # Builds of this configuration from older HDL are of no further use.
-    _prune_stale(bdir.parent, f"{sim}-{_BUILD_FLAVOUR}-{config.digest()}-",
+    _prune_stale(bdir.parent, f"{sim}-{_BUILD_FLAVOUR}-{config.hardware_digest()}-",
                  f"{sim}-{_BUILD_FLAVOUR}-{design_key(config)}")
     runner = _runner(sim)
     t0 = time.monotonic()

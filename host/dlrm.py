@@ -1,0 +1,208 @@
+"""DLRM golden model: the dense part in floating point, the embeddings in the device's fixed point.
+
+The model (Naumov et al., "Deep Learning Recommendation Model", 2019): dense
+features go through the bottom MLP (ReLU after every layer) to a vector of
+``dim`` elements; with the ``tables`` pooled embeddings it forms ``tables + 1``
+vectors whose pairwise dot products (each pair once), appended to the bottom
+output, feed the top MLP (ReLU after hidden layers) that ends in one logit;
+sigmoid and binary cross-entropy (mean over the batch) give the loss; every
+parameter takes a plain SGD step.
+
+Embedding gradients. The GPU computes the loss gradient of every pooled
+vector in floating point; it multiplies it by the learning rate and rounds it
+to the device's fixed point *before* handing it to the device (one delta per
+bag, :func:`embedding_deltas`). The device then subtracts the bag's delta from
+every row of the bag (:func:`trainingcxl.host.golden.embedding_update`).
+Scaling on the GPU keeps a multiplier array and a second rounding out of the
+device, and makes the update pure integer subtraction, which is associative:
+the relaxed lookup can correct a pooled vector by exactly the amount the
+update changed its rows.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .fixed import from_fixed, to_fixed
+from .golden import embedding_bag_sum, embedding_update
+
+__all__ = ["DenseModel", "embedding_deltas", "StepResult", "FixedPointTrainer", "FloatTrainer"]
+
+
+def _relu(x):
+    return np.maximum(x, 0)
+
+
+class DenseModel:
+    """Bottom MLP, dot-product interaction and top MLP, with forward, backward and SGD.
+
+    Parameters are initialised as in the DLRM reference code: weights normal
+    with standard deviation ``sqrt(2 / (fan_in + fan_out))``, biases normal with
+    ``sqrt(1 / fan_out)``; a pure function of ``seed``.
+    """
+
+    def __init__(self, config, seed=0, dtype=np.float32):
+        self.config = config
+        self.dtype = np.dtype(dtype)
+        shape = config.model
+        n_vec = config.n_tables + 1
+        self.n_pairs = n_vec * (n_vec - 1) // 2
+        self._iu = np.triu_indices(n_vec, k=1)
+        bottom = (shape.dense_features, *shape.bottom_hidden, config.dim)
+        top = (config.dim + self.n_pairs, *shape.top_hidden, 1)
+        rng = np.random.default_rng([seed, 0xD1A])
+        self.bottom = [self._layer(rng, i, o) for i, o in zip(bottom, bottom[1:])]
+        self.top = [self._layer(rng, i, o) for i, o in zip(top, top[1:])]
+
+    def _layer(self, rng, fan_in, fan_out):
+        w = rng.normal(0, np.sqrt(2 / (fan_in + fan_out)), size=(fan_out, fan_in))
+        b = rng.normal(0, np.sqrt(1 / fan_out), size=fan_out)
+        return [w.astype(self.dtype), b.astype(self.dtype)]
+
+    @property
+    def layers(self):
+        return self.bottom + self.top
+
+    def parameters(self):
+        """All parameters as one flat vector (the MLP snapshot's contents)."""
+        return np.concatenate([p.ravel() for layer in self.layers for p in layer])
+
+    def load_parameters(self, flat):
+        flat = np.asarray(flat, dtype=self.dtype)
+        want = sum(p.size for layer in self.layers for p in layer)
+        if flat.shape != (want,):
+            raise ValueError(f"expected {want} parameters, got {flat.size}")
+        at = 0
+        for layer in self.layers:
+            for k, p in enumerate(layer):
+                layer[k] = flat[at:at + p.size].reshape(p.shape).copy()
+                at += p.size
+
+    # -- forward and backward -----------------------------------------------------
+
+    def forward(self, dense, pooled):
+        """``dense`` (B, features), ``pooled`` (B, tables, dim) -> logits (B,) and a cache."""
+        x = np.asarray(dense, dtype=self.dtype)
+        acts = [x]
+        for w, b in self.bottom:
+            x = _relu(x @ w.T + b)
+            acts.append(x)
+        z = np.concatenate([x[:, None, :], np.asarray(pooled, dtype=self.dtype)], axis=1)
+        dots = np.einsum("bid,bjd->bij", z, z)[:, self._iu[0], self._iu[1]]
+        h = np.concatenate([x, dots], axis=1)
+        top_acts = [h]
+        for k, (w, b) in enumerate(self.top):
+            h = h @ w.T + b
+            if k < len(self.top) - 1:
+                h = _relu(h)
+            top_acts.append(h)
+        return h[:, 0], (acts, z, top_acts)
+
+    @staticmethod
+    def loss(logits, labels):
+        """Mean binary cross-entropy of ``sigmoid(logits)`` against ``labels``."""
+        z = logits.astype(np.float64)
+        y = np.asarray(labels, dtype=np.float64)
+        return float(np.mean(np.logaddexp(0, z) - y * z))
+
+    def backward(self, cache, logits, labels):
+        """Gradients of the mean loss: ``(layer gradients, d_pooled (B, tables, dim))``."""
+        acts, z, top_acts = cache
+        n = len(logits)
+        p = 1 / (1 + np.exp(-logits.astype(np.float64)))
+        g = ((p - np.asarray(labels, dtype=np.float64)) / n).astype(self.dtype)[:, None]
+        grads_top = []
+        for k in reversed(range(len(self.top))):
+            w, _ = self.top[k]
+            if k < len(self.top) - 1:
+                g = g * (top_acts[k + 1] > 0)
+            grads_top.append((g.T @ top_acts[k], g.sum(axis=0)))
+            g = g @ w
+        grads_top.reverse()
+        d_bot = g[:, :self.config.dim]
+        pair = np.zeros((n, z.shape[1], z.shape[1]), dtype=self.dtype)
+        pair[:, self._iu[0], self._iu[1]] = g[:, self.config.dim:]
+        dz = np.einsum("bij,bjd->bid", pair + pair.transpose(0, 2, 1), z)
+        d_pooled = dz[:, 1:, :]
+        g = d_bot + dz[:, 0, :]
+        grads_bottom = []
+        for k in reversed(range(len(self.bottom))):
+            w, _ = self.bottom[k]
+            g = g * (acts[k + 1] > 0)
+            grads_bottom.append((g.T @ acts[k], g.sum(axis=0)))
+            g = g @ w
+        grads_bottom.reverse()
+        return grads_bottom + grads_top, d_pooled
+
+    def sgd(self, grads, lr):
+        lr = self.dtype.type(lr)
+        for layer, (gw, gb) in zip(self.layers, grads):
+            layer[0] = (layer[0] - lr * gw).astype(self.dtype)
+            layer[1] = (layer[1] - lr * gb).astype(self.dtype)
+
+
+def embedding_deltas(config, d_pooled):
+    """What the GPU hands the device: ``lr * d_pooled`` per bag, rounded to fixed point.
+
+    ``d_pooled`` is (batch, tables, dim); the result is (batch * tables, dim)
+    int32 in bag order (bag ``k = sample * tables + table``).
+    """
+    scaled = np.float64(config.model.lr) * np.asarray(d_pooled, dtype=np.float64)
+    return to_fixed(scaled.reshape(-1, config.dim), config.fixed.frac_bits)
+
+
+@dataclass
+class StepResult:
+    loss: float
+    pooled: np.ndarray           # what the lookup produced (int32 for the device path)
+    deltas: np.ndarray | None    # what the update consumes (int32), fixed-point path only
+
+
+class FixedPointTrainer:
+    """The golden model of a training run on the device: fixed-point embeddings, float32 MLPs."""
+
+    def __init__(self, config, tables, seed=0):
+        self.config = config
+        self.tables = [np.asarray(t, dtype=np.int32).copy() for t in tables]
+        self.dense = DenseModel(config, seed)
+
+    def step(self, batch):
+        cfg = self.config
+        pooled = embedding_bag_sum(cfg, self.tables, batch.indices, batch.offsets).pooled
+        pooled_f = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
+        logits, cache = self.dense.forward(batch.dense, pooled_f.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        loss = self.dense.loss(logits, batch.labels)
+        grads, d_pooled = self.dense.backward(cache, logits, batch.labels)
+        self.dense.sgd(grads, cfg.model.lr)
+        deltas = embedding_deltas(cfg, d_pooled)
+        self.tables = embedding_update(cfg, self.tables, batch.indices, batch.offsets, deltas)
+        return StepResult(loss=loss, pooled=pooled, deltas=deltas)
+
+
+class FloatTrainer:
+    """The float32 reference: the same model and data with embeddings in float32."""
+
+    def __init__(self, config, tables, seed=0):
+        self.config = config
+        self.tables = [from_fixed(t, config.fixed.frac_bits).astype(np.float32) for t in tables]
+        self.dense = DenseModel(config, seed)
+
+    def step(self, batch):
+        cfg = self.config
+        lengths = np.diff(batch.offsets.astype(np.int64))
+        bag_of = np.repeat(np.arange(batch.n_bags), lengths)
+        table_of = bag_of % cfg.n_tables
+        idx = batch.indices.astype(np.int64)
+        pooled = np.zeros((batch.n_bags, cfg.dim), dtype=np.float32)
+        for t in range(cfg.n_tables):
+            sel = table_of == t
+            np.add.at(pooled, bag_of[sel], self.tables[t][idx[sel]])
+        logits, cache = self.dense.forward(batch.dense, pooled.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        loss = self.dense.loss(logits, batch.labels)
+        grads, d_pooled = self.dense.backward(cache, logits, batch.labels)
+        self.dense.sgd(grads, cfg.model.lr)
+        step = np.float32(cfg.model.lr) * d_pooled.reshape(batch.n_bags, cfg.dim)
+        for t in range(cfg.n_tables):
+            sel = table_of == t
+            np.subtract.at(self.tables[t], idx[sel], step[bag_of[sel]])
+        return StepResult(loss=loss, pooled=pooled, deltas=None)
