@@ -5,6 +5,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.line_port import LineOp, LinePortSignature
+from .bags import bag_layout
 
 __all__ = ["mark_layout", "RowGather"]
 
@@ -47,10 +48,7 @@ class RowGather(wiring.Component):
     def __init__(self, config, *, tag_bits=16):
         self._config = config
         super().__init__({
-            "bags": In(stream.Signature(data.StructLayout({
-                "table": range(config.n_tables),
-                "length": range(config.max_pooling + 1),
-            }))),
+            "bags": In(stream.Signature(bag_layout(config))),
             "indices": In(stream.Signature(32)),
             "pmem": Out(LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=tag_bits)),
             "marks": Out(stream.Signature(mark_layout(config))),

@@ -1,4 +1,4 @@
-"""Reads an array of 32-bit words from host memory, in order, through a line port."""
+"""Read arrays from host memory, in order, through a line port."""
 
 from amaranth import *
 from amaranth.lib import stream, wiring
@@ -9,14 +9,14 @@ from trainingcxl.host.config import LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
 from ..cxl.messages import ADDR_BITS
 
-__all__ = ["HostWordReader"]
+__all__ = ["HostLineReader", "HostWordReader"]
 
 WORDS_PER_LINE = LINE_BITS // 32
 _LINE_SHIFT = WORDS_PER_LINE.bit_length() - 1
 
 
-class HostWordReader(wiring.Component):
-    """Streams ``count`` consecutive 32-bit words starting at line ``addr``.
+class HostLineReader(wiring.Component):
+    """Streams ``count`` consecutive lines starting at line ``addr``.
 
     Up to ``window`` line reads are in flight; the host may answer them in any
     order, and a reorder buffer indexed by tag puts them back in order.
@@ -29,10 +29,8 @@ class HostWordReader(wiring.Component):
     count : In(count_bits)
     stop : In(1)
         Offer no new reads (abort); ``outstanding`` drains to zero.
-    words : Out(stream.Signature(32))
+    lines : Out(stream.Signature(LINE_BITS))
     mem : Out(LinePortSignature)
-    busy : Out(1)
-        Words remain to be delivered.
     outstanding : Out
         Reads issued and not yet answered.
     error : Out(1)
@@ -42,15 +40,13 @@ class HostWordReader(wiring.Component):
     def __init__(self, *, window, count_bits):
         self._window = window
         self._count_bits = count_bits
-        self._tag_bits = max(1, (window - 1).bit_length())
         super().__init__({
             "start": In(1),
             "addr": In(ADDR_BITS),
             "count": In(count_bits),
             "stop": In(1),
-            "words": Out(stream.Signature(32)),
+            "lines": Out(stream.Signature(LINE_BITS)),
             "mem": Out(LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)),
-            "busy": Out(1),
             "outstanding": Out(range(window + 1)),
             "error": Out(1),
         })
@@ -58,14 +54,12 @@ class HostWordReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self._window
-        sbits = self._tag_bits
-        lines_bits = self._count_bits
+        sbits = max(1, (w - 1).bit_length())
 
         base = Signal(ADDR_BITS)
-        lines_total = Signal(lines_bits)
-        words_left = Signal(self._count_bits)     # words not yet delivered
-        issued = Signal(lines_bits)                # lines requested so far
-        in_rob = Signal(range(w + 1))              # slots requested and not yet unpacked
+        total = Signal(self._count_bits)
+        issued = Signal(self._count_bits)          # lines requested so far
+        in_rob = Signal(range(w + 1))              # slots requested and not yet delivered
         head = Signal(sbits)                       # slot of the next line in order
         tail = Signal(sbits)                       # slot of the next request
         filled = Signal(w)                         # slots holding returned data
@@ -74,20 +68,19 @@ class HostWordReader(wiring.Component):
         rob_w = rob.write_port()
         rob_r = rob.read_port(domain="comb")
 
-        # -- issue reads in order, one slot per line. ``stop`` holds back new
+        # Issue reads in order, one slot per line. ``stop`` holds back new
         # requests only: one already offered stays until it is taken.
         offered = Signal()
-        can_issue = (issued < lines_total) & (in_rob < w) & (~self.stop | offered)
         m.d.sync += offered.eq(self.mem.req.valid & ~self.mem.req.ready)
         m.d.comb += [
-            self.mem.req.valid.eq(can_issue),
+            self.mem.req.valid.eq((issued < total) & (in_rob < w) & (~self.stop | offered)),
             self.mem.req.payload.op.eq(LineOp.READ),
             self.mem.req.payload.addr.eq(base + issued),
             self.mem.req.payload.tag.eq(tail),
         ]
         req_fire = self.mem.req.valid & self.mem.req.ready
 
-        # -- accept answers in any order
+        # Accept answers in any order.
         m.d.comb += [
             self.mem.rdata.ready.eq(1),
             self.mem.wack.ready.eq(1),
@@ -97,51 +90,93 @@ class HostWordReader(wiring.Component):
         ]
         rsp_fire = self.mem.rdata.valid
 
-        # -- unpack the head line into words
+        # Deliver in order.
+        m.d.comb += [
+            rob_r.addr.eq(head),
+            self.lines.valid.eq(filled.bit_select(head, 1)),
+            self.lines.payload.eq(rob_r.data),
+        ]
+        deliver = self.lines.valid & self.lines.ready
+        with m.If(deliver):
+            m.d.sync += head.eq(head + 1)
+
+        set_mask = Mux(rsp_fire, 1 << self.mem.rdata.payload.tag[:sbits], 0)
+        clr_mask = Mux(deliver, 1 << head, 0)
+        m.d.sync += filled.eq((filled & ~clr_mask) | set_mask)
+        with m.If(req_fire):
+            m.d.sync += [issued.eq(issued + 1), tail.eq(tail + 1)]
+        m.d.sync += in_rob.eq(in_rob + req_fire - deliver)
+
+        outstanding = Signal(range(w + 1))
+        m.d.sync += outstanding.eq(outstanding + req_fire - rsp_fire)
+        m.d.comb += self.outstanding.eq(outstanding)
+        with m.If(rsp_fire & self.mem.rdata.payload.err):
+            m.d.sync += self.error.eq(1)
+
+        with m.If(self.start):
+            m.d.sync += [
+                base.eq(self.addr), total.eq(self.count),
+                issued.eq(0), in_rob.eq(0), head.eq(0), tail.eq(0), filled.eq(0),
+                self.error.eq(0),
+            ]
+        return m
+
+
+class HostWordReader(wiring.Component):
+    """Streams ``count`` consecutive 32-bit words starting at line ``addr``.
+
+    A :class:`HostLineReader` and an unpacker: word 0 of a line is its low 32 bits.
+    Members are those of :class:`HostLineReader`, with ``words`` instead of
+    ``lines`` and ``count`` in words.
+    """
+
+    def __init__(self, *, window, count_bits):
+        self._window = window
+        self._count_bits = count_bits
+        super().__init__({
+            "start": In(1),
+            "addr": In(ADDR_BITS),
+            "count": In(count_bits),
+            "stop": In(1),
+            "words": Out(stream.Signature(32)),
+            "mem": Out(LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)),
+            "outstanding": Out(range(window + 1)),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.lines = lines = HostLineReader(window=self._window, count_bits=self._count_bits)
+        wiring.connect(m, lines.mem, wiring.flipped(self.mem))
+        m.d.comb += [
+            lines.start.eq(self.start), lines.addr.eq(self.addr), lines.stop.eq(self.stop),
+            lines.count.eq((self.count + WORDS_PER_LINE - 1) >> _LINE_SHIFT),
+            self.outstanding.eq(lines.outstanding), self.error.eq(lines.error),
+        ]
+
+        words_left = Signal(self._count_bits)      # words not yet delivered
         cur = Signal(LINE_BITS)
-        cur_left = Signal(range(WORDS_PER_LINE + 1))   # words of cur still to send
+        cur_left = Signal(range(WORDS_PER_LINE + 1))
         cur_index = Signal(range(WORDS_PER_LINE))
         m.d.comb += [
             self.words.valid.eq(cur_left != 0),
             self.words.payload.eq(cur.word_select(cur_index, 32)),
-            rob_r.addr.eq(head),
         ]
         word_fire = self.words.valid & self.words.ready
-        last_of_cur = cur_left == 1
         # Load the next line when cur is empty or its last word leaves now.
-        load = filled.bit_select(head, 1) & ((cur_left == 0) | (word_fire & last_of_cur)) \
-            & (words_left != 0)
+        m.d.comb += lines.lines.ready.eq(((cur_left == 0) | (word_fire & (cur_left == 1)))
+                                         & (words_left != 0))
+        load = lines.lines.valid & lines.lines.ready
         with m.If(word_fire):
             m.d.sync += [cur_left.eq(cur_left - 1), cur_index.eq(cur_index + 1),
                          words_left.eq(words_left - 1)]
         with m.If(load):
             remaining = words_left - word_fire
             m.d.sync += [
-                cur.eq(rob_r.data),
+                cur.eq(lines.lines.payload),
                 cur_index.eq(0),
                 cur_left.eq(Mux(remaining >= WORDS_PER_LINE, WORDS_PER_LINE, remaining)),
-                head.eq(head + 1),
             ]
-
-        set_mask = Mux(rsp_fire, 1 << self.mem.rdata.payload.tag[:sbits], 0)
-        clr_mask = Mux(load, 1 << head, 0)
-        m.d.sync += filled.eq((filled & ~clr_mask) | set_mask)
-        with m.If(req_fire):
-            m.d.sync += [issued.eq(issued + 1), tail.eq(tail + 1)]
-        m.d.sync += in_rob.eq(in_rob + req_fire - load)
-
-        outstanding = Signal(range(w + 1))
-        m.d.sync += outstanding.eq(outstanding + req_fire - rsp_fire)
-        m.d.comb += [self.outstanding.eq(outstanding), self.busy.eq(words_left != 0)]
-        with m.If(rsp_fire & self.mem.rdata.payload.err):
-            m.d.sync += self.error.eq(1)
-
         with m.If(self.start):
-            m.d.sync += [
-                base.eq(self.addr),
-                lines_total.eq((self.count + WORDS_PER_LINE - 1) >> _LINE_SHIFT),
-                words_left.eq(self.count),
-                issued.eq(0), in_rob.eq(0), head.eq(0), tail.eq(0), filled.eq(0),
-                cur_left.eq(0), self.error.eq(0),
-            ]
+            m.d.sync += [words_left.eq(self.count), cur_left.eq(0)]
         return m

@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
 from ..cxl.messages import ADDR_BITS
+from .bags import BagSequencer
 from .gather import RowGather
 from .host_reader import HostWordReader
 from .pool import SumPool
@@ -25,7 +26,6 @@ class _Datapath(Elaboratable):
         self.gather = RowGather(config, tag_bits=pmem_tag_bits)
         self.pool = SumPool(config, rdata_shape=self.gather.pmem.rdata.payload.shape())
         self.writer = VectorWriter(config)
-        self.bags = stream.Signature(self.gather.bags.payload.shape()).create()
 
     def elaborate(self, platform):
         m = Module()
@@ -37,7 +37,6 @@ class _Datapath(Elaboratable):
         wiring.connect(m, self.idx_reader.words, self.gather.indices)
         wiring.connect(m, self.gather.marks, self.pool.marks)
         wiring.connect(m, self.pool.pooled, self.writer.vectors)
-        wiring.connect(m, self.bags, self.gather.bags)
         return m
 
 
@@ -118,37 +117,11 @@ class LookupEngine(wiring.Component):
         desc = Signal(descriptor_layout(cfg))
         error = Signal(ErrorCode)
 
-        # -- offsets -> bag lengths, with the CSR checks
-        offs = dp.off_reader.words
-        first = Signal()
-        prev = Signal(32)
-        table = Signal(range(n_tables))
-        bags_seen = Signal(24)
-        length = offs.payload - prev
-        bag_error = Signal(ErrorCode)
-        with m.If(first):
-            with m.If(offs.payload != 0):
-                m.d.comb += bag_error.eq(ErrorCode.BAD_OFFSETS)
-        with m.Elif((offs.payload < prev) | (offs.payload > desc.n_indices)):
-            # Every offset is checked against n_indices, not just the last: a bag
-            # reaching past the indices would wait forever for words never read.
-            m.d.comb += bag_error.eq(ErrorCode.BAD_OFFSETS)
-        with m.Elif(length > cfg.max_pooling):
-            m.d.comb += bag_error.eq(ErrorCode.POOLING)
-        with m.Elif((bags_seen == desc.n_bags - 1) & (offs.payload != desc.n_indices)):
-            m.d.comb += bag_error.eq(ErrorCode.BAD_OFFSETS)
-        emit_ok = bag_error == ErrorCode.NONE
-        m.d.comb += [
-            dp.bags.valid.eq(offs.valid & ~first & emit_ok & (error == ErrorCode.NONE)),
-            dp.bags.payload.table.eq(table),
-            dp.bags.payload.length.eq(length),
-            offs.ready.eq((first | dp.bags.ready) & (error == ErrorCode.NONE)),
-        ]
-        with m.If(offs.valid & offs.ready):
-            m.d.sync += [prev.eq(offs.payload), first.eq(0)]
-            with m.If(~first):
-                m.d.sync += [bags_seen.eq(bags_seen + 1),
-                             table.eq(Mux(table == n_tables - 1, 0, table + 1))]
+        # -- offsets -> bags, checked as they stream in
+        m.submodules.bags = bags = BagSequencer(cfg)
+        m.d.comb += [bags.n_bags.eq(desc.n_bags), bags.n_indices.eq(desc.n_indices)]
+        wiring.connect(m, dp.off_reader.words, bags.offsets)
+        wiring.connect(m, bags.bags, dp.gather.bags)
 
         # -- sequencing
         abort = Signal()
@@ -171,8 +144,8 @@ class LookupEngine(wiring.Component):
         # writer discards what it pools), so PMEM's shared read queue never blocks.
 
         found = Signal(ErrorCode)
-        with m.If(offs.valid & (error == ErrorCode.NONE) & (bag_error != ErrorCode.NONE)):
-            m.d.comb += found.eq(bag_error)
+        with m.If(bags.error != ErrorCode.NONE):
+            m.d.comb += found.eq(bags.error)
         with m.Elif(dp.gather.range_error):
             m.d.comb += found.eq(ErrorCode.ROW_RANGE)
         with m.Elif(dp.off_reader.error | dp.idx_reader.error):
@@ -199,8 +172,7 @@ class LookupEngine(wiring.Component):
                 m.next = "START"
             with m.State("START"):
                 m.d.comb += [dp.off_reader.start.eq(1), dp.idx_reader.start.eq(1),
-                             dp.writer.start.eq(1), self.busy.eq(1)]
-                m.d.sync += [first.eq(1), prev.eq(0), table.eq(0), bags_seen.eq(0)]
+                             dp.writer.start.eq(1), bags.start.eq(1), self.busy.eq(1)]
                 m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += self.busy.eq(1)

@@ -1,0 +1,87 @@
+"""Turns a batch's CSR offsets into one (table, length) per bag, checking them on the way."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.descriptor import ErrorCode
+
+__all__ = ["bag_layout", "BagSequencer"]
+
+
+def bag_layout(config):
+    return data.StructLayout({
+        "table": range(config.n_tables),
+        "length": range(config.max_pooling + 1),
+    })
+
+
+class BagSequencer(wiring.Component):
+    """Offsets ``o[0..n_bags]`` in, bag ``k`` = ``(k % tables, o[k+1] - o[k])`` out.
+
+    Every offset is checked as it arrives: ``o[0]`` must be 0; offsets never
+    decrease and never exceed ``n_indices``; the last one equals ``n_indices``;
+    no bag is longer than ``max_pooling``. A failing offset is not consumed and
+    ``error`` names the failure while it is at the head.
+
+    Members
+    -------
+    start : In(1)
+        Pulse before a batch: the next offset is ``o[0]``.
+    n_bags : In(24), n_indices : In(32)
+        Of the current batch; stable while it runs.
+    offsets : In(stream.Signature(32))
+    bags : Out(stream.Signature(bag_layout))
+    error : Out(ErrorCode)
+    """
+
+    def __init__(self, config):
+        self._config = config
+        super().__init__({
+            "start": In(1),
+            "n_bags": In(24),
+            "n_indices": In(32),
+            "offsets": In(stream.Signature(32)),
+            "bags": Out(stream.Signature(bag_layout(config))),
+            "error": Out(ErrorCode),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        n_tables = cfg.n_tables
+        offs = self.offsets
+
+        first = Signal()
+        prev = Signal(32)
+        table = Signal(range(n_tables))
+        seen = Signal(24)
+        length = offs.payload - prev
+        check = Signal(ErrorCode)
+        with m.If(first):
+            with m.If(offs.payload != 0):
+                m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
+        with m.Elif((offs.payload < prev) | (offs.payload > self.n_indices)):
+            # Every offset is checked against n_indices, not just the last: a bag
+            # reaching past the indices would wait forever for words never read.
+            m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
+        with m.Elif(length > cfg.max_pooling):
+            m.d.comb += check.eq(ErrorCode.POOLING)
+        with m.Elif((seen == self.n_bags - 1) & (offs.payload != self.n_indices)):
+            m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
+        ok = check == ErrorCode.NONE
+        m.d.comb += [
+            self.error.eq(Mux(offs.valid, check, ErrorCode.NONE)),
+            self.bags.valid.eq(offs.valid & ~first & ok),
+            self.bags.payload.table.eq(table),
+            self.bags.payload.length.eq(length),
+            offs.ready.eq(ok & (first | self.bags.ready)),
+        ]
+        with m.If(offs.valid & offs.ready):
+            m.d.sync += [prev.eq(offs.payload), first.eq(0)]
+            with m.If(~first):
+                m.d.sync += [seen.eq(seen + 1),
+                             table.eq(Mux(table == n_tables - 1, 0, table + 1))]
+        with m.If(self.start):
+            m.d.sync += [first.eq(1), prev.eq(0), table.eq(0), seen.eq(0)]
+        return m
