@@ -1,0 +1,269 @@
+"""The update engine: scatter the per-bag gradient deltas into the embedding rows in PMEM."""
+
+from amaranth import *
+from amaranth.hdl import ResetInserter
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.host.config import LINE_BITS
+from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+from ..common.line_port import LinePortSignature
+from ..cxl.messages import ADDR_BITS
+from .bags import BagSequencer, bag_layout
+from .host_reader import HostLineReader, HostWordReader
+from .rmw import RmwUnit, rmw_layout
+
+__all__ = ["RowScatter", "UpdateEngine"]
+
+
+class RowScatter(wiring.Component):
+    """Pairs every row of every bag with its bag's delta: one RMW request per row line.
+
+    For each bag it takes ``lines_per_row`` delta lines (also for an empty
+    bag, whose deltas are skipped), then for each index ``lines_per_row``
+    requests ``(table_base[t] + row * lines_per_row + j, delta line j)``. An
+    index outside its table sets ``range_error`` and stops the scatter.
+
+    Members
+    -------
+    bags : In(stream.Signature(bag_layout))
+    indices : In(stream.Signature(32))
+    deltas : In(stream.Signature(LINE_BITS))
+    requests : Out(stream.Signature(rmw_layout))
+    stop : In(1)
+    range_error : Out(1)
+    bags_done : Out(24)
+        Bags whose every request has been issued.
+    """
+
+    def __init__(self, config):
+        self._config = config
+        super().__init__({
+            "bags": In(stream.Signature(bag_layout(config))),
+            "indices": In(stream.Signature(32)),
+            "deltas": In(stream.Signature(LINE_BITS)),
+            "requests": Out(stream.Signature(rmw_layout(config))),
+            "stop": In(1),
+            "range_error": Out(1),
+            "bags_done": Out(24),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        lpr = cfg.lines_per_row
+        abits = cfg.media_addr_bits
+        base = Array(Const(b, abits) for b in cfg.table_base)
+        rows = Array(Const(r, 25) for r in cfg.tables)
+
+        have_bag = Signal()
+        table = Signal(range(cfg.n_tables))
+        left = Signal(range(cfg.max_pooling + 1))
+        loaded = Signal(range(lpr + 1))
+        dbuf = Array(Signal(LINE_BITS, name=f"delta{j}") for j in range(lpr))
+        row_valid = Signal()
+        row_addr = Signal(abits)
+        j = Signal(range(lpr))
+        offered = Signal()
+
+        # Bags, then their delta lines.
+        m.d.comb += self.bags.ready.eq(~have_bag & ~self.stop)
+        with m.If(self.bags.valid & self.bags.ready):
+            m.d.sync += [have_bag.eq(1), table.eq(self.bags.payload.table),
+                         left.eq(self.bags.payload.length), loaded.eq(0)]
+        m.d.comb += self.deltas.ready.eq(have_bag & (loaded != lpr))
+        with m.If(self.deltas.valid & self.deltas.ready):
+            m.d.sync += loaded.eq(loaded + 1)
+            for k in range(lpr):
+                with m.If(loaded == k):
+                    m.d.sync += dbuf[k].eq(self.deltas.payload)
+        ready_rows = have_bag & (loaded == lpr)
+
+        # Requests of the current row, one line per cycle.
+        last_line = j == lpr - 1
+        m.d.comb += [
+            self.requests.valid.eq(row_valid & (~self.stop | offered)),
+            self.requests.payload.addr.eq(row_addr + j),
+            self.requests.payload.delta.eq(dbuf[j] if lpr > 1 else dbuf[0]),
+        ]
+        m.d.sync += offered.eq(self.requests.valid & ~self.requests.ready)
+        sent = self.requests.valid & self.requests.ready
+        row_done = sent & last_line
+
+        # The next index may come in the cycle the current row finishes.
+        idx = self.indices.payload
+        m.d.comb += self.indices.ready.eq(ready_rows & (left != 0) & (~row_valid | row_done)
+                                          & ~self.range_error & ~self.stop)
+        took = self.indices.valid & self.indices.ready
+        in_range = idx < rows[table]
+        with m.If(sent):
+            m.d.sync += j.eq(Mux(last_line, 0, j + 1))
+        with m.If(row_done):
+            m.d.sync += row_valid.eq(0)
+        with m.If(took):
+            with m.If(in_range):
+                m.d.sync += [row_valid.eq(1), row_addr.eq(base[table] + idx[:abits] * lpr),
+                             left.eq(left - 1)]
+            with m.Else():
+                m.d.sync += self.range_error.eq(1)
+        # A bag ends when its last row has been sent (or at once when empty).
+        bag_end = ready_rows & (left == 0) & (~row_valid | row_done)
+        with m.If(bag_end):
+            m.d.sync += [have_bag.eq(0), self.bags_done.eq(self.bags_done + 1)]
+        return m
+
+
+class _Datapath(Elaboratable):
+    def __init__(self, config):
+        self.off_reader = HostWordReader(window=config.host_window, count_bits=25)
+        self.idx_reader = HostWordReader(window=config.host_window, count_bits=32)
+        self.delta_reader = HostLineReader(window=config.host_window, count_bits=28)
+        self.bags = BagSequencer(config)
+        self.scatter = RowScatter(config)
+        self.rmw = RmwUnit(config)
+
+    def elaborate(self, platform):
+        m = Module()
+        for name in ("off_reader", "idx_reader", "delta_reader", "bags", "scatter", "rmw"):
+            m.submodules[name] = getattr(self, name)
+        wiring.connect(m, self.off_reader.words, self.bags.offsets)
+        wiring.connect(m, self.bags.bags, self.scatter.bags)
+        wiring.connect(m, self.idx_reader.words, self.scatter.indices)
+        wiring.connect(m, self.delta_reader.lines, self.scatter.deltas)
+        wiring.connect(m, self.scatter.requests, self.rmw.requests)
+        return m
+
+
+class UpdateEngine(wiring.Component):
+    """Runs ``UPDATE`` descriptors (DESIGN section 5).
+
+    The batch is the same CSR form as for ``LOOKUP``; ``vec_addr`` points at
+    the per-bag deltas (``n_bags * lines_per_row`` lines, bag ``k`` at
+    ``vec_addr + k * lines_per_row``), already scaled by the learning rate and
+    in the embedding fixed point (see :mod:`trainingcxl.host.dlrm`). Every row
+    of bag ``k`` becomes ``row - delta_k``, lane by lane, wrapping; a row in
+    several bags, or several times in one, gets every contribution (the RMW
+    unit orders or forwards them). The descriptor completes when every write
+    is persistent.
+
+    A failed check (offsets, pooling, row range, poisoned host data) stops
+    the descriptor like a lookup; rows already written stay written (rolling
+    them back is the undo log's job).
+
+    Members
+    -------
+    desc : In(stream.Signature(descriptor_layout))
+    done : Out(stream.Signature(completion_layout))
+    pmem_rd, pmem_wr : Out(LinePortSignature)
+    off_mem, idx_mem, delta_mem : Out(LinePortSignature)
+    busy : Out(1)
+    busy_cycles, lines, forwarded : Out(32)
+    """
+
+    def __init__(self, config):
+        self._config = config
+        host_sig = LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)
+        pmem_sig = LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=16)
+        super().__init__({
+            "desc": In(stream.Signature(descriptor_layout(config))),
+            "done": Out(stream.Signature(completion_layout)),
+            "pmem_rd": Out(pmem_sig),
+            "pmem_wr": Out(pmem_sig),
+            "off_mem": Out(host_sig),
+            "idx_mem": Out(host_sig),
+            "delta_mem": Out(host_sig),
+            "busy": Out(1),
+            "busy_cycles": Out(32),
+            "lines": Out(32),
+            "forwarded": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+
+        clear = Signal()
+        dp = _Datapath(cfg)
+        m.submodules.datapath = ResetInserter(clear)(dp)
+        wiring.connect(m, dp.off_reader.mem, wiring.flipped(self.off_mem))
+        wiring.connect(m, dp.idx_reader.mem, wiring.flipped(self.idx_mem))
+        wiring.connect(m, dp.delta_reader.mem, wiring.flipped(self.delta_mem))
+        wiring.connect(m, dp.rmw.pmem_rd, wiring.flipped(self.pmem_rd))
+        wiring.connect(m, dp.rmw.pmem_wr, wiring.flipped(self.pmem_wr))
+
+        desc = Signal(descriptor_layout(cfg))
+        error = Signal(ErrorCode)
+        abort = Signal()
+        m.d.comb += [
+            dp.bags.n_bags.eq(desc.n_bags), dp.bags.n_indices.eq(desc.n_indices),
+            dp.off_reader.addr.eq(desc.off_addr), dp.off_reader.count.eq(desc.n_bags + 1),
+            dp.idx_reader.addr.eq(desc.idx_addr), dp.idx_reader.count.eq(desc.n_indices),
+            dp.delta_reader.addr.eq(desc.vec_addr),
+            dp.delta_reader.count.eq(desc.n_bags * cfg.lines_per_row),
+            dp.off_reader.stop.eq(abort), dp.idx_reader.stop.eq(abort),
+            dp.delta_reader.stop.eq(abort), dp.scatter.stop.eq(abort),
+            self.done.payload.batch.eq(desc.batch),
+            self.done.payload.op.eq(desc.op),
+            self.done.payload.error.eq(error),
+        ]
+
+        found = Signal(ErrorCode)
+        with m.If(dp.bags.error != ErrorCode.NONE):
+            m.d.comb += found.eq(dp.bags.error)
+        with m.Elif(dp.scatter.range_error):
+            m.d.comb += found.eq(ErrorCode.ROW_RANGE)
+        with m.Elif(dp.off_reader.error | dp.idx_reader.error | dp.delta_reader.error):
+            m.d.comb += found.eq(ErrorCode.HOST_POISON)
+
+        readers_quiet = ((dp.off_reader.outstanding == 0) & (dp.idx_reader.outstanding == 0)
+                         & (dp.delta_reader.outstanding == 0) & ~dp.off_reader.mem.req.valid
+                         & ~dp.idx_reader.mem.req.valid & ~dp.delta_reader.mem.req.valid)
+        rmw_quiet = dp.rmw.idle & ~dp.scatter.requests.valid
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.desc.ready.eq(1)
+                with m.If(self.desc.valid):
+                    m.d.sync += [desc.eq(self.desc.payload), error.eq(ErrorCode.NONE)]
+                    with m.If(self.desc.payload.op != Op.UPDATE):
+                        m.d.sync += error.eq(ErrorCode.BAD_OP)
+                        m.next = "COMPLETE"
+                    with m.Elif((self.desc.payload.n_bags == 0)
+                                | (self.desc.payload.n_bags > cfg.max_bags)):
+                        m.d.sync += error.eq(ErrorCode.BAD_SIZE)
+                        m.next = "COMPLETE"
+                    with m.Else():
+                        m.next = "CLEAR"
+            with m.State("CLEAR"):
+                m.d.comb += [clear.eq(1), self.busy.eq(1)]
+                m.next = "START"
+            with m.State("START"):
+                m.d.comb += [dp.off_reader.start.eq(1), dp.idx_reader.start.eq(1),
+                             dp.delta_reader.start.eq(1), dp.bags.start.eq(1), self.busy.eq(1)]
+                m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(found != ErrorCode.NONE):
+                    m.d.sync += error.eq(found)
+                    m.next = "ABORT"
+                with m.Elif((dp.scatter.bags_done == desc.n_bags) & rmw_quiet):
+                    m.next = "COMPLETE"
+            with m.State("ABORT"):
+                # Requests already accepted by the RMW unit finish; nothing new starts.
+                m.d.comb += [self.busy.eq(1), abort.eq(1)]
+                with m.If(readers_quiet & rmw_quiet):
+                    m.next = "FLUSH"
+            with m.State("FLUSH"):
+                m.d.comb += [clear.eq(1), abort.eq(1), self.busy.eq(1)]
+                m.next = "COMPLETE"
+            with m.State("COMPLETE"):
+                m.d.comb += [self.done.valid.eq(1), self.busy.eq(1)]
+                with m.If(self.done.ready):
+                    m.next = "IDLE"
+
+        m.d.sync += [
+            self.busy_cycles.eq(self.busy_cycles + self.busy),
+            self.lines.eq(self.lines + (dp.rmw.pmem_wr.req.valid & dp.rmw.pmem_wr.req.ready)),
+            self.forwarded.eq(self.forwarded + dp.rmw.forward_event),
+        ]
+        return m
