@@ -44,6 +44,9 @@ class Reg(enum.IntEnum):
     CACHE_WRITES = 0x20     # RO  host lines written over CXL.cache
     MEM_ERRORS = 0x21       # RO  CXL.mem requests refused
     MEM_LAST_ERROR = 0x22   # RO  kind | tag << 8 | line address << 24 of the last refusal
+    UPDATE_BUSY = 0x23      # RO  cycles the update engine was busy
+    UPDATE_LINES = 0x24     # RO  PMEM lines the update engine rewrote
+    UPDATE_FORWARDED = 0x25  # RO of those, lines that took a forwarded value (a hazard resolved on chip)
     IRQ_ACK = 0x28          # RW  completions the host has seen; ``irq`` is high while COMPLETED differs
 
 
@@ -91,7 +94,8 @@ class ControlWindow(wiring.Component):
 
     COUNTERS = (Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS, Reg.LOOKUP_OVERFLOWS,
                 Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS, Reg.CACHE_WRITES,
-                Reg.MEM_ERRORS, Reg.MEM_LAST_ERROR)
+                Reg.MEM_ERRORS, Reg.MEM_LAST_ERROR, Reg.UPDATE_BUSY, Reg.UPDATE_LINES,
+                Reg.UPDATE_FORWARDED)
 
     def __init__(self, config):
         self._config = config

@@ -6,10 +6,12 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .compute.lookup import LookupEngine
+from .compute.update import UpdateEngine
 from .control import ControlBusSignature, ControlWindow, Reg
 from .cxl.cache_agent import CacheAgent
 from .cxl.mem_target import CxlMemTarget
 from .cxl.messages import CxlCacheSignature, CxlMemSignature
+from .dispatch import Dispatcher
 from .pmem.controller import PmemController
 
 __all__ = ["Device"]
@@ -20,13 +22,14 @@ class Device(wiring.Component):
 
     ::
 
-        host --CXL.mem--> CxlMemTarget ---port0--+
-                                                 +--> PmemController (media)
-        control --> ControlWindow --desc-->      |
-                    LookupEngine ----port1-------+
-                         |  off/idx/out
+        host --CXL.mem--> CxlMemTarget --------port0--+
+                                                      +--> PmemController (media)
+        control --> ControlWindow --> Dispatcher      |
+                    LookupEngine -------------port1---+
+                    UpdateEngine -------port2 (rd), 3 (wr)
+                         |  offsets, indices, vectors
                          v
-        host <--CXL.cache-- CacheAgent
+        host <--CXL.cache-- CacheAgent (6 ports)
 
     ``power_fail`` resets every register of the device (engines, queues, the
     PMEM write-pending queue, counters); only the PMEM media keeps its contents.
@@ -59,10 +62,12 @@ class Device(wiring.Component):
         m = Module()
         cfg = self._config
 
-        m.submodules.pmem = pmem = PmemController(cfg, n_ports=2)
+        m.submodules.pmem = pmem = PmemController(cfg, n_ports=4)
         m.submodules.mem_target = target = CxlMemTarget(cfg)
-        m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=3)
+        m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=6)
         m.submodules.lookup = lookup = LookupEngine(cfg)
+        m.submodules.update = update = UpdateEngine(cfg)
+        m.submodules.dispatch = dispatch = Dispatcher(cfg)
         m.submodules.control = control = ControlWindow(cfg)
 
         wiring.connect(m, wiring.flipped(self.cxl_mem), target.cxl)
@@ -70,15 +75,27 @@ class Device(wiring.Component):
         wiring.connect(m, wiring.flipped(self.control), control.bus)
         wiring.connect(m, target.pmem, pmem.port0)
         wiring.connect(m, lookup.pmem, pmem.port1)
+        wiring.connect(m, update.pmem_rd, pmem.port2)
+        wiring.connect(m, update.pmem_wr, pmem.port3)
         wiring.connect(m, lookup.off_mem, agent.port0)
         wiring.connect(m, lookup.idx_mem, agent.port1)
         wiring.connect(m, lookup.out_mem, agent.port2)
-        wiring.connect(m, control.desc, lookup.desc)
-        wiring.connect(m, lookup.done, control.done)
+        wiring.connect(m, update.off_mem, agent.port3)
+        wiring.connect(m, update.idx_mem, agent.port4)
+        wiring.connect(m, update.delta_mem, agent.port5)
+        wiring.connect(m, control.desc, dispatch.desc)
+        wiring.connect(m, dispatch.lookup, lookup.desc)
+        wiring.connect(m, dispatch.update, update.desc)
+        wiring.connect(m, lookup.done, dispatch.lookup_done)
+        wiring.connect(m, update.done, dispatch.update_done)
+        wiring.connect(m, dispatch.done, control.done)
         m.d.comb += [
             pmem.power_fail.eq(self.power_fail),
             self.irq.eq(control.irq),
-            control.busy.eq(lookup.busy),
+            control.busy.eq(dispatch.busy | lookup.busy | update.busy),
+            control.counter(Reg.UPDATE_BUSY).eq(update.busy_cycles),
+            control.counter(Reg.UPDATE_LINES).eq(update.lines),
+            control.counter(Reg.UPDATE_FORWARDED).eq(update.forwarded),
             control.counter(Reg.LOOKUP_BUSY).eq(lookup.busy_cycles),
             control.counter(Reg.LOOKUP_LINES).eq(lookup.lines),
             control.counter(Reg.LOOKUP_BAGS).eq(lookup.bags),

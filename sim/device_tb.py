@@ -47,8 +47,8 @@ class DeviceTB:
     """Owns the clock and the host-side models of one simulated device.
 
     Host memory for descriptors sits at host line ``HOST_BASE``: indices, then
-    offsets, then the pooled vectors, each region sized for the largest batch
-    the configuration allows.
+    offsets, then the pooled vectors, then the update deltas, each region
+    sized for the largest batch the configuration allows.
     """
 
     HOST_BASE = 0x40000             # byte address 16 MiB
@@ -67,6 +67,7 @@ class DeviceTB:
         self.idx_line = self.HOST_BASE
         self.off_line = self.idx_line + idx_lines
         self.out_line = self.off_line + off_lines
+        self.delta_line = self.out_line + out_lines
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
         # Host memory answers after the link's round trip plus some jitter
         # (so answers overtake each other), unless told otherwise.
@@ -74,7 +75,7 @@ class DeviceTB:
             rtt = 2 * cfg.link.latency
             host_delay = (max(1, rtt), rtt + 16)
         self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE,
-                               lines=idx_lines + off_lines + out_lines,
+                               lines=idx_lines + off_lines + 2 * out_lines,
                                period_ns=PERIOD_NS, delay=host_delay, seed=seed,
                                pause=backpressure)
         self.ctl = ControlDriver(dut, dut.clk)
@@ -179,10 +180,27 @@ class DeviceTB:
         pooled = self.host.read_array(self.out_line * LINE_BYTES, n_bags * cfg.dim, np.int32)
         return LookupResult(pooled.reshape(n_bags, cfg.dim), error, cycles)
 
+    async def update(self, batch_id, indices, offsets, deltas):
+        """Run one UPDATE with ``deltas`` (n_bags, dim) int32; returns ``(error, cycles)``."""
+        self.host.write_array(self.idx_line * LINE_BYTES, np.asarray(indices, np.uint32))
+        self.host.write_array(self.off_line * LINE_BYTES, np.asarray(offsets, np.uint32))
+        self.host.write_array(self.delta_line * LINE_BYTES, np.asarray(deltas, np.int32))
+        before = await self.ctl.read(Reg.COMPLETED)
+        t0 = await self.cycles()
+        await self.submit(Op.UPDATE, batch_id, n_bags=len(offsets) - 1, n_indices=len(indices),
+                          idx_addr=self.idx_line * LINE_BYTES, off_addr=self.off_line * LINE_BYTES,
+                          vec_addr=self.delta_line * LINE_BYTES)
+        await self.wait_completed(before + 1)
+        cycles = await self.cycles() - t0
+        last = await self.ctl.read(Reg.LAST_DONE)
+        assert last & 0xFFFFFFFF == batch_id & 0xFFFFFFFF, f"completion for batch {last & 0xFFFFFFFF}"
+        return ErrorCode(last >> 40 & 0xFF), cycles
+
     async def counters(self):
         regs = [Reg.CYCLES, Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS,
                 Reg.LOOKUP_OVERFLOWS, Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS,
-                Reg.CACHE_WRITES, Reg.MEM_ERRORS]
+                Reg.CACHE_WRITES, Reg.MEM_ERRORS, Reg.UPDATE_BUSY, Reg.UPDATE_LINES,
+                Reg.UPDATE_FORWARDED]
         return {r.name.lower(): await self.ctl.read(r) for r in regs}
 
     def check_models(self):

@@ -48,3 +48,8 @@ def test_lookup_refuses_bad_descriptors(sim):
 
 def test_stream_monitor_flags_protocol_breaches(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_stream_monitor_flags_protocol_breaches")
+
+
+def test_update(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_update_matches_golden",
+              args={"seed": 3, "batches": 2, "batch_size": 4})

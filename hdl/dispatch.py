@@ -1,0 +1,73 @@
+"""Hands descriptors to the engine that runs them, one at a time, in submission order."""
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+
+__all__ = ["Dispatcher"]
+
+
+class Dispatcher(wiring.Component):
+    """Routes ``LOOKUP`` to the lookup engine and ``UPDATE`` to the update engine.
+
+    The next descriptor starts only after the previous one completed, so a
+    batch's update never races its lookup (strict order). Operations no
+    engine implements complete at once with ``BAD_OP``.
+
+    Members
+    -------
+    desc : In(stream.Signature(descriptor_layout))
+    lookup, update : Out(stream.Signature(descriptor_layout))
+    lookup_done, update_done : In(stream.Signature(completion_layout))
+    done : Out(stream.Signature(completion_layout))
+    busy : Out(1)
+    """
+
+    def __init__(self, config):
+        desc = stream.Signature(descriptor_layout(config))
+        done = stream.Signature(completion_layout)
+        super().__init__({
+            "desc": In(desc),
+            "lookup": Out(desc),
+            "update": Out(desc),
+            "lookup_done": In(done),
+            "update_done": In(done),
+            "done": Out(done),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        d = self.desc.payload
+        for out in (self.lookup, self.update):
+            m.d.comb += out.payload.eq(d)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.desc.valid):
+                    with m.Switch(d.op):
+                        with m.Case(Op.LOOKUP):
+                            m.d.comb += [self.lookup.valid.eq(1), self.desc.ready.eq(self.lookup.ready)]
+                            with m.If(self.lookup.ready):
+                                m.next = "LOOKUP"
+                        with m.Case(Op.UPDATE):
+                            m.d.comb += [self.update.valid.eq(1), self.desc.ready.eq(self.update.ready)]
+                            with m.If(self.update.ready):
+                                m.next = "UPDATE"
+                        with m.Default():
+                            m.d.comb += [
+                                self.done.valid.eq(1),
+                                self.done.payload.batch.eq(d.batch),
+                                self.done.payload.op.eq(d.op),
+                                self.done.payload.error.eq(ErrorCode.BAD_OP),
+                                self.desc.ready.eq(self.done.ready),
+                            ]
+            for name, source in (("LOOKUP", self.lookup_done), ("UPDATE", self.update_done)):
+                with m.State(name):
+                    m.d.comb += self.busy.eq(1)
+                    wiring.connect(m, wiring.flipped(source), wiring.flipped(self.done))
+                    with m.If(source.valid & source.ready):
+                        m.next = "IDLE"
+        return m
