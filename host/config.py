@@ -168,11 +168,12 @@ class GpuTiming:
 
     Defaults: an NVIDIA V100 (15.7 TFLOP/s FP32, 900 GB/s HBM2; NVIDIA V100
     datasheet) at 25% of peak compute and 50% of peak bandwidth, as small-batch
-    MLPs reach, expressed per 4 ns device cycle; 5 us per kernel launch.
+    MLPs reach, expressed per 4 ns device cycle; 2 us per kernel launch (launches
+    replayed from a CUDA graph; a plain launch costs about 5 us).
     """
     flops_per_cycle: int = 15_700
     bytes_per_cycle: int = 1_800
-    launch_cycles: int = 1_250
+    launch_cycles: int = 500
 
     def __post_init__(self):
         for name in ("flops_per_cycle", "bytes_per_cycle"):

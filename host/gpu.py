@@ -1,0 +1,47 @@
+"""Cycle cost of the GPU's share of a training step (the dense MLPs)."""
+
+from dataclasses import dataclass
+
+__all__ = ["GpuCost", "step_cost"]
+
+
+@dataclass(frozen=True)
+class GpuCost:
+    flops: int
+    bytes: int
+    kernels: int
+    cycles: int
+
+
+def _mlp_widths(config):
+    shape = config.model
+    n_vec = config.n_tables + 1
+    bottom = (shape.dense_features, *shape.bottom_hidden, config.dim)
+    top = (config.dim + n_vec * (n_vec - 1) // 2, *shape.top_hidden, 1)
+    return [(i, o) for i, o in zip(bottom, bottom[1:])] + [(i, o) for i, o in zip(top, top[1:])]
+
+
+def step_cost(config, batch_size):
+    """Cost of forward, backward and SGD of the dense part for one batch.
+
+    Per layer of ``i`` inputs and ``o`` outputs: ``2*B*i*o`` FLOPs forward and
+    twice that backward (input and weight gradients), three kernels; the
+    interaction costs ``2*B*(T+1)**2*dim`` FLOPs each way; the loss and the
+    optimiser one kernel each. Memory traffic: every parameter read, its
+    gradient written and read, the parameter written (16 bytes each), plus
+    each activation written forward and read backward (8 bytes each). Cycles
+    are ``launches + FLOPs / flops_per_cycle + bytes / bytes_per_cycle`` with
+    the :class:`~trainingcxl.host.config.GpuTiming` of ``config``.
+    """
+    b = batch_size
+    layers = _mlp_widths(config)
+    n_vec = config.n_tables + 1
+    flops = sum(6 * b * i * o for i, o in layers) + 4 * b * n_vec * n_vec * config.dim
+    params = sum(i * o + o for i, o in layers)
+    activations = b * (sum(o for _, o in layers) + n_vec * config.dim)
+    nbytes = 16 * params + 8 * activations
+    kernels = 3 * len(layers) + 4
+    t = config.gpu
+    cycles = (kernels * t.launch_cycles + -(-flops // t.flops_per_cycle)
+              + -(-nbytes // t.bytes_per_cycle))
+    return GpuCost(flops=flops, bytes=nbytes, kernels=kernels, cycles=cycles)
