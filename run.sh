@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the project needs, then runs it.
 #
-#   ./run.sh demo [ARGS...]    the main job (options: `./run.sh cli lookup-demo --help`)
+#   ./run.sh demo [ARGS...]    the main job: DLRM training on the simulated device
+#                              (options: `./run.sh cli train --help`)
 #   ./run.sh test [ARGS...]    the whole test suite (ARGS go to pytest)
 #   ./run.sh cli  [ARGS...]    any `trainingcxl` command inside the environment
 #
@@ -40,7 +41,7 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     demo)
-        exec "$VENV/bin/trainingcxl" lookup-demo "$@" ;;
+        exec "$VENV/bin/trainingcxl" train "$@" ;;
     test)
         status=0
         "$VENV/bin/python" -m pytest "$@" || status=$?
@@ -52,6 +53,6 @@ case "$cmd" in
     cli)
         exec "$VENV/bin/trainingcxl" "$@" ;;
     *)
-        sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
         exit 2 ;;
 esac

@@ -169,6 +169,99 @@ def cmd_bench_lookup(args):
     return 0 if result["golden_match"] else 1
 
 
+def _plot_losses(record, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = range(1, len(record["loss"]) + 1)
+    ax.plot(x, record["loss"], label="device (fixed-point embeddings)", lw=1.5)
+    ax.plot(x, record["loss_ref"], label="float32 reference", lw=1, ls="--")
+    ax.set_xlabel("batch")
+    ax.set_ylabel("binary cross-entropy")
+    ax.set_title("trainingcxl: DLRM training on the RTL")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def cmd_train(args):
+    from trainingcxl.sim.runner import BenchFailure, run_bench
+    cfg = args.config
+    if args.batch_size is None:
+        args.batch_size = cfg.model.batch_size
+    if args.batch_size * cfg.n_tables > cfg.max_bags:
+        raise SystemExit(f"error: --batch-size {args.batch_size} x {cfg.n_tables} tables exceeds "
+                         f"the configuration's max_bags ({cfg.max_bags})")
+    if args.data != "synthetic":
+        from .criteo import CriteoDataset, CriteoFormatError
+        try:     # fail here, before any build, on a bad file or a mismatched configuration
+            ds = CriteoDataset(cfg, args.data, batch_size=args.batch_size, on_error=args.on_bad_lines)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {e}")
+        if ds.skipped:
+            print(f"note: skipped {ds.skipped} malformed lines of {args.data}, first: {ds.problems[0]}",
+                  file=sys.stderr)
+    print(f"trainingcxl train: {args.batches} batches of {args.batch_size} samples, "
+          f"{cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, on {args.sim}", flush=True)
+    job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
+           "data": str(Path(args.data).resolve()) if args.data != "synthetic" else "synthetic",
+           "on_bad_lines": args.on_bad_lines, "check_every": args.check_every}
+    if args.dump:
+        job["dump"] = str(Path(args.dump).resolve())
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="trainingcxl-train-") as tmp:
+        out = Path(tmp) / "train.json"
+        try:
+            run_bench(args.sim, cfg, "trainingcxl.sim.job_train", args={**job, "out": str(out)},
+                      quiet=True, results_name=f"train-{args.sim}",
+                      log=lambda text: print(text, file=sys.stderr, flush=True))
+        except BenchFailure as e:
+            if not out.exists():
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+        rec = json.loads(out.read_text())
+    rec.update({"sim": args.sim, "config": cfg.to_dict(), "data": args.data,
+                "wall_s": time.monotonic() - t0})
+    first = sum(rec["loss"][:10]) / len(rec["loss"][:10])
+    gap = abs(rec["final_loss"] - rec["final_loss_ref"]) / rec["final_loss_ref"]
+    print()
+    print(f"  loss               {first:.4f} over the first batches -> {rec['final_loss']:.4f} "
+          f"over the last (float32 reference {rec['final_loss_ref']:.4f}, {100 * gap:.2f}% apart)")
+    print(f"  cycles             {rec['cycles']:,} in all, "
+          f"{rec['cycles'] // max(1, rec['batches']):,} per batch "
+          f"(GPU model {rec['gpu_cycles_per_batch']:,} per batch)")
+    checked = ", ".join(str(c["batch"] + 1) for c in rec["checks"])
+    print(f"  golden model       {'bit-exact' if rec['golden_match'] else 'MISMATCH'}: pooled vectors "
+          f"of every batch, tables after batches {checked}")
+    c = rec["counters"]
+    print(f"  device             {c['lookup_lines']:,} PMEM lines gathered, {c['update_lines']:,} "
+          f"rewritten ({c['update_forwarded']:,} forwarded on chip)")
+    print(f"  wall time          {rec['wall_s']:.1f} s")
+    if args.plot:
+        _plot_losses(rec, args.plot)
+        print(f"  plot               {args.plot}")
+    if args.dump:
+        print(f"  dump               {args.dump} (tables.npz, mlp.npz, batches.npz)")
+    if args.json:
+        _write_json(args.json, rec)
+        print(f"  JSON               {args.json}")
+    return 0 if rec["golden_match"] else 1
+
+
+def cmd_make_criteo_sample(args):
+    from .criteo import write_sample
+    path = write_sample(args.output, lines=args.lines, seed=args.seed)
+    print(f"wrote {args.lines} Criteo-format lines to {path}")
+    return 0
+
+
 def cmd_config(args):
     print(json.dumps(args.config.to_dict(), indent=2))
     cfg = args.config
@@ -214,7 +307,8 @@ def build_parser():
         sp.add_argument("--batches", type=_positive, default=batches,
                         help=f"batches to run (default: {batches})")
         sp.add_argument("--batch-size", type=_positive, default=batch_size,
-                        help=f"samples per batch; each sample has one bag per table (default: {batch_size})")
+                        help="samples per batch; each sample has one bag per table (default: "
+                             + (f"{batch_size})" if batch_size else "the configuration's model.batch_size)"))
         sp.add_argument("--seed", type=_nonneg, default=0, help="workload and table seed (default: 0)")
         sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
 
@@ -242,6 +336,36 @@ def build_parser():
     config_option(sp, "bench")
     workload_options(sp, 2, 256)
     sp.set_defaults(func=cmd_bench_lookup, max_pooling=None)
+
+    sp = sub.add_parser("train", help="train DLRM on the simulated device against the golden model",
+                        description="Trains DLRM with the embedding tables in the simulated device's "
+                                    "PMEM: the device pools (LOOKUP) and updates (UPDATE) the "
+                                    "embeddings, a GPU model runs the MLPs and charges its cycles. "
+                                    "Every pooled vector, and the tables at regular checks, are "
+                                    "compared bit for bit with the golden model; a float32 reference "
+                                    "trains beside it.")
+    sp.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
+                    help="simulator (default: verilator; icarus is about 30x slower, use --config tiny)")
+    config_option(sp, "small")
+    workload_options(sp, 50, None)
+    sp.add_argument("--data", default="synthetic",
+                    help="'synthetic' (Zipf rows, a learnable signal) or a Criteo-format TSV file "
+                         "(default: synthetic)")
+    sp.add_argument("--on-bad-lines", choices=("raise", "skip"), default="raise",
+                    help="malformed TSV lines: stop with the line number, or skip and count them")
+    sp.add_argument("--check-every", type=_positive, default=10,
+                    help="read the tables back and compare them every N batches (and at the "
+                         "first and last; default: 10)")
+    sp.add_argument("--dump", metavar="DIR", help="write final tables, MLP parameters and the "
+                                                 "batches used as .npz files into DIR")
+    sp.add_argument("--plot", metavar="OUT.png", help="draw the loss curve, device vs float32")
+    sp.set_defaults(func=cmd_train)
+
+    sp = sub.add_parser("make-criteo-sample", help="write a small Criteo-format TSV with a learnable signal")
+    sp.add_argument("output", help="file to write")
+    sp.add_argument("--lines", type=_positive, default=4096, help="samples (default: 4096)")
+    sp.add_argument("--seed", type=_nonneg, default=0, help="seed (default: 0)")
+    sp.set_defaults(func=cmd_make_criteo_sample)
 
     sp = sub.add_parser("config", help="print a configuration as JSON")
     sp.add_argument("config", type=_config_arg, nargs="?", default=PRESETS["small"],

@@ -144,12 +144,15 @@ class ModelShape:
     output meets the embeddings in the dot-product interaction); the top MLP
     maps the interaction through them to one logit. The Criteo Kaggle DLRM
     (13-512-256-64-16 and 512-256-1) is ``bottom_hidden=(512, 256, 64)``,
-    ``top_hidden=(512, 256)``. ``lr`` is the SGD learning rate of every parameter.
+    ``top_hidden=(512, 256)``. ``lr`` is the SGD learning rate of every
+    parameter; ``batch_size`` the samples per batch a training run uses unless
+    told otherwise.
     """
     dense_features: int = 13
     bottom_hidden: tuple[int, ...] = (64,)
     top_hidden: tuple[int, ...] = (64,)
     lr: float = 0.1
+    batch_size: int = 32
 
     def __post_init__(self):
         _check(isinstance(self.dense_features, int) and self.dense_features >= 1,
@@ -160,6 +163,8 @@ class ModelShape:
                    f"model.{name} must be a tuple of layer widths, not {v!r}")
         _check(isinstance(self.lr, (int, float)) and 0 < self.lr <= 10,
                f"model.lr must be in (0, 10], not {self.lr!r}")
+        _check(isinstance(self.batch_size, int) and self.batch_size >= 1,
+               f"model.batch_size must be a positive integer, not {self.batch_size!r}")
 
 
 @dataclass(frozen=True)
@@ -367,11 +372,19 @@ class Config:
 
 
 #: Named configurations. ``tiny`` is small enough for Icarus; ``small`` is the
-#: default for demos; ``bench`` has enough rows to measure streaming bandwidth.
+#: default for demos and training; ``bench`` has enough rows to measure
+#: streaming bandwidth; ``kaggle-like`` has the shape of the Criteo Kaggle DLRM
+#: (13 dense features, 26 tables, dim 16, MLPs 13-512-256-64-16 and
+#: 512-256-1, SGD lr 0.1, batch 128) with every table capped at 512 rows so
+#: that it fits a simulation.
 PRESETS = {
-    "tiny": Config(tables=(32, 48), max_pooling=8, max_bags=256),
+    "tiny": Config(tables=(32, 48), max_pooling=8, max_bags=256,
+                   model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
     "small": Config(tables=(512, 256, 1024, 128), max_pooling=16, max_bags=2048),
     "bench": Config(tables=(1024,) * 4, max_pooling=32, max_bags=8192),
+    "kaggle-like": Config(tables=(512,) * 26, max_pooling=4, max_bags=4096,
+                          model=ModelShape(bottom_hidden=(512, 256, 64), top_hidden=(512, 256),
+                                           lr=0.1, batch_size=128)),
 }
 
 

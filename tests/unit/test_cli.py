@@ -33,3 +33,26 @@ def test_batch_too_large_for_the_configuration(tmp_path):
 def test_config_prints_json(capsys):
     assert main(["config", "tiny"]) == 0
     assert '"tables": [' in capsys.readouterr().out
+
+
+def test_train_refuses_a_bad_data_file_before_building(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("1\t2\n")
+    with pytest.raises(SystemExit, match="bad.tsv:1: 2 columns"):
+        main(["train", "--config", "tiny", "--data", str(bad)])
+    with pytest.raises(SystemExit, match="No such file"):
+        main(["train", "--config", "tiny", "--data", str(tmp_path / "missing.tsv")])
+
+
+def test_make_criteo_sample(tmp_path, capsys):
+    out = tmp_path / "s.tsv"
+    assert main(["make-criteo-sample", str(out), "--lines", "10"]) == 0
+    assert len(out.read_text().splitlines()) == 10
+    assert all(len(l.split("\t")) == 40 for l in out.read_text().splitlines())
+
+
+@pytest.mark.parametrize("command", [["train"], ["make-criteo-sample"]])
+def test_help_of_training_commands(command):
+    out = subprocess.run([sys.executable, "-m", "trainingcxl.host.cli", *command, "--help"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "usage: trainingcxl" in out.stdout
