@@ -262,6 +262,34 @@ def cmd_make_criteo_sample(args):
     return 0
 
 
+def cmd_bench_update(args):
+    from trainingcxl.sim.runner import BenchFailure, run_bench
+    cfg = args.config
+    _check_workload(cfg, args)
+    print(f"UPDATE bandwidth: {args.batches} batches of {args.batch_size} samples on Verilator, "
+          f"bags of {cfg.max_pooling // 4} to {cfg.max_pooling} rows", flush=True)
+    with tempfile.TemporaryDirectory(prefix="trainingcxl-bench-") as tmp:
+        out = Path(tmp) / "update.json"
+        try:
+            run_bench("verilator", cfg, "trainingcxl.sim.job_update", quiet=True,
+                      args={"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
+                            "min_pooling": cfg.max_pooling // 4, "out": str(out)},
+                      log=lambda text: print(text, file=sys.stderr, flush=True))
+        except BenchFailure as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        rec = json.loads(out.read_text())
+    print()
+    print(f"  update bandwidth   {100 * rec['update_efficiency']:.1f}% of the PMEM bound "
+          f"({rec['lines']} lines rewritten in {rec['busy_cycles']} busy cycles; the read and "
+          f"write rates allow {rec['bound_cycles']:.0f})")
+    print(f"  golden model       {'bit-exact' if rec['golden_match'] else 'MISMATCH'}")
+    if args.json:
+        _write_json(args.json, rec)
+        print(f"  JSON               {args.json}")
+    return 0 if rec["golden_match"] else 1
+
+
 def cmd_config(args):
     print(json.dumps(args.config.to_dict(), indent=2))
     cfg = args.config
@@ -366,6 +394,15 @@ def build_parser():
     sp.add_argument("--lines", type=_positive, default=4096, help="samples (default: 4096)")
     sp.add_argument("--seed", type=_nonneg, default=0, help="seed (default: 0)")
     sp.set_defaults(func=cmd_make_criteo_sample)
+
+    sp = sub.add_parser("bench-update", help="measure UPDATE bandwidth against the PMEM model's bound",
+                        description="Runs UPDATE batches (Zipf rows, so hot rows repeat) on Verilator "
+                                    "and reports the busy cycles against the bound the PMEM model's "
+                                    "read and write rates set for rewriting the touched lines "
+                                    "(update_efficiency), checking the tables against the golden model.")
+    config_option(sp, "bench")
+    workload_options(sp, 2, 64)
+    sp.set_defaults(func=cmd_bench_update, max_pooling=None)
 
     sp = sub.add_parser("config", help="print a configuration as JSON")
     sp.add_argument("config", type=_config_arg, nargs="?", default=PRESETS["small"],

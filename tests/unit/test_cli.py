@@ -51,7 +51,7 @@ def test_make_criteo_sample(tmp_path, capsys):
     assert all(len(l.split("\t")) == 40 for l in out.read_text().splitlines())
 
 
-@pytest.mark.parametrize("command", [["train"], ["make-criteo-sample"]])
+@pytest.mark.parametrize("command", [["train"], ["make-criteo-sample"], ["bench-update"]])
 def test_help_of_training_commands(command):
     out = subprocess.run([sys.executable, "-m", "trainingcxl.host.cli", *command, "--help"],
                          capture_output=True, text=True)
