@@ -196,6 +196,39 @@ def normalize_rtlil(text):
     return "\n".join(out) + "\n"
 
 
+_MEMINIT = re.compile(r"\n *cell \$meminit_v2 \S+\n(?:(?! *end\n).*\n)*? *connect \\DATA (\d+)'([01]*)\n"
+                      r"(?:(?! *end\n).*\n)*? *end\n")
+_MEMDECL = re.compile(r"^( *)reg \[(\d+):0\] (\S+) \[(\d+):0\];\n(?! *initial begin)", re.M)
+
+
+def strip_zero_meminit(text):
+    """Drop ``$meminit_v2`` cells that only write zeros.
+
+    Yosys parses a memory's initial contents as one constant, which takes
+    about a minute for a PMEM media of 10k lines; :func:`zero_init_memories`
+    puts the zeros back in the Verilog as a loop.
+    """
+    def keep(match):
+        bits = match.group(2)
+        return "\n" if bits.count("1") == 0 and "x" not in bits else match.group(0)
+    return _MEMINIT.sub(keep, text)
+
+
+def zero_init_memories(verilog):
+    """Give every memory declared without an initial block an initial loop writing zeros."""
+    count = 0
+
+    def add(match):
+        nonlocal count
+        indent, msb, name, last = match.groups()
+        count += 1
+        i = f"_zero_init_{count}"
+        return (f"{match.group(0)}{indent}integer {i};\n"
+                f"{indent}initial for ({i} = 0; {i} <= {last}; {i} = {i} + 1) "
+                f"{name}[{i}] = {int(msb) + 1}'d0;\n")
+    return _MEMDECL.sub(add, verilog)
+
+
 def _yosys(script, workdir):
     with open(os.path.join(workdir, "script.ys"), "w") as f:
         f.write(script)
@@ -207,7 +240,7 @@ def _yosys(script, workdir):
 
 def convert(component, *, name="top"):
     """Verilog text of ``component`` (a ``wiring.Component``), ports named after its signature."""
-    text = rtlil.convert(component, name=name, emit_src=False)
+    text = strip_zero_meminit(rtlil.convert(component, name=name, emit_src=False))
     with tempfile.TemporaryDirectory(prefix="trainingcxl-verilog-") as tmp:
         with open(os.path.join(tmp, "in.il"), "w") as f:
             f.write(text)
@@ -219,4 +252,4 @@ def convert(component, *, name="top"):
         _yosys("read_rtlil norm.il\nsimplemap t:$pos\nopt_clean\nmemory_collect\n"
                "write_verilog -norename -noattr out.v\n", tmp)
         with open(os.path.join(tmp, "out.v")) as f:
-            return f.read()
+            return zero_init_memories(f.read())
