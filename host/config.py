@@ -115,8 +115,8 @@ class PmemTiming:
         _check_rate("pmem.write_rate", self.write_rate)
         for name in ("wpq_depth", "read_depth"):
             v = getattr(self, name)
-            _check(isinstance(v, int) and v >= 2 and (v & (v - 1)) == 0 and v <= 1024,
-                   f"pmem.{name} must be a power of two in [2, 1024], not {v!r}")
+            _check(isinstance(v, int) and v >= 4 and (v & (v - 1)) == 0 and v <= 1024,
+                   f"pmem.{name} must be a power of two in [4, 1024], not {v!r}")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ categorical columns; every bag holds exactly one row (pooling factor 1).
 """
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,10 @@ class CriteoFormatError(ValueError):
     """A malformed line; the message gives the file, line number and reason."""
 
 
+_INT = re.compile(r"-?[0-9]{1,18}")
+_HEX = re.compile(r"[0-9a-fA-F]{1,16}")
+
+
 def _parse(line, where):
     fields = line.rstrip("\n").rstrip("\r").split("\t")
     if len(fields) != 1 + N_DENSE + N_CAT:
@@ -37,21 +42,19 @@ def _parse(line, where):
     dense = np.zeros(N_DENSE, dtype=np.float32)
     for k, text in enumerate(fields[1:1 + N_DENSE]):
         if text:
-            try:
-                v = int(text)
-            except ValueError:
-                raise CriteoFormatError(f"{where}: integer column I{k + 1} is {text!r}") from None
-            dense[k] = math.log1p(max(v, 0))
+            if not _INT.fullmatch(text):
+                raise CriteoFormatError(f"{where}: integer column I{k + 1} is {text[:40]!r}, "
+                                        f"not an integer of at most 18 digits")
+            dense[k] = math.log1p(max(int(text), 0))
     cats = []
     for k, text in enumerate(fields[1 + N_DENSE:]):
         if text:
-            try:
-                cats.append(int(text, 16))
-            except ValueError:
-                raise CriteoFormatError(f"{where}: categorical column C{k + 1} is {text!r}, "
-                                        f"not hexadecimal") from None
+            if not _HEX.fullmatch(text):
+                raise CriteoFormatError(f"{where}: categorical column C{k + 1} is {text[:40]!r}, "
+                                        f"not hexadecimal (at most 16 digits)")
+            cats.append(int(text, 16))
         else:
-            cats.append(-1)
+            cats.append(None)
     return int(fields[0]), dense, cats
 
 
@@ -85,29 +88,30 @@ class CriteoDataset:
         self.path = Path(self.path)
         labels, dense, rows = [], [], []
         self.skipped, self.problems = 0, []
-        table_rows = np.asarray(cfg.tables, dtype=np.int64)
-        with open(self.path, encoding="utf-8", errors="strict") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
+        with open(self.path, "rb") as f:
+            for n, raw in enumerate(f, start=1):
                 try:
+                    line = raw.decode("ascii")
+                    if not line.strip():
+                        continue
                     label, d, cats = _parse(line, f"{self.path}:{n}")
-                except CriteoFormatError as e:
+                except (CriteoFormatError, UnicodeDecodeError) as e:
+                    problem = e if isinstance(e, CriteoFormatError) else CriteoFormatError(
+                        f"{self.path}:{n}: a byte that is not ASCII at column {e.start + 1}")
                     if self.on_error == "raise":
-                        raise
+                        raise problem from None
                     self.skipped += 1
                     if len(self.problems) < 5:
-                        self.problems.append(str(e))
+                        self.problems.append(str(problem))
                     continue
-                c = np.asarray(cats[:cfg.n_tables], dtype=np.int64)
-                rows.append(np.where(c < 0, 0, c % table_rows))
+                rows.append([0 if c is None else c % r for c, r in zip(cats, cfg.tables)])
                 labels.append(label)
                 dense.append(d)
         if not labels:
             raise CriteoFormatError(f"{self.path}: no usable lines")
         self.labels = np.asarray(labels, dtype=np.float32)
         self.dense = np.stack(dense)
-        self.rows = np.stack(rows).astype(np.uint32)
+        self.rows = np.asarray(rows, dtype=np.uint32)
 
     def __len__(self):
         return len(self.labels)

@@ -44,8 +44,11 @@ class RmwUnit(wiring.Component):
     """
 
     def __init__(self, config, *, window=None):
+        window = window or config.pmem.read_depth
+        if window < 2 or window & (window - 1):
+            raise ValueError(f"window must be a power of two of at least 2, not {window}")
         self._config = config
-        self._window = window or config.pmem.read_depth
+        self._window = window
         port = LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=16)
         super().__init__({
             "requests": In(stream.Signature(rmw_layout(config))),
@@ -134,7 +137,8 @@ class RmwUnit(wiring.Component):
             res_w.en.eq(written),
         ]
 
-        unacked = Signal(range(2 * w + 64))
+        # Written and not yet persistent: at most what the write-pending queue holds.
+        unacked = Signal(range(cfg.pmem.wpq_depth + w + 1))
         m.d.sync += unacked.eq(unacked + written - self.pmem_wr.wack.valid)
         m.d.comb += self.idle.eq(~pending.r_rdy & (pending.level == 0) & (unacked == 0))
         m.d.comb += self.forward_event.eq(written & head.fwd)

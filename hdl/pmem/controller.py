@@ -115,7 +115,9 @@ class PmemController(wiring.Component):
         rsp_layout = data.StructLayout({
             "data": LINE_BITS, "tag": self._tag_bits, "client": client_bits, "ts": _TS_BITS,
         })
-        m.submodules.rq = rq = fifo.SyncFIFOBuffered(width=rsp_layout.size, depth=cfg.read_depth)
+        # One entry more than reads in flight: a buffered FIFO briefly counts an
+        # entry twice while it moves to the output register.
+        m.submodules.rq = rq = fifo.SyncFIFOBuffered(width=rsp_layout.size, depth=cfg.read_depth + 1)
         rq_head = rsp_layout(rq.r_data)
         inflight = Signal(range(cfg.read_depth + 1))
 

@@ -37,6 +37,10 @@ def test_parsing_hashing_and_missing_values(tmp_path):
     (line(dense=["x"] + ["1"] * 12), "integer column I1 is 'x'"),
     (line(cats=["zz"] + ["1"] * 25), "categorical column C1 is 'zz'"),
     ("1\t2\t3\n", "3 columns, expected 40"),
+    (line(dense=["9" * 400] + ["1"] * 12), "not an integer of at most 18 digits"),
+    (line(dense=["0x5"] + ["1"] * 12), "integer column I1"),
+    (line(cats=["1" * 17] + ["1"] * 25), "at most 16 digits"),
+    (line(cats=["-5"] + ["1"] * 25), "categorical column C1 is '-5'"),
 ])
 def test_malformed_lines_raise_with_line_number_or_are_skipped(tmp_path, bad, reason):
     p = tmp_path / "d.tsv"
@@ -60,3 +64,18 @@ def test_sample_is_deterministic_and_learnable(tmp_path):
         lr.append(ref.step(ds.batch(i)).loss)
     assert np.mean(lf[-15:]) < 0.9 * np.mean(lf[:15])
     assert abs(np.mean(lf[-15:]) - np.mean(lr[-15:])) <= 0.02 * np.mean(lr[-15:])
+
+
+def test_non_ascii_bytes_are_a_clear_error(tmp_path):
+    p = tmp_path / "d.tsv"
+    p.write_bytes(line().encode() + b"1\t\xff" + line()[2:].encode() + line().encode())
+    with pytest.raises(CriteoFormatError, match="d.tsv:2: a byte that is not ASCII at column 3"):
+        CriteoDataset(CFG, p, batch_size=2)
+    assert len(CriteoDataset(CFG, p, batch_size=2, on_error="skip")) == 2
+
+
+def test_full_width_hex_ids_hash_without_overflow(tmp_path):
+    p = tmp_path / "d.tsv"
+    p.write_text(line(cats=["ffffffffffffffff"] * 26))
+    ds = CriteoDataset(CFG, p, batch_size=1)
+    assert ds.rows[0].tolist() == [(2**64 - 1) % r for r in CFG.tables]

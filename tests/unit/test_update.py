@@ -138,14 +138,18 @@ def test_update_wraps():
     assert (final[0][0] == tables[0][0]).all()
 
 
-def test_bad_row_stops_the_update_and_the_next_one_runs():
+def test_a_bad_batch_changes_nothing_and_the_next_one_runs():
     cfg = cfg_for()
     tables = initial_tables(cfg, seed=5)
     rng = np.random.default_rng(1)
-    bad = (np.array([cfg.tables[0]], np.uint32), np.array([0, 1], np.uint32), random_deltas(rng, 1, 16))
+    # Two good bags, then a row outside table 0: refused before any row changes.
+    bad = (np.array([2, 3, cfg.tables[0]], np.uint32), np.array([0, 1, 2, 3, 3], np.uint32),
+           random_deltas(rng, 4, 16))
     good = (np.array([2, 2, 5], np.uint32), np.array([0, 2, 3], np.uint32), random_deltas(rng, 2, 16))
-    errors, final, _ = run_updates(cfg, tables, [bad, good])
-    assert errors == [ErrorCode.ROW_RANGE, ErrorCode.NONE]
+    bad_offsets = (np.array([2, 3], np.uint32), np.array([0, 1, 3, 1, 2], np.uint32),
+                   random_deltas(rng, 4, 16))
+    errors, final, _ = run_updates(cfg, tables, [bad, bad_offsets, good])
+    assert errors == [ErrorCode.ROW_RANGE, ErrorCode.BAD_OFFSETS, ErrorCode.NONE]
     want = embedding_update(cfg, tables, *good)
     for t in range(cfg.n_tables):
         np.testing.assert_array_equal(final[t], want[t])
