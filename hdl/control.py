@@ -146,7 +146,7 @@ class ControlWindow(wiring.Component):
             staged.op.eq(d_op[:4]), staged.batch.eq(d_op[32:]),
             staged.n_bags.eq(d_size[:24]), staged.n_indices.eq(d_size[32:]),
             staged.idx_addr.eq(d_idx[6:]), staged.off_addr.eq(d_off[6:]),
-            staged.vec_addr.eq(d_vec[6:]),
+            staged.vec_addr.eq(d_vec[6:]), staged.checked.eq(0),
             queue.w_data.eq(staged),
         ]
         aligned = (d_idx[:6] == 0) & (d_off[:6] == 0) & (d_vec[:6] == 0)

@@ -16,6 +16,11 @@ class Dispatcher(wiring.Component):
     batch's update never races its lookup (strict order). Operations no
     engine implements complete at once with ``BAD_OP``.
 
+    The dispatcher remembers the last ``LOOKUP`` that completed without an
+    error. An ``UPDATE`` of the same batch over the same offsets and indices
+    goes out ``checked``, so the update engine need not check the batch again
+    before changing rows.
+
     Members
     -------
     desc : In(stream.Signature(descriptor_layout))
@@ -41,8 +46,17 @@ class Dispatcher(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         d = self.desc.payload
-        for out in (self.lookup, self.update):
-            m.d.comb += out.payload.eq(d)
+        m.d.comb += self.lookup.payload.eq(d)
+
+        # The batch of the last clean LOOKUP.
+        seen = Signal.like(d)
+        seen_valid = Signal()
+        same = (seen_valid & (seen.batch == d.batch) & (seen.n_bags == d.n_bags)
+                & (seen.n_indices == d.n_indices) & (seen.idx_addr == d.idx_addr)
+                & (seen.off_addr == d.off_addr))
+        m.d.comb += [self.update.payload.eq(d), self.update.payload.checked.eq(same)]
+        with m.If(self.update.valid & self.update.ready):
+            m.d.sync += seen_valid.eq(0)          # one update per lookup
 
         with m.FSM():
             with m.State("IDLE"):
@@ -51,6 +65,7 @@ class Dispatcher(wiring.Component):
                         with m.Case(Op.LOOKUP):
                             m.d.comb += [self.lookup.valid.eq(1), self.desc.ready.eq(self.lookup.ready)]
                             with m.If(self.lookup.ready):
+                                m.d.sync += [seen.eq(d), seen_valid.eq(0)]
                                 m.next = "LOOKUP"
                         with m.Case(Op.UPDATE):
                             m.d.comb += [self.update.valid.eq(1), self.desc.ready.eq(self.update.ready)]
@@ -70,4 +85,6 @@ class Dispatcher(wiring.Component):
                     wiring.connect(m, wiring.flipped(source), wiring.flipped(self.done))
                     with m.If(source.valid & source.ready):
                         m.next = "IDLE"
+                        if name == "LOOKUP":
+                            m.d.sync += seen_valid.eq(source.payload.error == ErrorCode.NONE)
         return m

@@ -1,6 +1,7 @@
 """UPDATE throughput on the simulated device: the job behind ``trainingcxl bench-update``.
 
-Runs UPDATE batches with random deltas and reports, per batch, the PMEM lines
+Runs each batch's LOOKUP and then its UPDATE with random deltas, as training
+does, and reports for the UPDATE, per batch, the PMEM lines
 rewritten, how many took a forwarded value, the busy cycles, and the bound the
 PMEM model's bandwidth sets: a rewritten line costs one write (at
 ``write_rate``) and, unless forwarded, one read (at ``read_rate``), so no
@@ -40,6 +41,9 @@ async def update_job(dut):
     for i in range(n):
         b = wl.batch(i)
         deltas = rng.integers(-2**10, 2**10, size=(b.n_bags, cfg.dim)).astype(np.int32)
+        # As in training: the batch's LOOKUP first, which also checks it.
+        looked = await tb.lookup(i, b.indices, b.offsets)
+        assert looked.error == ErrorCode.NONE, f"lookup {i}: {looked.error!r}"
         before = await tb.counters()
         error, cycles = await tb.update(i, b.indices, b.offsets, deltas)
         after = await tb.counters()

@@ -38,6 +38,9 @@ def descriptor_layout(config):
     ``offsets[k] .. offsets[k+1]-1``; ``idx_addr`` holds ``n_indices`` 32-bit
     row numbers, ``off_addr`` holds ``n_bags + 1`` 32-bit offsets, and the
     pooled vector of bag ``k`` goes to ``vec_addr + k * lines_per_row``.
+
+    ``checked`` is set by the device, never by the host: the batch's offsets
+    and indices already passed every check in a ``LOOKUP`` of the same batch.
     """
     return data.StructLayout({
         "op": Op,
@@ -47,6 +50,7 @@ def descriptor_layout(config):
         "idx_addr": ADDR_BITS,
         "off_addr": ADDR_BITS,
         "vec_addr": ADDR_BITS,
+        "checked": 1,
     })
 
 

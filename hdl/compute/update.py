@@ -150,10 +150,11 @@ class UpdateEngine(wiring.Component):
     unit orders or forwards them). The descriptor completes when every write
     is persistent.
 
-    The batch is checked before any row changes: a first pass streams the
-    offsets and indices through the same checks (offsets, pooling, row
-    range) without touching PMEM, and only a clean batch is applied in a
-    second pass, which reads them again together with the deltas. The extra
+    The batch is checked before any row changes: unless the descriptor
+    comes ``checked`` (a clean ``LOOKUP`` of the same batch already checked
+    it), a first pass streams the offsets and indices through the same checks
+    (offsets, pooling, row range) without touching PMEM, and only a clean
+    batch is applied in a second pass, which reads them again with the deltas. The extra
     pass reads 4 bytes of host memory per row against the 128 bytes of PMEM
     traffic a row line costs. Poisoned host data met during the second pass
     stops the descriptor with rows already rewritten (rolling those back is
@@ -247,7 +248,10 @@ class UpdateEngine(wiring.Component):
                         m.next = "CLEAR"
             with m.State("CLEAR"):
                 m.d.comb += [clear.eq(1), self.busy.eq(1)]
-                m.next = "CHECK_START"
+                with m.If(desc.checked):
+                    m.next = "START"
+                with m.Else():
+                    m.next = "CHECK_START"
             with m.State("CHECK_START"):
                 m.d.comb += [dp.off_reader.start.eq(1), dp.idx_reader.start.eq(1),
                              dp.bags.start.eq(1), self.busy.eq(1), validate.eq(1)]
