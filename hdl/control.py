@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+from .common.descriptor import ErrorCode, completion_layout, descriptor_layout
 
 __all__ = ["Reg", "ControlBusSignature", "ControlWindow", "DEVICE_ID"]
 

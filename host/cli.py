@@ -200,7 +200,7 @@ def cmd_train(args):
         raise SystemExit(f"error: --batch-size {args.batch_size} x {cfg.n_tables} tables exceeds "
                          f"the configuration's max_bags ({cfg.max_bags})")
     if args.data != "synthetic":
-        from .criteo import CriteoDataset, CriteoFormatError
+        from .criteo import CriteoDataset
         try:     # fail here, before any build, on a bad file or a mismatched configuration
             ds = CriteoDataset(cfg, args.data, batch_size=args.batch_size, on_error=args.on_bad_lines)
         except (OSError, ValueError) as e:

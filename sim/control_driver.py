@@ -2,7 +2,7 @@
 
 from cocotb.triggers import Lock, with_timeout
 
-from trainingcxl.hdl.control import ControlBusSignature, Reg
+from trainingcxl.hdl.control import ControlBusSignature
 from .streams import StreamSink, StreamSource
 
 __all__ = ["ControlDriver", "ControlError"]

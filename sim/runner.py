@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from trainingcxl.host.config import Config
 from .toolchain import check_simulator
 
 __all__ = ["repo_cache", "design_key", "verilog_for", "build", "run_bench", "waves_file",

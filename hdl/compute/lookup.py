@@ -2,7 +2,7 @@
 
 from amaranth import *
 from amaranth.hdl import ResetInserter
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
@@ -90,7 +90,6 @@ class LookupEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        n_tables = cfg.n_tables
 
         clear = Signal()
         dp = _Datapath(cfg, self._pmem_tag_bits)

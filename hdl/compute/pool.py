@@ -4,7 +4,6 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS
 from .gather import mark_layout
 
 __all__ = ["pooled_layout", "SumPool"]

@@ -1,8 +1,8 @@
 """CXL.mem target: host-managed device memory decoded onto the PMEM controller."""
 
 from amaranth import *
-from amaranth.lib import data, enum, fifo, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, enum, fifo, wiring
+from amaranth.lib.wiring import Out
 
 from trainingcxl.host.config import LINE_BITS, LINE_BYTES
 from ..common.line_port import LineOp, LinePortSignature

@@ -8,7 +8,7 @@ from amaranth.sim import Simulator
 from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.host.config import Config, PmemTiming
-from trainingcxl.sim.amaranth_streams import stream_get, stream_put, wait_until
+from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 FULL = (1 << 64) - 1
 
@@ -83,7 +83,6 @@ def test_latencies_match_configuration():
         ctx.set(p.wack.ready, 1)
         ctx.set(p.rdata.ready, 1)
         await stream_put(ctx, p.req, req(LineOp.WRITE, 3, data=5))
-        t0 = 0
         for t in range(100):
             if ctx.get(p.wack.valid):
                 seen["write"] = t
