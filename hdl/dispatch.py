@@ -62,10 +62,11 @@ class Dispatcher(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.desc.valid):
                     with m.Switch(d.op):
-                        with m.Case(Op.LOOKUP):
+                        with m.Case(Op.LOOKUP, Op.FINISH):
                             m.d.comb += [self.lookup.valid.eq(1), self.desc.ready.eq(self.lookup.ready)]
                             with m.If(self.lookup.ready):
-                                m.d.sync += [seen.eq(d), seen_valid.eq(0)]
+                                with m.If(d.op == Op.LOOKUP):
+                                    m.d.sync += [seen.eq(d), seen_valid.eq(0)]
                                 m.next = "LOOKUP"
                         with m.Case(Op.UPDATE):
                             m.d.comb += [self.update.valid.eq(1), self.desc.ready.eq(self.update.ready)]
@@ -86,5 +87,6 @@ class Dispatcher(wiring.Component):
                     with m.If(source.valid & source.ready):
                         m.next = "IDLE"
                         if name == "LOOKUP":
-                            m.d.sync += seen_valid.eq(source.payload.error == ErrorCode.NONE)
+                            with m.If(source.payload.op == Op.LOOKUP):
+                                m.d.sync += seen_valid.eq(source.payload.error == ErrorCode.NONE)
         return m

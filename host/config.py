@@ -215,6 +215,10 @@ class Config:
         each of the two MLP snapshot slots).
     hdm_base : int
         Host physical line address (address / 64) where device memory begins.
+    defer_depth : int
+        Rows a relaxed lookup can defer (docs/relaxed-lookup.md).
+    relaxed_lookup : bool
+        Train in relaxed order (host side only).
     model, gpu :
         The DLRM dense part and the GPU's timing; host side only (they do not
         change the device, see :meth:`hardware_digest`).
@@ -233,6 +237,8 @@ class Config:
     commit_lines: int = 4
     snapshot_lines: int = 16
     hdm_base: int = 1 << 28          # byte address 16 GiB
+    defer_depth: int = 1024
+    relaxed_lookup: bool = False
     model: ModelShape = field(default_factory=ModelShape)
     gpu: GpuTiming = field(default_factory=GpuTiming)
 
@@ -251,10 +257,13 @@ class Config:
                f"not {self.max_pooling!r}")
         _check(isinstance(self.max_bags, int) and 1 <= self.max_bags <= (1 << 20),
                f"max_bags must be in [1, 2**20], not {self.max_bags!r}")
-        for name in ("cache_ids", "host_window", "desc_depth"):
+        _check(isinstance(self.relaxed_lookup, bool),
+               f"relaxed_lookup must be true or false, not {self.relaxed_lookup!r}")
+        for name in ("cache_ids", "host_window", "desc_depth", "defer_depth"):
             v = getattr(self, name)
-            _check(isinstance(v, int) and v >= 2 and (v & (v - 1)) == 0 and v <= 256,
-                   f"{name} must be a power of two in [2, 256], not {v!r}")
+            limit = 65536 if name == "defer_depth" else 256
+            _check(isinstance(v, int) and v >= 2 and (v & (v - 1)) == 0 and v <= limit,
+                   f"{name} must be a power of two in [2, {limit}], not {v!r}")
         for name in ("log_lines", "commit_lines", "snapshot_lines"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, f"{name} must be a positive integer, not {v!r}")
@@ -364,7 +373,8 @@ class Config:
     def hardware_digest(self):
         """Hash of the fields the device is built from (not the host-only ``model`` and
         ``gpu``): the key of cached Verilog and simulator builds."""
-        d = {k: v for k, v in self.to_dict().items() if k not in ("model", "gpu")}
+        d = {k: v for k, v in self.to_dict().items()
+             if k not in ("model", "gpu", "relaxed_lookup")}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     def replace(self, **changes):

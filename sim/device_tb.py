@@ -64,10 +64,15 @@ class DeviceTB:
         idx_lines = -(-cfg.max_bags * cfg.max_pooling * 4 // LINE_BYTES)
         off_lines = -(-(cfg.max_bags + 1) * 4 // LINE_BYTES)
         out_lines = cfg.max_bags * cfg.lines_per_row
-        self.idx_line = self.HOST_BASE
-        self.off_line = self.idx_line + idx_lines
-        self.out_line = self.off_line + off_lines
-        self.delta_line = self.out_line + out_lines
+        # Two slots, by batch parity, so that batch n+1 can be looked up while
+        # batch n's arrays are still needed by its update (relaxed order).
+        slot = idx_lines + off_lines + out_lines
+        self.idx_lines = [self.HOST_BASE + k * slot for k in range(2)]
+        self.off_lines = [a + idx_lines for a in self.idx_lines]
+        self.out_lines = [a + off_lines for a in self.off_lines]
+        self.delta_line = self.HOST_BASE + 2 * slot
+        self.idx_line, self.off_line, self.out_line = (
+            self.idx_lines[0], self.off_lines[0], self.out_lines[0])
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
         # Host memory answers after the link's round trip plus some jitter
         # (so answers overtake each other), unless told otherwise.
@@ -75,7 +80,7 @@ class DeviceTB:
             rtt = 2 * cfg.link.latency
             host_delay = (max(1, rtt), rtt + 16)
         self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE,
-                               lines=idx_lines + off_lines + 2 * out_lines,
+                               lines=2 * slot + out_lines,
                                period_ns=PERIOD_NS, delay=host_delay, seed=seed,
                                pause=backpressure)
         self.ctl = ControlDriver(dut, dut.clk)
@@ -161,40 +166,54 @@ class DeviceTB:
             if not self.dut.irq.value:
                 await First(RisingEdge(self.dut.irq), Timer(65536 * PERIOD_NS, "ns"))
 
-    async def lookup(self, batch_id, indices, offsets):
-        """Run one LOOKUP; returns the pooled vectors read back from host memory."""
-        cfg = self.config
-        n_bags = len(offsets) - 1
-        self.host.write_array(self.idx_line * LINE_BYTES, np.asarray(indices, np.uint32))
-        self.host.write_array(self.off_line * LINE_BYTES, np.asarray(offsets, np.uint32))
+    async def _run(self, op, batch_id, n_bags, n_indices, vec_line, *, relaxed=False):
+        k = batch_id % 2
         before = await self.ctl.read(Reg.COMPLETED)
         t0 = await self.cycles()
-        await self.submit(Op.LOOKUP, batch_id, n_bags=n_bags, n_indices=len(indices),
-                          idx_addr=self.idx_line * LINE_BYTES, off_addr=self.off_line * LINE_BYTES,
-                          vec_addr=self.out_line * LINE_BYTES)
-        await self.wait_completed(before + 1)
-        cycles = await self.cycles() - t0
-        last = await self.ctl.read(Reg.LAST_DONE)
-        assert last & 0xFFFFFFFF == batch_id & 0xFFFFFFFF, f"completion for batch {last & 0xFFFFFFFF}"
-        error = ErrorCode(last >> 40 & 0xFF)
-        pooled = self.host.read_array(self.out_line * LINE_BYTES, n_bags * cfg.dim, np.int32)
-        return LookupResult(pooled.reshape(n_bags, cfg.dim), error, cycles)
-
-    async def update(self, batch_id, indices, offsets, deltas):
-        """Run one UPDATE with ``deltas`` (n_bags, dim) int32; returns ``(error, cycles)``."""
-        self.host.write_array(self.idx_line * LINE_BYTES, np.asarray(indices, np.uint32))
-        self.host.write_array(self.off_line * LINE_BYTES, np.asarray(offsets, np.uint32))
-        self.host.write_array(self.delta_line * LINE_BYTES, np.asarray(deltas, np.int32))
-        before = await self.ctl.read(Reg.COMPLETED)
-        t0 = await self.cycles()
-        await self.submit(Op.UPDATE, batch_id, n_bags=len(offsets) - 1, n_indices=len(indices),
-                          idx_addr=self.idx_line * LINE_BYTES, off_addr=self.off_line * LINE_BYTES,
-                          vec_addr=self.delta_line * LINE_BYTES)
+        await self.ctl.write(Reg.DESC_OP, op.value | int(relaxed) << 8 | batch_id << 32)
+        await self.ctl.write(Reg.DESC_SIZE, n_bags | n_indices << 32)
+        await self.ctl.write(Reg.DESC_IDX, self.idx_lines[k] * LINE_BYTES)
+        await self.ctl.write(Reg.DESC_OFF, self.off_lines[k] * LINE_BYTES)
+        await self.ctl.write(Reg.DESC_VEC, vec_line * LINE_BYTES)
+        await self.ctl.write(Reg.DOORBELL, 1)
         await self.wait_completed(before + 1)
         cycles = await self.cycles() - t0
         last = await self.ctl.read(Reg.LAST_DONE)
         assert last & 0xFFFFFFFF == batch_id & 0xFFFFFFFF, f"completion for batch {last & 0xFFFFFFFF}"
         return ErrorCode(last >> 40 & 0xFF), cycles
+
+    def _stage_batch(self, batch_id, indices, offsets):
+        k = batch_id % 2
+        self.host.write_array(self.idx_lines[k] * LINE_BYTES, np.asarray(indices, np.uint32))
+        self.host.write_array(self.off_lines[k] * LINE_BYTES, np.asarray(offsets, np.uint32))
+
+    def pooled(self, batch_id, n_bags):
+        """The pooled vectors of ``batch_id`` as they are in host memory now."""
+        line = self.out_lines[batch_id % 2]
+        raw = self.host.read_array(line * LINE_BYTES, n_bags * self.config.dim, np.int32)
+        return raw.reshape(n_bags, self.config.dim)
+
+    async def lookup(self, batch_id, indices, offsets, *, relaxed=False):
+        """Run one LOOKUP; returns the pooled vectors read back from host memory.
+
+        With ``relaxed`` the rows the previous batch touched are left out
+        until :meth:`finish` (after that batch's update)."""
+        n_bags = len(offsets) - 1
+        self._stage_batch(batch_id, indices, offsets)
+        error, cycles = await self._run(Op.LOOKUP, batch_id, n_bags, len(indices),
+                                        self.out_lines[batch_id % 2], relaxed=relaxed)
+        return LookupResult(self.pooled(batch_id, n_bags), error, cycles)
+
+    async def finish(self, batch_id, n_bags):
+        """FINISH a relaxed lookup of ``batch_id``; returns ``(error, cycles)``."""
+        return await self._run(Op.FINISH, batch_id, n_bags, 0, self.out_lines[batch_id % 2])
+
+    async def update(self, batch_id, indices, offsets, deltas):
+        """Run one UPDATE with ``deltas`` (n_bags, dim) int32; returns ``(error, cycles)``."""
+        self._stage_batch(batch_id, indices, offsets)
+        self.host.write_array(self.delta_line * LINE_BYTES, np.asarray(deltas, np.int32))
+        return await self._run(Op.UPDATE, batch_id, len(offsets) - 1, len(indices),
+                               self.delta_line)
 
     async def counters(self):
         regs = [Reg.CYCLES, Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS,

@@ -15,6 +15,7 @@ class Op(enum.Enum, shape=4):
     COMMIT = 3
     SNAPSHOT_MLP = 4
     RECOVER = 5
+    FINISH = 6              # add the rows a relaxed LOOKUP deferred (docs/relaxed-lookup.md)
 
 
 class ErrorCode(enum.Enum, shape=8):
@@ -29,6 +30,7 @@ class ErrorCode(enum.Enum, shape=8):
     HOST_POISON = 7         # host memory answered a read with poisoned data
     HOST_WRITE = 8          # host memory refused a write
     QUEUE_FULL = 9          # doorbell rung while the descriptor queue was full
+    DEFER_OVERFLOW = 10     # a relaxed LOOKUP deferred more rows than the device can hold
 
 
 def descriptor_layout(config):
@@ -41,6 +43,8 @@ def descriptor_layout(config):
 
     ``checked`` is set by the device, never by the host: the batch's offsets
     and indices already passed every check in a ``LOOKUP`` of the same batch.
+    ``relaxed`` (``LOOKUP`` only) defers the rows the previous batch's update
+    will change; ``FINISH`` adds them once that update is done.
     """
     return data.StructLayout({
         "op": Op,
@@ -51,6 +55,7 @@ def descriptor_layout(config):
         "off_addr": ADDR_BITS,
         "vec_addr": ADDR_BITS,
         "checked": 1,
+        "relaxed": 1,
     })
 
 

@@ -2,21 +2,28 @@
 
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..common.line_port import LineOp, LinePortSignature
 from .bags import bag_layout
 
-__all__ = ["mark_layout", "RowGather"]
+__all__ = ["mark_layout", "defer_layout", "RowGather"]
 
 
 def mark_layout(config):
-    """One marker per PMEM line read, or one per empty bag (``empty``, no read)."""
+    """One marker per PMEM line read; ``nodata`` markers (no read) stand for an
+    empty bag or a deferred row, so that the pooler still sees where bags end."""
     return data.StructLayout({
-        "empty": 1,
+        "nodata": 1,
         "last": 1,                                   # last line of the bag
         "line": range(config.lines_per_row),
     })
+
+
+def defer_layout(config):
+    """A row a relaxed lookup left out: its bag and its first media line."""
+    return data.StructLayout({"bag": 24, "addr": config.media_addr_bits})
 
 
 class RowGather(wiring.Component):
@@ -30,6 +37,13 @@ class RowGather(wiring.Component):
 
     A row number outside its table sets ``range_error`` and stops the gather.
 
+    Relaxed lookup (docs/relaxed-lookup.md): every lookup of batch ``m``
+    stamps each row it reads with ``epoch(m)`` in bank ``m % 2`` of the row
+    marks; with ``relaxed`` set, a row stamped by batch ``m - 1`` is not read
+    but pushed out as ``defer_data`` with ``defer_push`` (its bag gets a
+    ``nodata`` marker instead); with no ``defer_room`` it is dropped and
+    ``defer_overflow`` set, which fails the lookup.
+
     Members
     -------
     bags : In(stream)
@@ -40,7 +54,10 @@ class RowGather(wiring.Component):
     marks : Out(stream.Signature(mark_layout))
     stop : In(1)
         Offer no new reads and take no more bags or indices.
-    range_error : Out(1)
+    batch : In(32), relaxed : In(1)
+        Of the current lookup; stable while it runs.
+    defer_push : Out(1), defer_data : Out(defer_layout), defer_room : In(1)
+    range_error, defer_overflow : Out(1)
     rows : Out(32)
         Rows gathered.
     """
@@ -53,7 +70,13 @@ class RowGather(wiring.Component):
             "pmem": Out(LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=tag_bits)),
             "marks": Out(stream.Signature(mark_layout(config))),
             "stop": In(1),
+            "batch": In(32),
+            "relaxed": In(1),
+            "defer_push": Out(1),
+            "defer_data": Out(defer_layout(config)),
+            "defer_room": In(1),
             "range_error": Out(1),
+            "defer_overflow": Out(1),
             "rows": Out(32),
         })
 
@@ -63,8 +86,21 @@ class RowGather(wiring.Component):
         lpr = cfg.lines_per_row
         abits = cfg.media_addr_bits
 
+        # -- row marks for relaxed lookup: an epoch per row, two banks by batch parity
+        total_rows = sum(cfg.tables)
+        row_base = Array(Const(b, 25) for b in
+                         [sum(cfg.tables[:t]) for t in range(cfg.n_tables)])
+        epoch_now = Cat(self.batch[:7], Const(1, 1))
+        epoch_prev = Cat((self.batch - 1)[:7], Const(1, 1))
+        banks = [Memory(shape=8, depth=total_rows, init=[]) for _ in range(2)]
+        m.submodules.marks0, m.submodules.marks1 = banks
+        mark_w = [b.write_port() for b in banks]
+        mark_r = [b.read_port(domain="comb") for b in banks]
+        parity = self.batch[0]
+
         # -- stage A: bags and indices -> row starts
-        row_layout = data.StructLayout({"addr": abits, "last": 1, "empty": 1})
+        row_layout = data.StructLayout({"addr": abits, "last": 1, "empty": 1, "defer": 1,
+                                        "bag": 24})
         m.submodules.row_q = row_q = fifo.SyncFIFOBuffered(width=row_layout.size, depth=4)
         row_in = Signal(row_layout)
         m.d.comb += row_q.w_data.eq(row_in)
@@ -89,10 +125,25 @@ class RowGather(wiring.Component):
             (last_fire & (bag.length != 0)))
         m.d.comb += self.bags.ready.eq(take_bag)
 
+        # The global row number addresses the marks: check last batch's bank, stamp this one.
+        grow = Signal(range(total_rows))
+        m.d.comb += grow.eq(row_base[table] + idx[:25])
+        touched = Signal()
+        for k in range(2):
+            m.d.comb += [mark_r[k].addr.eq(grow), mark_w[k].addr.eq(grow),
+                         mark_w[k].data.eq(epoch_now),
+                         mark_w[k].en.eq(idx_fire & in_range & (parity == k))]
+            with m.If(parity != k):
+                m.d.comb += touched.eq(mark_r[k].data == epoch_prev)
+
+        bag_no = Signal(24)                 # bag number of the current bag
+        taken = Signal(24)                  # bags taken so far
         with m.If(idx_fire):
             m.d.comb += [
                 row_in.addr.eq(base[table] + idx[:abits] * lpr),
                 row_in.last.eq(left == 1),
+                row_in.defer.eq(self.relaxed & touched),
+                row_in.bag.eq(bag_no),
                 row_q.w_en.eq(in_range),
             ]
             m.d.sync += left.eq(left - 1)
@@ -100,8 +151,11 @@ class RowGather(wiring.Component):
                 m.d.sync += have_bag.eq(0)
         with m.Elif(take_bag & (bag.length == 0)):
             m.d.comb += [row_in.empty.eq(1), row_q.w_en.eq(1)]
+        with m.If(take_bag):
+            m.d.sync += taken.eq(taken + 1)
         with m.If(take_bag & (bag.length != 0)):
-            m.d.sync += [have_bag.eq(1), table.eq(bag.table), left.eq(bag.length)]
+            m.d.sync += [have_bag.eq(1), table.eq(bag.table), left.eq(bag.length),
+                         bag_no.eq(taken)]
 
         # -- stage B: row starts -> line reads and markers
         ml = mark_layout(cfg)
@@ -115,19 +169,27 @@ class RowGather(wiring.Component):
 
         offered = Signal()      # a read offered and not yet taken survives ``stop``
         m.d.sync += offered.eq(self.pmem.req.valid & ~self.pmem.req.ready)
+        m.d.comb += [self.defer_data.bag.eq(head.bag), self.defer_data.addr.eq(head.addr)]
+        nodata = head.empty | head.defer
         m.d.comb += [
-            self.pmem.req.valid.eq(row_q.r_rdy & ~head.empty & mark_q.w_rdy
+            self.pmem.req.valid.eq(row_q.r_rdy & ~nodata & mark_q.w_rdy
                                    & (~self.stop | offered)),
             self.pmem.req.payload.op.eq(LineOp.READ),
             self.pmem.req.payload.addr.eq(head.addr + line),
         ]
         read_fire = self.pmem.req.valid & self.pmem.req.ready
-        with m.If(row_q.r_rdy & head.empty):
+        with m.If(row_q.r_rdy & nodata & ~self.stop):
+            # One marker for the whole row or empty bag; a deferred row also
+            # goes to the deferred list (or, with no room, flags the overflow).
             m.d.comb += [
-                mark_in.empty.eq(1),
+                mark_in.nodata.eq(1),
+                mark_in.last.eq(head.last | head.empty),
                 mark_q.w_en.eq(mark_q.w_rdy),
                 row_q.r_en.eq(mark_q.w_rdy),
+                self.defer_push.eq(mark_q.w_rdy & head.defer & self.defer_room),
             ]
+            with m.If(mark_q.w_rdy & head.defer & ~self.defer_room):
+                m.d.sync += self.defer_overflow.eq(1)
         with m.Elif(read_fire):
             m.d.comb += [
                 mark_in.last.eq(head.last & last_line),

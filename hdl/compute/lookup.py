@@ -2,14 +2,15 @@
 
 from amaranth import *
 from amaranth.hdl import ResetInserter
-from amaranth.lib import stream, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
 from ..cxl.messages import ADDR_BITS
 from .bags import BagSequencer
-from .gather import RowGather
+from .finish import Finisher
+from .gather import RowGather, defer_layout
 from .host_reader import HostWordReader
 from .pool import SumPool
 from .vector_writer import VectorWriter
@@ -56,7 +57,10 @@ class LookupEngine(wiring.Component):
     Members
     -------
     desc : In(stream.Signature(descriptor_layout))
-        ``LOOKUP`` descriptors (other operations complete with ``BAD_OP``).
+        ``LOOKUP`` and ``FINISH`` descriptors (other operations complete with
+        ``BAD_OP``). A relaxed ``LOOKUP`` leaves out the rows the previous
+        batch touched; ``FINISH``, after that batch's update, adds them
+        (:class:`~.finish.Finisher`, docs/relaxed-lookup.md).
     done : Out(stream.Signature(completion_layout))
     pmem : Out(LinePortSignature)
         PMEM client port (reads).
@@ -97,15 +101,52 @@ class LookupEngine(wiring.Component):
 
         wiring.connect(m, dp.off_reader.mem, wiring.flipped(self.off_mem))
         wiring.connect(m, dp.idx_reader.mem, wiring.flipped(self.idx_mem))
-        wiring.connect(m, dp.writer.mem, wiring.flipped(self.out_mem))
-        # The gather issues PMEM reads; their data goes to the pooler.
+
+        # Rows a relaxed lookup deferred wait here, across the update, for FINISH.
+        defer_reset = Signal()
+        dl = defer_layout(cfg)
+        defer_q = fifo.SyncFIFOBuffered(width=dl.size, depth=cfg.defer_depth)
+        m.submodules.defer_q = ResetInserter(defer_reset)(defer_q)
         m.d.comb += [
-            self.pmem.req.valid.eq(dp.gather.pmem.req.valid),
-            self.pmem.req.payload.eq(dp.gather.pmem.req.payload),
-            dp.gather.pmem.req.ready.eq(self.pmem.req.ready),
-            dp.pool.rdata.valid.eq(self.pmem.rdata.valid),
+            defer_q.w_data.eq(dp.gather.defer_data),
+            defer_q.w_en.eq(dp.gather.defer_push),
+            dp.gather.defer_room.eq(defer_q.w_rdy),
+        ]
+        m.submodules.finisher = fin = Finisher(cfg, pmem_tag_bits=self._pmem_tag_bits)
+        m.d.comb += [
+            fin.deferred.valid.eq(defer_q.r_rdy),
+            fin.deferred.payload.eq(defer_q.r_data),
+            defer_q.r_en.eq(fin.deferred.ready),
+            fin.pending.eq(defer_q.level != 0),
+        ]
+
+        # PMEM and the output port serve the lookup datapath, or FINISH.
+        finishing = Signal()
+        for src_pmem, src_host, sel in ((dp.gather.pmem, dp.writer.mem, ~finishing),
+                                        (fin.pmem, fin.host, finishing)):
+            with m.If(sel):
+                m.d.comb += [
+                    self.pmem.req.valid.eq(src_pmem.req.valid),
+                    self.pmem.req.payload.eq(src_pmem.req.payload),
+                    src_pmem.req.ready.eq(self.pmem.req.ready),
+                    self.out_mem.req.valid.eq(src_host.req.valid),
+                    self.out_mem.req.payload.eq(src_host.req.payload),
+                    src_host.req.ready.eq(self.out_mem.req.ready),
+                    src_host.rdata.valid.eq(self.out_mem.rdata.valid),
+                    src_host.rdata.payload.eq(self.out_mem.rdata.payload),
+                    self.out_mem.rdata.ready.eq(src_host.rdata.ready),
+                    src_host.wack.valid.eq(self.out_mem.wack.valid),
+                    src_host.wack.payload.eq(self.out_mem.wack.payload),
+                    self.out_mem.wack.ready.eq(src_host.wack.ready),
+                ]
+        # PMEM read data goes to the pooler of whichever is running.
+        rd_sink = Mux(finishing, fin.pmem.rdata.ready, dp.pool.rdata.ready)
+        m.d.comb += [
+            dp.pool.rdata.valid.eq(self.pmem.rdata.valid & ~finishing),
             dp.pool.rdata.payload.eq(self.pmem.rdata.payload),
-            self.pmem.rdata.ready.eq(dp.pool.rdata.ready),
+            fin.pmem.rdata.valid.eq(self.pmem.rdata.valid & finishing),
+            fin.pmem.rdata.payload.eq(self.pmem.rdata.payload),
+            self.pmem.rdata.ready.eq(rd_sink),
             self.pmem.wack.ready.eq(1),
         ]
         pmem_in_flight = Signal(16)
@@ -118,7 +159,9 @@ class LookupEngine(wiring.Component):
 
         # -- offsets -> bags, checked as they stream in
         m.submodules.bags = bags = BagSequencer(cfg)
-        m.d.comb += [bags.n_bags.eq(desc.n_bags), bags.n_indices.eq(desc.n_indices)]
+        m.d.comb += [bags.n_bags.eq(desc.n_bags), bags.n_indices.eq(desc.n_indices),
+                     dp.gather.batch.eq(desc.batch), dp.gather.relaxed.eq(desc.relaxed),
+                     fin.vec_addr.eq(desc.vec_addr)]
         wiring.connect(m, dp.off_reader.words, bags.offsets)
         wiring.connect(m, bags.bags, dp.gather.bags)
 
@@ -151,13 +194,17 @@ class LookupEngine(wiring.Component):
             m.d.comb += found.eq(ErrorCode.HOST_POISON)
         with m.Elif(dp.writer.error):
             m.d.comb += found.eq(ErrorCode.HOST_WRITE)
+        with m.Elif(dp.gather.defer_overflow):
+            m.d.comb += found.eq(ErrorCode.DEFER_OVERFLOW)
 
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
                     m.d.sync += [desc.eq(self.desc.payload), error.eq(ErrorCode.NONE)]
-                    with m.If(self.desc.payload.op != Op.LOOKUP):
+                    with m.If(self.desc.payload.op == Op.FINISH):
+                        m.next = "FINISH_START"
+                    with m.Elif(self.desc.payload.op != Op.LOOKUP):
                         m.d.sync += error.eq(ErrorCode.BAD_OP)
                         m.next = "COMPLETE"
                     with m.Elif((self.desc.payload.n_bags == 0)
@@ -167,8 +214,17 @@ class LookupEngine(wiring.Component):
                     with m.Else():
                         m.next = "CLEAR"
             with m.State("CLEAR"):
-                m.d.comb += [clear.eq(1), self.busy.eq(1)]
+                # A new lookup also forgets rows an earlier one deferred.
+                m.d.comb += [clear.eq(1), defer_reset.eq(1), self.busy.eq(1)]
                 m.next = "START"
+            with m.State("FINISH_START"):
+                m.d.comb += [fin.start.eq(1), finishing.eq(1), self.busy.eq(1)]
+                m.next = "FINISH"
+            with m.State("FINISH"):
+                m.d.comb += [finishing.eq(1), self.busy.eq(1)]
+                with m.If(fin.done):
+                    m.d.sync += error.eq(Mux(fin.error, ErrorCode.HOST_WRITE, ErrorCode.NONE))
+                    m.next = "COMPLETE"
             with m.State("START"):
                 m.d.comb += [dp.off_reader.start.eq(1), dp.idx_reader.start.eq(1),
                              dp.writer.start.eq(1), bags.start.eq(1), self.busy.eq(1)]
@@ -187,7 +243,7 @@ class LookupEngine(wiring.Component):
             with m.State("FLUSH"):
                 # Drop whatever the aborted batch left in the datapath, still
                 # holding every issuer back during this last cycle.
-                m.d.comb += [clear.eq(1), abort.eq(1), self.busy.eq(1)]
+                m.d.comb += [clear.eq(1), abort.eq(1), defer_reset.eq(1), self.busy.eq(1)]
                 m.next = "COMPLETE"
             with m.State("COMPLETE"):
                 m.d.comb += [self.done.valid.eq(1), self.busy.eq(1)]

@@ -25,8 +25,9 @@ class SumPool(wiring.Component):
     32-bit range. Addition is associative and commutative in this format, so
     any order of rows gives the same pooled vector.
 
-    ``marks`` and ``rdata`` arrive in the same order (one marker per line,
-    plus one ``empty`` marker per empty bag, which pools to zero).
+    ``marks`` and ``rdata`` arrive in the same order: one marker per line
+    read, and ``nodata`` markers that add nothing (an empty bag, or a row a
+    relaxed lookup deferred); a bag ends at a marker with ``last``.
 
     Members
     -------
@@ -71,16 +72,17 @@ class SumPool(wiring.Component):
         # The complete bag, as it will be after this line.
         final = [Signal(line_layout, name=f"final{l}") for l in range(lpr)]
         for l in range(lpr):
-            m.d.comb += final[l].eq(Mux(mark.empty, 0, Mux(j == l, summed, acc[l])))
+            m.d.comb += final[l].eq(Mux(~mark.nodata & (j == l), summed, acc[l]))
 
         out_full = Signal()
         out_free = ~out_full | self.pooled.ready
-        is_data = self.marks.valid & ~mark.empty
-        finish = self.marks.valid & (mark.empty | (mark.last & self.rdata.valid)) & out_free
+        is_data = self.marks.valid & ~mark.nodata
+        finish = (self.marks.valid & mark.last & (mark.nodata | self.rdata.valid) & out_free)
         accumulate = is_data & ~mark.last & self.rdata.valid
+        skip = self.marks.valid & mark.nodata & ~mark.last
         m.d.comb += [
-            self.rdata.ready.eq(accumulate | (finish & ~mark.empty)),
-            self.marks.ready.eq(accumulate | finish),
+            self.rdata.ready.eq(accumulate | (finish & ~mark.nodata)),
+            self.marks.ready.eq(accumulate | finish | skip),
         ]
         with m.If(accumulate):
             m.d.sync += acc[j].eq(summed)

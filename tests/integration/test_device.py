@@ -53,3 +53,8 @@ def test_stream_monitor_flags_protocol_breaches(sim):
 def test_update(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_update_matches_golden",
               args={"seed": 3, "batches": 2, "batch_size": 4})
+
+
+def test_relaxed_lookup_matches_strict(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_relaxed_lookup_matches_strict",
+              args={"seed": 6, "batches": 4, "batch_size": 4})
