@@ -17,9 +17,9 @@ class Dispatcher(wiring.Component):
     engine implements complete at once with ``BAD_OP``.
 
     The dispatcher remembers the last ``LOOKUP`` that completed without an
-    error. An ``UPDATE`` of the same batch over the same offsets and indices
-    goes out ``checked``, so the update engine need not check the batch again
-    before changing rows.
+    error, one per batch parity. An ``UPDATE`` of the same batch over the same
+    offsets and indices goes out ``checked``, so the update engine need not
+    check the batch again before changing rows.
 
     Members
     -------
@@ -48,15 +48,20 @@ class Dispatcher(wiring.Component):
         d = self.desc.payload
         m.d.comb += self.lookup.payload.eq(d)
 
-        # The batch of the last clean LOOKUP.
-        seen = Signal.like(d)
-        seen_valid = Signal()
-        same = (seen_valid & (seen.batch == d.batch) & (seen.n_bags == d.n_bags)
-                & (seen.n_indices == d.n_indices) & (seen.idx_addr == d.idx_addr)
-                & (seen.off_addr == d.off_addr))
+        # The last clean LOOKUP of an even and of an odd batch: in relaxed order
+        # the lookup of batch n+1 comes between batch n's lookup and its update.
+        seen = Array(Signal.like(d, name=f"seen{k}") for k in range(2))
+        seen_valid = Signal(2)
+        mine = seen[d.batch[0]]
+        same = (seen_valid.bit_select(d.batch[0], 1) & (mine.batch == d.batch)
+                & (mine.n_bags == d.n_bags) & (mine.n_indices == d.n_indices)
+                & (mine.idx_addr == d.idx_addr) & (mine.off_addr == d.off_addr))
         m.d.comb += [self.update.payload.eq(d), self.update.payload.checked.eq(same)]
+        running = Signal(1)                       # parity of the lookup running
+        clear_mask = Signal(2)
+        set_mask = Signal(2)
         with m.If(self.update.valid & self.update.ready):
-            m.d.sync += seen_valid.eq(0)          # one update per lookup
+            m.d.comb += clear_mask.eq(1 << d.batch[0])     # one update per lookup
 
         with m.FSM():
             with m.State("IDLE"):
@@ -66,7 +71,8 @@ class Dispatcher(wiring.Component):
                             m.d.comb += [self.lookup.valid.eq(1), self.desc.ready.eq(self.lookup.ready)]
                             with m.If(self.lookup.ready):
                                 with m.If(d.op == Op.LOOKUP):
-                                    m.d.sync += [seen.eq(d), seen_valid.eq(0)]
+                                    m.d.sync += [seen[d.batch[0]].eq(d), running.eq(d.batch[0])]
+                                    m.d.comb += clear_mask.eq(1 << d.batch[0])
                                 m.next = "LOOKUP"
                         with m.Case(Op.UPDATE):
                             m.d.comb += [self.update.valid.eq(1), self.desc.ready.eq(self.update.ready)]
@@ -87,6 +93,8 @@ class Dispatcher(wiring.Component):
                     with m.If(source.valid & source.ready):
                         m.next = "IDLE"
                         if name == "LOOKUP":
-                            with m.If(source.payload.op == Op.LOOKUP):
-                                m.d.sync += seen_valid.eq(source.payload.error == ErrorCode.NONE)
+                            with m.If((source.payload.op == Op.LOOKUP)
+                                      & (source.payload.error == ErrorCode.NONE)):
+                                m.d.comb += set_mask.eq(1 << running)
+        m.d.sync += seen_valid.eq((seen_valid & ~clear_mask) | set_mask)
         return m

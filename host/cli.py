@@ -208,11 +208,14 @@ def cmd_train(args):
         if ds.skipped:
             print(f"note: skipped {ds.skipped} malformed lines of {args.data}, first: {ds.problems[0]}",
                   file=sys.stderr)
+    order = "relaxed" if (args.relaxed or cfg.relaxed_lookup) else "strict"
     print(f"trainingcxl train: {args.batches} batches of {args.batch_size} samples, "
-          f"{cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, on {args.sim}", flush=True)
+          f"{cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, {order} order, on {args.sim}",
+          flush=True)
     job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
            "data": str(Path(args.data).resolve()) if args.data != "synthetic" else "synthetic",
-           "on_bad_lines": args.on_bad_lines, "check_every": args.check_every}
+           "on_bad_lines": args.on_bad_lines, "check_every": args.check_every,
+           "relaxed": args.relaxed or cfg.relaxed_lookup}
     if args.dump:
         job["dump"] = str(Path(args.dump).resolve())
     t0 = time.monotonic()
@@ -381,6 +384,10 @@ def build_parser():
                          "(default: synthetic)")
     sp.add_argument("--on-bad-lines", choices=("raise", "skip"), default="raise",
                     help="malformed TSV lines: stop with the line number, or skip and count them")
+    sp.add_argument("--relaxed", action="store_true",
+                    help="relaxed order: look up batch n+1 while the GPU computes batch n, "
+                         "before batch n's update, and finish it afterwards (bit-identical "
+                         "results; default: the configuration's relaxed_lookup)")
     sp.add_argument("--check-every", type=_positive, default=10,
                     help="read the tables back and compare them every N batches (and at the "
                          "first and last; default: 10)")

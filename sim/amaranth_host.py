@@ -20,7 +20,9 @@ def row_lines(row):
 
 
 def host_port_model(port, memory, rng, writes):
-    """Serve one line port from ``memory`` (line address -> int), answering out of order."""
+    """Serve one line port from ``memory`` (line address -> int), answering out of order.
+
+    Writes land in ``memory`` and are also recorded in ``writes``."""
     async def tb(ctx):
         pending = []
         t = 0
@@ -47,6 +49,7 @@ def host_port_model(port, memory, rng, writes):
                     pending.remove(rsp)
                     if op == LineOp.WRITE:
                         writes[addr] = data
+                        memory[addr] = data
             await ctx.tick()
             t += 1
     return tb

@@ -2,6 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.host.config import LINE_BITS
@@ -25,6 +26,9 @@ class Finisher(wiring.Component):
     Members
     -------
     start : In(1)
+    run : In(1)
+        High while a ``FINISH`` runs; the list fills during the relaxed lookup
+        before, and nothing may be taken from it until then.
     vec_addr : In(ADDR_BITS)
     deferred : In(stream.Signature(defer_layout))
     pending : In(1)
@@ -41,6 +45,7 @@ class Finisher(wiring.Component):
         self._config = config
         super().__init__({
             "start": In(1),
+            "run": In(1),
             "vec_addr": In(ADDR_BITS),
             "deferred": In(stream.Signature(defer_layout(config))),
             "pending": In(1),
@@ -91,7 +96,7 @@ class Finisher(wiring.Component):
             m.d.sync += j.eq(Mux(last_line, 0, j + 1))
             with m.If(last_line):
                 m.d.sync += cur_valid.eq(0)
-        load = ~cur_valid & self.deferred.valid
+        load = ~cur_valid & self.deferred.valid & self.run
         m.d.comb += self.deferred.ready.eq(load)
         with m.If(load):
             m.d.sync += [cur.eq(nxt), cur_valid.eq(1), j.eq(0)]
@@ -104,57 +109,78 @@ class Finisher(wiring.Component):
         ]
         wiring.connect(m, wiring.flipped(self.pmem.rdata), pool.rdata)
 
-        # -- read-add-write each pooled line in host memory
+        # -- read-add-write each pooled line in host memory, several lines in
+        # flight: a ring of slots holds each line's partial sum until the host's
+        # copy arrives (in any order, by tag), and writes retire in ring order.
+        w = 8
+        sbits = 3
         bags_ended = Signal(32)
         bags_added = Signal(32)
         m.d.sync += bags_ended.eq(bags_ended + ends)
+        m.submodules.parts = parts = Memory(shape=LINE_BITS, depth=w, init=[])
+        m.submodules.hosts = hosts = Memory(shape=LINE_BITS, depth=w, init=[])
+        part_w, part_r = parts.write_port(), parts.read_port(domain="comb")
+        host_w, host_r = hosts.write_port(), hosts.read_port(domain="comb")
+        slot_addr = Array(Signal(ADDR_BITS, name=f"slot_addr{k}") for k in range(w))
+        filled = Signal(w)
+        head = Signal(sbits)
+        tail = Signal(sbits)
+        used = Signal(range(w + 1))
         wline = Signal(range(lpr))
-        host_line = Signal(LINE_BITS)
         sums = pool.pooled.payload.data
         part = sums if lpr == 1 else sums.word_select(wline, LINE_BITS)
         added = Signal(LINE_BITS)
+        m.d.comb += [part_r.addr.eq(head), host_r.addr.eq(head)]
         for lane in range(lanes):
             m.d.comb += added.word_select(lane, 32).eq(
-                host_line.word_select(lane, 32) + part.word_select(lane, 32))
-        addr = self.vec_addr + bag_q.r_data * lpr + wline
-        writes = Signal(32)
-        acks = Signal(32)
+                host_r.data.word_select(lane, 32) + part_r.data.word_select(lane, 32))
+
+        want_write = (used != 0) & filled.bit_select(head, 1)
+        want_read = pool.pooled.valid & bag_q.r_rdy & (used != w)
+        offering = Signal()
+        was_write = Signal()
+        is_write = Mux(offering, was_write, want_write)
+        req = self.host.req
         m.d.comb += [
-            self.host.req.payload.addr.eq(addr),
-            self.host.req.payload.data.eq(added),
-            self.host.req.payload.be.eq(-1),
+            req.valid.eq(Mux(is_write, want_write, want_read)),
+            req.payload.op.eq(Mux(is_write, LineOp.WRITE, LineOp.READ)),
+            req.payload.addr.eq(Mux(is_write, slot_addr[head],
+                                    self.vec_addr + bag_q.r_data * lpr + wline)),
+            req.payload.tag.eq(tail),
+            req.payload.data.eq(added),
+            req.payload.be.eq(-1),
             self.host.rdata.ready.eq(1),
             self.host.wack.ready.eq(1),
         ]
-        with m.FSM():
-            with m.State("IDLE"):
-                with m.If(pool.pooled.valid & bag_q.r_rdy):
-                    m.next = "READ"
-            with m.State("READ"):
-                m.d.comb += [self.host.req.valid.eq(1), self.host.req.payload.op.eq(LineOp.READ)]
-                with m.If(self.host.req.ready):
-                    m.next = "WAIT"
-            with m.State("WAIT"):
-                with m.If(self.host.rdata.valid):
-                    m.d.sync += host_line.eq(self.host.rdata.payload.data)
-                    m.next = "WRITE"
-            with m.State("WRITE"):
-                m.d.comb += [self.host.req.valid.eq(1), self.host.req.payload.op.eq(LineOp.WRITE)]
-                with m.If(self.host.req.ready):
-                    m.d.sync += [writes.eq(writes + 1), wline.eq(Mux(wline == lpr - 1, 0, wline + 1))]
-                    with m.If(wline == lpr - 1):
-                        m.d.comb += [pool.pooled.ready.eq(1), bag_q.r_en.eq(1)]
-                        m.d.sync += bags_added.eq(bags_added + 1)
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "READ"
-        m.d.sync += acks.eq(acks + self.host.wack.valid)
+        fire = req.valid & req.ready
+        m.d.sync += [offering.eq(req.valid & ~req.ready), was_write.eq(is_write)]
+        read_fire = fire & ~is_write
+        write_fire = fire & is_write
+        m.d.comb += [part_w.addr.eq(tail), part_w.data.eq(part), part_w.en.eq(read_fire)]
+        with m.If(read_fire):
+            m.d.sync += [slot_addr[tail].eq(req.payload.addr), tail.eq(tail + 1),
+                         wline.eq(Mux(wline == lpr - 1, 0, wline + 1))]
+            with m.If(wline == lpr - 1):
+                m.d.comb += [pool.pooled.ready.eq(1), bag_q.r_en.eq(1)]
+                m.d.sync += bags_added.eq(bags_added + 1)
+        got = self.host.rdata.valid
+        m.d.comb += [host_w.addr.eq(self.host.rdata.payload.tag[:sbits]),
+                     host_w.data.eq(self.host.rdata.payload.data), host_w.en.eq(got)]
+        with m.If(write_fire):
+            m.d.sync += head.eq(head + 1)
+        set_mask = Mux(got, 1 << self.host.rdata.payload.tag[:sbits], 0)
+        clr_mask = Mux(write_fire, 1 << head, 0)
+        m.d.sync += [filled.eq((filled & ~clr_mask) | set_mask),
+                     used.eq(used + read_fire - write_fire)]
+        writes = Signal(32)
+        acks = Signal(32)
+        m.d.sync += [writes.eq(writes + write_fire), acks.eq(acks + self.host.wack.valid)]
         with m.If((self.host.rdata.valid & self.host.rdata.payload.err)
                   | (self.host.wack.valid & self.host.wack.payload.err)):
             m.d.sync += self.error.eq(1)
 
         m.d.comb += self.done.eq(~cur_valid & ~self.pending & ~self.deferred.valid
-                                 & (bags_added == bags_ended) & (writes == acks)
+                                 & (bags_added == bags_ended) & (used == 0) & (writes == acks)
                                  & ~mark_q.r_rdy)
         with m.If(self.start):
             m.d.sync += [self.error.eq(0), bags_ended.eq(0), bags_added.eq(0),

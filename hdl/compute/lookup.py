@@ -221,7 +221,7 @@ class LookupEngine(wiring.Component):
                 m.d.comb += [fin.start.eq(1), finishing.eq(1), self.busy.eq(1)]
                 m.next = "FINISH"
             with m.State("FINISH"):
-                m.d.comb += [finishing.eq(1), self.busy.eq(1)]
+                m.d.comb += [finishing.eq(1), fin.run.eq(1), self.busy.eq(1)]
                 with m.If(fin.done):
                     m.d.sync += error.eq(Mux(fin.error, ErrorCode.HOST_WRITE, ErrorCode.NONE))
                     m.next = "COMPLETE"
