@@ -32,7 +32,9 @@ class PmemController(wiring.Component):
       ``write_latency`` cycles later, at most at ``pmem.write_rate``, and only
       then is it acknowledged on ``wack``: an acknowledged write is persistent.
     * ``power_fail`` drops everything volatile (the WPQ, reads in flight, the
-      timing state); the media keeps what reached it.
+      timing state); the media keeps what reached it. The media is atomic per
+      8 bytes only: a line leaving the queue in the very cycle the power fails
+      is torn (a pseudo-random subset of its 8-byte words lands).
 
     Parameters
     ----------
@@ -205,12 +207,18 @@ class PmemController(wiring.Component):
         # head is due and a write slot is free, drain when it is taken.
         due = wpq.r_rdy & ((now - wpq_head.ts)[:_TS_BITS] >= cfg.write_latency) & write_rate.ok
         drain = due & wack_ready
+        # The media is atomic per 8 bytes only: a line leaving the queue in the
+        # cycle the power fails reaches the media for a pseudo-random subset of
+        # its 8-byte words (a torn line), and is not acknowledged.
+        lfsr = Signal(16, init=0xACE1)
+        m.d.sync += lfsr.eq(Cat(lfsr[1:], lfsr[0] ^ lfsr[2] ^ lfsr[3] ^ lfsr[5]))
+        survive = Cat(lfsr[k].replicate(8) for k in range(LINE_BYTES // 8))
         m.d.comb += [
             write_rate.take.eq(drain),
             wpq.r_en.eq(drain),
             wr.addr.eq(wpq_head.addr),
             wr.data.eq(wpq_head.data),
-            wr.en.eq(Mux(drain, wpq_head.be, 0)),
+            wr.en.eq(Mux(drain, wpq_head.be & Mux(self.power_fail, survive, -1), 0)),
         ]
         for i, p in enumerate(ports):
             m.d.comb += [
