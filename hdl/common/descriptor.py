@@ -31,6 +31,7 @@ class ErrorCode(enum.Enum, shape=8):
     HOST_WRITE = 8          # host memory refused a write
     QUEUE_FULL = 9          # doorbell rung while the descriptor queue was full
     DEFER_OVERFLOW = 10     # a relaxed LOOKUP deferred more rows than the device can hold
+    NOT_DEFERRED = 11       # FINISH of a batch that is not the last clean relaxed LOOKUP
 
 
 def descriptor_layout(config):

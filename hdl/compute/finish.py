@@ -147,7 +147,7 @@ class Finisher(wiring.Component):
             req.payload.addr.eq(Mux(is_write, slot_addr[head],
                                     self.vec_addr + bag_q.r_data * lpr + wline)),
             req.payload.tag.eq(tail),
-            req.payload.data.eq(added),
+            req.payload.data.eq(Mux(is_write, added, 0)),
             req.payload.be.eq(-1),
             self.host.rdata.ready.eq(1),
             self.host.wack.ready.eq(1),

@@ -156,6 +156,11 @@ class LookupEngine(wiring.Component):
 
         desc = Signal(descriptor_layout(cfg))
         error = Signal(ErrorCode)
+        # The batch whose clean relaxed lookup filled the deferred list.
+        owner = Signal(32)
+        owner_valid = Signal()
+        with m.If(defer_reset):
+            m.d.sync += owner_valid.eq(0)
 
         # -- offsets -> bags, checked as they stream in
         m.submodules.bags = bags = BagSequencer(cfg)
@@ -203,7 +208,12 @@ class LookupEngine(wiring.Component):
                 with m.If(self.desc.valid):
                     m.d.sync += [desc.eq(self.desc.payload), error.eq(ErrorCode.NONE)]
                     with m.If(self.desc.payload.op == Op.FINISH):
-                        m.next = "FINISH_START"
+                        # Only the batch whose relaxed lookup filled the list.
+                        with m.If(owner_valid & (self.desc.payload.batch == owner)):
+                            m.next = "FINISH_START"
+                        with m.Else():
+                            m.d.sync += error.eq(ErrorCode.NOT_DEFERRED)
+                            m.next = "COMPLETE"
                     with m.Elif(self.desc.payload.op != Op.LOOKUP):
                         m.d.sync += error.eq(ErrorCode.BAD_OP)
                         m.next = "COMPLETE"
@@ -223,6 +233,7 @@ class LookupEngine(wiring.Component):
             with m.State("FINISH"):
                 m.d.comb += [finishing.eq(1), fin.run.eq(1), self.busy.eq(1)]
                 with m.If(fin.done):
+                    m.d.sync += owner_valid.eq(0)
                     m.d.sync += error.eq(Mux(fin.error, ErrorCode.HOST_WRITE, ErrorCode.NONE))
                     m.next = "COMPLETE"
             with m.State("START"):
@@ -248,6 +259,8 @@ class LookupEngine(wiring.Component):
             with m.State("COMPLETE"):
                 m.d.comb += [self.done.valid.eq(1), self.busy.eq(1)]
                 with m.If(self.done.ready):
+                    with m.If((desc.op == Op.LOOKUP) & desc.relaxed & (error == ErrorCode.NONE)):
+                        m.d.sync += [owner.eq(desc.batch), owner_valid.eq(1)]
                     m.next = "IDLE"
 
         # Counters over the engine's life (the datapath's own restart per descriptor).

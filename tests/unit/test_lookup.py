@@ -178,10 +178,13 @@ def test_relaxed_lookup_then_finish_equals_strict(dim):
     wl = SyntheticWorkload(cfg, seed=0, batch_size=6, zipf_alpha=1.5)
     b0, b1 = wl.batch(0), wl.batch(1)
     assert len(np.intersect1d(b0.indices, b1.indices)) > 0
-    runs = [(b0.indices, b0.offsets), (b1.indices, b1.offsets), (b1.indices, b1.offsets)]
-    ops = [(Op.LOOKUP, 0, 0), (Op.LOOKUP, 1, 1), (Op.FINISH, 1, 0)]
+    runs = [(b0.indices, b0.offsets), (b1.indices, b1.offsets), (b1.indices, b1.offsets),
+            (b1.indices, b1.offsets), (b1.indices, b1.offsets)]
+    ops = [(Op.LOOKUP, 0, 0), (Op.LOOKUP, 1, 1), (Op.FINISH, 1, 0),
+           (Op.FINISH, 1, 0),     # finished already: refused
+           (Op.FINISH, 2, 0)]     # no relaxed lookup of batch 2: refused
     results = run_lookups(cfg, tables, runs, ops=ops)
-    assert [e for e, _ in results] == [ErrorCode.NONE] * 3
+    assert [e for e, _ in results] == [ErrorCode.NONE] * 3 + [ErrorCode.NOT_DEFERRED] * 2
     want = embedding_bag_sum(cfg, tables, b1.indices, b1.offsets).pooled
     partial = pooled_from_writes(cfg, results[1][1], b1.n_bags)
     assert not np.array_equal(partial, want), "nothing was deferred"
