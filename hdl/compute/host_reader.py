@@ -15,6 +15,20 @@ WORDS_PER_LINE = LINE_BITS // 32
 _LINE_SHIFT = WORDS_PER_LINE.bit_length() - 1
 
 
+def _reader_members(window, count_bits, output, width):
+    """Members shared by the readers; only the output stream differs."""
+    return {
+        "start": In(1),
+        "addr": In(ADDR_BITS),
+        "count": In(count_bits),
+        "stop": In(1),
+        output: Out(stream.Signature(width)),
+        "mem": Out(LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)),
+        "outstanding": Out(range(window + 1)),
+        "error": Out(1),
+    }
+
+
 class HostLineReader(wiring.Component):
     """Streams ``count`` consecutive lines starting at line ``addr``.
 
@@ -40,16 +54,7 @@ class HostLineReader(wiring.Component):
     def __init__(self, *, window, count_bits):
         self._window = window
         self._count_bits = count_bits
-        super().__init__({
-            "start": In(1),
-            "addr": In(ADDR_BITS),
-            "count": In(count_bits),
-            "stop": In(1),
-            "lines": Out(stream.Signature(LINE_BITS)),
-            "mem": Out(LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)),
-            "outstanding": Out(range(window + 1)),
-            "error": Out(1),
-        })
+        super().__init__(_reader_members(window, count_bits, "lines", LINE_BITS))
 
     def elaborate(self, platform):
         m = Module()
@@ -133,16 +138,7 @@ class HostWordReader(wiring.Component):
     def __init__(self, *, window, count_bits):
         self._window = window
         self._count_bits = count_bits
-        super().__init__({
-            "start": In(1),
-            "addr": In(ADDR_BITS),
-            "count": In(count_bits),
-            "stop": In(1),
-            "words": Out(stream.Signature(32)),
-            "mem": Out(LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)),
-            "outstanding": Out(range(window + 1)),
-            "error": Out(1),
-        })
+        super().__init__(_reader_members(window, count_bits, "words", 32))
 
     def elaborate(self, platform):
         m = Module()
