@@ -48,6 +48,22 @@ class Reg(enum.IntEnum):
     UPDATE_LINES = 0x24     # RO  PMEM lines the update engine rewrote
     UPDATE_FORWARDED = 0x25  # RO of those, lines that took a forwarded value (a hazard resolved on chip)
     IRQ_ACK = 0x28          # RW  completions the host has seen; ``irq`` is high while COMPLETED differs
+    LOOKUP_LOG_HOLDS = 0x29  # RO cycles a lookup row read waited for the undo logger
+    CKPT_CTRL = 0x30        # RW  enable (bit 0) | staleness bound K << 8 (8 bits)
+    MLP_ADDR = 0x31         # RW  byte address of the GPU's staged MLP copy (64-byte aligned)
+    MLP_LINES = 0x32        # RW  its length in lines
+    CKPT_STATE = 0x33       # RO  ready | logging << 1 | snapshot busy << 2 | snapshot failed << 3 | gen << 16 | live records << 32
+    COMMITTED = 0x34        # RO  newest committed batch | valid << 32
+    SNAPSHOT = 0x35         # RO  newest valid snapshot's batch | valid << 32
+    DURABLE = 0x36          # RO  newest durable batch | valid << 32
+    RECOVERED = 0x37        # RO  D | m << 32, of the last RECOVER
+    RECOVERED_INFO = 0x38   # RO  D and m valid (bits 0, 1) | records rolled back << 32
+    LOG_RECORDS = 0x39      # RO  undo records written
+    LOG_FULL = 0x3A         # RO  cycles the undo logger waited for ring space
+    CKPT_STALLS = 0x3B      # RO  cycles a LOOKUP waited for the snapshot to come within K
+    LOG_BARRIER = 0x3C      # RO  cycles an UPDATE waited for its undo records to persist
+    RECOVER_CYCLES = 0x3D   # RO  cycles spent in RECOVER
+    SNAPSHOT_LINES = 0x3E   # RO  MLP lines pulled into snapshot slots
 
 
 class ControlBusSignature(wiring.Signature):
@@ -89,13 +105,18 @@ class ControlWindow(wiring.Component):
         Level interrupt: descriptors completed that the host has not acknowledged
         by writing ``COMPLETED`` to ``IRQ_ACK``.
     counters : In(dict of Reg -> 32 or 64 bits)
-        Values shown by the read-only counter registers.
+        Values shown by the read-only counter and status registers.
+    ckpt_ctrl, mlp_addr, mlp_lines : Out(64)
+        The checkpoint configuration registers, as last written.
     """
 
     COUNTERS = (Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS, Reg.LOOKUP_OVERFLOWS,
                 Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS, Reg.CACHE_WRITES,
                 Reg.MEM_ERRORS, Reg.MEM_LAST_ERROR, Reg.UPDATE_BUSY, Reg.UPDATE_LINES,
-                Reg.UPDATE_FORWARDED)
+                Reg.UPDATE_FORWARDED, Reg.LOOKUP_LOG_HOLDS, Reg.CKPT_STATE, Reg.COMMITTED,
+                Reg.SNAPSHOT, Reg.DURABLE, Reg.RECOVERED, Reg.RECOVERED_INFO, Reg.LOG_RECORDS,
+                Reg.LOG_FULL, Reg.CKPT_STALLS, Reg.LOG_BARRIER, Reg.RECOVER_CYCLES,
+                Reg.SNAPSHOT_LINES)
 
     def __init__(self, config):
         self._config = config
@@ -105,6 +126,9 @@ class ControlWindow(wiring.Component):
             "done": In(stream.Signature(completion_layout)),
             "busy": In(1),
             "irq": Out(1),
+            "ckpt_ctrl": Out(64),
+            "mlp_addr": Out(64),
+            "mlp_lines": Out(64),
         }
         for reg in self.COUNTERS:
             members[f"ctr_{reg.name.lower()}"] = In(64)
@@ -208,7 +232,9 @@ class ControlWindow(wiring.Component):
         for reg in self.COUNTERS:
             ro[reg] = self.counter(reg)
         rw = {Reg.DESC_OP: d_op, Reg.DESC_SIZE: d_size, Reg.DESC_IDX: d_idx,
-              Reg.DESC_OFF: d_off, Reg.DESC_VEC: d_vec, Reg.IRQ_ACK: irq_ack}
+              Reg.DESC_OFF: d_off, Reg.DESC_VEC: d_vec, Reg.IRQ_ACK: irq_ack,
+              Reg.CKPT_CTRL: self.ckpt_ctrl, Reg.MLP_ADDR: self.mlp_addr,
+              Reg.MLP_LINES: self.mlp_lines}
 
         with m.If(req.valid & req.ready):
             m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]

@@ -21,13 +21,28 @@ class Dispatcher(wiring.Component):
     offsets and indices goes out ``checked``, so the update engine need not
     check the batch again before changing rows.
 
+    Checkpointing (DESIGN section 7). ``COMMIT``, ``SNAPSHOT_MLP`` and
+    ``RECOVER`` go to the checkpoint engine. While ``logging``:
+
+    * a ``LOOKUP`` waits while ``hold_lookup`` (the newest snapshot lags the
+      newest commit by more than the staleness bound); ``stall_cycles`` counts;
+    * an ``UPDATE`` must be of the batch the last clean ``LOOKUP`` of its
+      parity read (so every row it changes has an undo record), and, if that
+      lookup was relaxed, after its ``FINISH`` (which logs the rows it
+      deferred); otherwise it completes with ``NOT_LOGGED``, changing nothing;
+    * an ``UPDATE`` waits until the undo logger is ``log_drained``: every
+      record taken is persistent before any row is overwritten (write-ahead).
+      ``barrier_cycles`` counts that wait.
+
     Members
     -------
     desc : In(stream.Signature(descriptor_layout))
-    lookup, update : Out(stream.Signature(descriptor_layout))
-    lookup_done, update_done : In(stream.Signature(completion_layout))
+    lookup, update, ckpt : Out(stream.Signature(descriptor_layout))
+    lookup_done, update_done, ckpt_done : In(stream.Signature(completion_layout))
     done : Out(stream.Signature(completion_layout))
+    logging, hold_lookup, log_drained : In(1)
     busy : Out(1)
+    stall_cycles, barrier_cycles : Out(32)
     """
 
     def __init__(self, config):
@@ -37,16 +52,23 @@ class Dispatcher(wiring.Component):
             "desc": In(desc),
             "lookup": Out(desc),
             "update": Out(desc),
+            "ckpt": Out(desc),
             "lookup_done": In(done),
             "update_done": In(done),
+            "ckpt_done": In(done),
             "done": Out(done),
+            "logging": In(1),
+            "hold_lookup": In(1),
+            "log_drained": In(1),
             "busy": Out(1),
+            "stall_cycles": Out(32),
+            "barrier_cycles": Out(32),
         })
 
     def elaborate(self, platform):
         m = Module()
         d = self.desc.payload
-        m.d.comb += self.lookup.payload.eq(d)
+        m.d.comb += [self.lookup.payload.eq(d), self.ckpt.payload.eq(d)]
 
         # The last clean LOOKUP of an even and of an odd batch: in relaxed order
         # the lookup of batch n+1 comes between batch n's lookup and its update.
@@ -60,41 +82,70 @@ class Dispatcher(wiring.Component):
         running = Signal(1)                       # parity of the lookup running
         clear_mask = Signal(2)
         set_mask = Signal(2)
+        # A clean relaxed LOOKUP whose FINISH has not yet logged the rows it deferred.
+        unfinished = Signal(2)
+        unfinished_set = Signal(2)
+        unfinished_clr = Signal(2)
+        logged = same & ~unfinished.bit_select(d.batch[0], 1)
         with m.If(self.update.valid & self.update.ready):
             m.d.comb += clear_mask.eq(1 << d.batch[0])     # one update per lookup
 
+        refuse = Signal(ErrorCode)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.desc.valid):
                     with m.Switch(d.op):
                         with m.Case(Op.LOOKUP, Op.FINISH):
-                            m.d.comb += [self.lookup.valid.eq(1), self.desc.ready.eq(self.lookup.ready)]
-                            with m.If(self.lookup.ready):
+                            held = self.hold_lookup & (d.op == Op.LOOKUP)
+                            m.d.comb += [self.lookup.valid.eq(~held),
+                                         self.desc.ready.eq(self.lookup.ready & ~held)]
+                            with m.If(held):
+                                m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
+                            with m.If(self.lookup.ready & ~held):
+                                m.d.sync += running.eq(d.batch[0])
                                 with m.If(d.op == Op.LOOKUP):
-                                    m.d.sync += [seen[d.batch[0]].eq(d), running.eq(d.batch[0])]
+                                    m.d.sync += seen[d.batch[0]].eq(d)
                                     m.d.comb += clear_mask.eq(1 << d.batch[0])
                                 m.next = "LOOKUP"
                         with m.Case(Op.UPDATE):
-                            m.d.comb += [self.update.valid.eq(1), self.desc.ready.eq(self.update.ready)]
-                            with m.If(self.update.ready):
-                                m.next = "UPDATE"
+                            with m.If(self.logging & ~logged):
+                                m.d.comb += refuse.eq(ErrorCode.NOT_LOGGED)
+                            with m.Elif(self.logging & ~self.log_drained):
+                                m.d.sync += self.barrier_cycles.eq(self.barrier_cycles + 1)
+                            with m.Else():
+                                m.d.comb += [self.update.valid.eq(1),
+                                             self.desc.ready.eq(self.update.ready)]
+                                with m.If(self.update.ready):
+                                    m.next = "UPDATE"
+                        with m.Case(Op.COMMIT, Op.SNAPSHOT_MLP, Op.RECOVER):
+                            m.d.comb += [self.ckpt.valid.eq(1), self.desc.ready.eq(self.ckpt.ready)]
+                            with m.If(self.ckpt.ready):
+                                m.next = "CKPT"
                         with m.Default():
-                            m.d.comb += [
-                                self.done.valid.eq(1),
-                                self.done.payload.batch.eq(d.batch),
-                                self.done.payload.op.eq(d.op),
-                                self.done.payload.error.eq(ErrorCode.BAD_OP),
-                                self.desc.ready.eq(self.done.ready),
-                            ]
-            for name, source in (("LOOKUP", self.lookup_done), ("UPDATE", self.update_done)):
+                            m.d.comb += refuse.eq(ErrorCode.BAD_OP)
+                    with m.If(refuse != ErrorCode.NONE):
+                        m.d.comb += [
+                            self.done.valid.eq(1),
+                            self.done.payload.batch.eq(d.batch),
+                            self.done.payload.op.eq(d.op),
+                            self.done.payload.error.eq(refuse),
+                            self.desc.ready.eq(self.done.ready),
+                        ]
+            for name, source in (("LOOKUP", self.lookup_done), ("UPDATE", self.update_done),
+                                 ("CKPT", self.ckpt_done)):
                 with m.State(name):
                     m.d.comb += self.busy.eq(1)
                     wiring.connect(m, wiring.flipped(source), wiring.flipped(self.done))
                     with m.If(source.valid & source.ready):
                         m.next = "IDLE"
                         if name == "LOOKUP":
-                            with m.If((source.payload.op == Op.LOOKUP)
-                                      & (source.payload.error == ErrorCode.NONE)):
+                            clean = source.payload.error == ErrorCode.NONE
+                            with m.If((source.payload.op == Op.LOOKUP) & clean):
                                 m.d.comb += set_mask.eq(1 << running)
+                                with m.If(seen[running].relaxed):
+                                    m.d.comb += unfinished_set.eq(1 << running)
+                            with m.If((source.payload.op == Op.FINISH) & clean):
+                                m.d.comb += unfinished_clr.eq(1 << running)
         m.d.sync += seen_valid.eq((seen_valid & ~clear_mask) | set_mask)
+        m.d.sync += unfinished.eq((unfinished & ~clear_mask & ~unfinished_clr) | unfinished_set)
         return m

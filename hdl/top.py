@@ -7,6 +7,8 @@ from amaranth.lib.wiring import In, Out
 
 from .compute.lookup import LookupEngine
 from .compute.update import UpdateEngine
+from .checkpoint.engine import CheckpointEngine
+from .checkpoint.logger import UndoLogger
 from .control import ControlBusSignature, ControlWindow, Reg
 from .cxl.cache_agent import CacheAgent
 from .cxl.mem_target import CxlMemTarget
@@ -26,10 +28,14 @@ class Device(wiring.Component):
                                                       +--> PmemController (media)
         control --> ControlWindow --> Dispatcher      |
                     LookupEngine -------------port1---+
+                       | rows read                    |
+                       v                              |
+                    UndoLogger ---------------port4---+
                     UpdateEngine -------port2 (rd), 3 (wr)
-                         |  offsets, indices, vectors
+                    CheckpointEngine ---port5 (commit, recovery), 6 (snapshot)
+                         |  offsets, indices, vectors, MLP snapshots
                          v
-        host <--CXL.cache-- CacheAgent (6 ports)
+        host <--CXL.cache-- CacheAgent (7 ports)
 
     ``power_fail`` resets every register of the device (engines, queues, the
     PMEM write-pending queue, counters); only the PMEM media keeps its contents.
@@ -62,11 +68,13 @@ class Device(wiring.Component):
         m = Module()
         cfg = self._config
 
-        m.submodules.pmem = pmem = PmemController(cfg, n_ports=4)
+        m.submodules.pmem = pmem = PmemController(cfg, n_ports=7)
         m.submodules.mem_target = target = CxlMemTarget(cfg)
-        m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=6)
+        m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=7)
         m.submodules.lookup = lookup = LookupEngine(cfg)
         m.submodules.update = update = UpdateEngine(cfg)
+        m.submodules.logger = logger = UndoLogger(cfg)
+        m.submodules.ckpt = ckpt = CheckpointEngine(cfg)
         m.submodules.dispatch = dispatch = Dispatcher(cfg)
         m.submodules.control = control = ControlWindow(cfg)
 
@@ -83,13 +91,48 @@ class Device(wiring.Component):
         wiring.connect(m, update.off_mem, agent.port3)
         wiring.connect(m, update.idx_mem, agent.port4)
         wiring.connect(m, update.delta_mem, agent.port5)
+        wiring.connect(m, logger.pmem, pmem.port4)
+        wiring.connect(m, ckpt.pmem, pmem.port5)
+        wiring.connect(m, ckpt.snap_pmem, pmem.port6)
+        wiring.connect(m, ckpt.snap_host, agent.port6)
+        wiring.connect(m, lookup.log, logger.tap)
         wiring.connect(m, control.desc, dispatch.desc)
         wiring.connect(m, dispatch.lookup, lookup.desc)
         wiring.connect(m, dispatch.update, update.desc)
+        wiring.connect(m, dispatch.ckpt, ckpt.desc)
         wiring.connect(m, lookup.done, dispatch.lookup_done)
         wiring.connect(m, update.done, dispatch.update_done)
+        wiring.connect(m, ckpt.done, dispatch.ckpt_done)
         wiring.connect(m, dispatch.done, control.done)
         m.d.comb += [
+            ckpt.enable.eq(control.ckpt_ctrl[0]),
+            ckpt.staleness.eq(control.ckpt_ctrl[8:16]),
+            ckpt.mlp_addr.eq(control.mlp_addr),
+            ckpt.mlp_lines.eq(control.mlp_lines[:32]),
+            logger.enable.eq(ckpt.logging),
+            logger.gen.eq(ckpt.gen),
+            logger.durable.eq(ckpt.durable),
+            logger.durable_valid.eq(ckpt.durable_valid),
+            logger.restart.eq(ckpt.restart),
+            dispatch.logging.eq(ckpt.logging),
+            dispatch.hold_lookup.eq(ckpt.hold_lookup),
+            dispatch.log_drained.eq(logger.drained),
+            control.counter(Reg.LOOKUP_LOG_HOLDS).eq(lookup.log_holds),
+            control.counter(Reg.CKPT_STATE).eq(Cat(
+                ckpt.ready, ckpt.logging, ckpt.snap_busy, ckpt.snap_failed, Const(0, 12),
+                ckpt.gen, logger.live)),
+            control.counter(Reg.COMMITTED).eq(Cat(ckpt.committed, ckpt.committed_valid)),
+            control.counter(Reg.SNAPSHOT).eq(Cat(ckpt.snapshot, ckpt.snapshot_valid)),
+            control.counter(Reg.DURABLE).eq(Cat(ckpt.durable, ckpt.durable_valid)),
+            control.counter(Reg.RECOVERED).eq(Cat(ckpt.recovered_d, ckpt.recovered_m)),
+            control.counter(Reg.RECOVERED_INFO).eq(Cat(ckpt.recovered_flags, Const(0, 30),
+                                                       ckpt.rolled_back)),
+            control.counter(Reg.LOG_RECORDS).eq(logger.records),
+            control.counter(Reg.LOG_FULL).eq(logger.full_cycles),
+            control.counter(Reg.CKPT_STALLS).eq(dispatch.stall_cycles),
+            control.counter(Reg.LOG_BARRIER).eq(dispatch.barrier_cycles),
+            control.counter(Reg.RECOVER_CYCLES).eq(ckpt.recover_cycles),
+            control.counter(Reg.SNAPSHOT_LINES).eq(ckpt.snapshot_lines),
             pmem.power_fail.eq(self.power_fail),
             self.irq.eq(control.irq),
             control.busy.eq(dispatch.busy | lookup.busy | update.busy),

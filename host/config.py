@@ -212,7 +212,13 @@ class Config:
         Descriptors the control window queues.
     log_lines, commit_lines, snapshot_lines : int
         Sizes of the protected PMEM regions (undo log ring, commit records and
-        each of the two MLP snapshot slots).
+        each of the two MLP snapshot slots). ``log_lines = 0`` sizes the ring
+        for two batches of ``model.batch_size`` samples in the worst case
+        (every index a distinct row; see :attr:`log_size`); ``snapshot_lines =
+        0`` fits the MLP parameters (:attr:`snapshot_size`).
+    log_buffer : int
+        Lines the undo logger buffers between the lookup's row reads and its
+        log writes (PMEM writes are much slower than reads).
     hdm_base : int
         Host physical line address (address / 64) where device memory begins.
     defer_depth : int
@@ -233,9 +239,10 @@ class Config:
     cache_ids: int = 32
     host_window: int = 8
     desc_depth: int = 4
-    log_lines: int = 64
+    log_lines: int = 0
     commit_lines: int = 4
-    snapshot_lines: int = 16
+    snapshot_lines: int = 0
+    log_buffer: int = 64
     hdm_base: int = 1 << 28          # byte address 16 GiB
     defer_depth: int = 1024
     relaxed_lookup: bool = False
@@ -264,9 +271,20 @@ class Config:
             limit = 65536 if name == "defer_depth" else 256
             _check(isinstance(v, int) and v >= 2 and (v & (v - 1)) == 0 and v <= limit,
                    f"{name} must be a power of two in [2, {limit}], not {v!r}")
-        for name in ("log_lines", "commit_lines", "snapshot_lines"):
+        for name in ("log_lines", "snapshot_lines"):
             v = getattr(self, name)
-            _check(isinstance(v, int) and v >= 1, f"{name} must be a positive integer, not {v!r}")
+            _check(isinstance(v, int) and v >= 0,
+                   f"{name} must be a non-negative integer (0: sized automatically), not {v!r}")
+        _check(isinstance(self.commit_lines, int) and 2 <= self.commit_lines <= 1024,
+               f"commit_lines must be in [2, 1024] (a torn commit record must leave the one "
+               f"before it), not {self.commit_lines!r}")
+        _check(self.log_size >= self.rec_lines,
+               f"log_lines = {self.log_lines} holds no undo record of {self.rec_lines} lines")
+        _check(self.snapshot_size >= 2,
+               f"snapshot_lines must be at least 2 (a header and data), not {self.snapshot_lines}")
+        _check(isinstance(self.log_buffer, int) and self.log_buffer >= 4
+               and (self.log_buffer & (self.log_buffer - 1)) == 0 and self.log_buffer <= 4096,
+               f"log_buffer must be a power of two in [4, 4096], not {self.log_buffer!r}")
         _check(isinstance(self.hdm_base, int) and self.hdm_base >= 0
                and self.hdm_base % self.media_lines_pow2 == 0 and self.hdm_base < (1 << 46),
                f"hdm_base must be a line address aligned to the media size "
@@ -299,23 +317,67 @@ class Config:
     def table_lines(self):
         return sum(self.tables) * self.lines_per_row
 
+    # -- checkpoint regions -------------------------------------------------------------
+
+    @property
+    def rec_lines(self):
+        """Lines of one undo record: the row's old lines, then a header line."""
+        return self.lines_per_row + 1
+
+    def records_per_batch(self, batch_size):
+        """Most undo records one batch can need: one per distinct row it touches."""
+        return min(sum(self.tables), batch_size * self.n_tables * self.max_pooling)
+
+    @property
+    def log_size(self):
+        """Lines of the undo log ring (``log_lines``, or automatic when 0).
+
+        The ring must hold two batches: training stalls the next lookup until
+        every committed batch is durable, so only the running batch and, in
+        relaxed order, the one looked up early hold live records."""
+        if self.log_lines:
+            return self.log_lines
+        return 2 * self.records_per_batch(self.model.batch_size) * self.rec_lines
+
+    @property
+    def log_slots(self):
+        return self.log_size // self.rec_lines
+
+    @property
+    def mlp_params(self):
+        """Number of MLP parameters (float32) of ``model``, as :class:`DenseModel` lays them out."""
+        shape = self.model
+        n_vec = self.n_tables + 1
+        bottom = (shape.dense_features, *shape.bottom_hidden, self.dim)
+        top = (self.dim + n_vec * (n_vec - 1) // 2, *shape.top_hidden, 1)
+        return sum(i * o + o for dims in (bottom, top) for i, o in zip(dims, dims[1:]))
+
+    @property
+    def mlp_lines(self):
+        return -(-self.mlp_params * 4 // LINE_BYTES)
+
+    @property
+    def snapshot_size(self):
+        """Lines of each snapshot slot: a header line, then the parameters."""
+        return self.snapshot_lines or self.mlp_lines + 1
+
     @property
     def log_base(self):
         return self.table_lines
 
     @property
     def commit_base(self):
-        return self.log_base + self.log_lines
+        return self.log_base + self.log_size
 
     @property
     def snapshot_base(self):
         """Media line addresses of snapshot slots A and B."""
         a = self.commit_base + self.commit_lines
-        return (a, a + self.snapshot_lines)
+        return (a, a + self.snapshot_size)
 
     @property
     def media_lines(self):
-        return self.snapshot_base[1] + self.snapshot_lines
+        return self.snapshot_base[1] + self.snapshot_size
 
     @property
     def media_lines_pow2(self):
@@ -375,6 +437,8 @@ class Config:
         ``gpu``): the key of cached Verilog and simulator builds."""
         d = {k: v for k, v in self.to_dict().items()
              if k not in ("model", "gpu", "relaxed_lookup")}
+        # Automatic region sizes follow the model; the resolved sizes are hardware.
+        d["log_lines"], d["snapshot_lines"] = self.log_size, self.snapshot_size
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     def replace(self, **changes):

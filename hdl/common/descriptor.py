@@ -32,6 +32,10 @@ class ErrorCode(enum.Enum, shape=8):
     QUEUE_FULL = 9          # doorbell rung while the descriptor queue was full
     DEFER_OVERFLOW = 10     # a relaxed LOOKUP deferred more rows than the device can hold
     NOT_DEFERRED = 11       # FINISH of a batch that is not the last clean relaxed LOOKUP
+    NOT_LOGGED = 12         # UPDATE while logging, of rows no clean LOOKUP (and FINISH) logged
+    NOT_RECOVERED = 13      # COMMIT or SNAPSHOT_MLP before a RECOVER since power-up
+    BAD_BATCH = 14          # COMMIT not after the last commit; SNAPSHOT_MLP of an uncommitted batch
+    NO_CHECKPOINT = 15      # RECOVER found no committed batch with a snapshot: start from scratch
 
 
 def descriptor_layout(config):

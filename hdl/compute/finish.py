@@ -81,6 +81,7 @@ class Finisher(wiring.Component):
             self.pmem.req.valid.eq(can_issue),
             self.pmem.req.payload.op.eq(LineOp.READ),
             self.pmem.req.payload.addr.eq(cur.addr + j),
+            self.pmem.req.payload.tag.eq(j),            # the line's index in its row
             self.pmem.wack.ready.eq(1),
         ]
         issued = self.pmem.req.valid & self.pmem.req.ready

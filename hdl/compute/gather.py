@@ -50,7 +50,8 @@ class RowGather(wiring.Component):
         ``table``, ``length``.
     indices : In(stream.Signature(32))
     pmem : Out(LinePortSignature)
-        Reads only; ``rdata`` is consumed by the pooler, not here.
+        Reads only, tagged with the line's index in its row; ``rdata`` is
+        consumed by the pooler, not here.
     marks : Out(stream.Signature(mark_layout))
     stop : In(1)
         Offer no new reads and take no more bags or indices.
@@ -172,10 +173,13 @@ class RowGather(wiring.Component):
         m.d.comb += [self.defer_data.bag.eq(head.bag), self.defer_data.addr.eq(head.addr)]
         nodata = head.empty | head.defer
         m.d.comb += [
+            # A row once begun is read whole, even past ``stop``: the undo
+            # logger pairs every logged row with all of its lines.
             self.pmem.req.valid.eq(row_q.r_rdy & ~nodata & mark_q.w_rdy
-                                   & (~self.stop | offered)),
+                                   & (~self.stop | offered | (line != 0))),
             self.pmem.req.payload.op.eq(LineOp.READ),
             self.pmem.req.payload.addr.eq(head.addr + line),
+            self.pmem.req.payload.tag.eq(line),
         ]
         read_fire = self.pmem.req.valid & self.pmem.req.ready
         with m.If(row_q.r_rdy & nodata & ~self.stop):

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
+from ..checkpoint.logger import UndoTapSignature
 from ..cxl.messages import ADDR_BITS
 from .bags import BagSequencer
 from .finish import Finisher
@@ -71,6 +72,10 @@ class LookupEngine(wiring.Component):
     busy_cycles, lines, bags, overflows : Out(32)
         Cycles with a descriptor running, PMEM lines read, bags pooled, bags
         whose pooled vector overflowed.
+    log : Out(UndoTapSignature)
+        Rows read, to the undo logger (``LOOKUP`` and ``FINISH`` both log).
+    log_holds : Out(32)
+        Cycles a row read waited for room in the undo logger.
     """
 
     def __init__(self, config, *, pmem_tag_bits=16):
@@ -89,6 +94,8 @@ class LookupEngine(wiring.Component):
             "lines": Out(32),
             "bags": Out(32),
             "overflows": Out(32),
+            "log": Out(UndoTapSignature(config.media_addr_bits)),
+            "log_holds": Out(32),
         })
 
     def elaborate(self, platform):
@@ -120,15 +127,20 @@ class LookupEngine(wiring.Component):
             fin.pending.eq(defer_q.level != 0),
         ]
 
+        desc = Signal(descriptor_layout(cfg))
+
         # PMEM and the output port serve the lookup datapath, or FINISH.
         finishing = Signal()
+        pre_valid = Signal()
+        pre_ready = Signal()
+        pre = Signal.like(self.pmem.req.payload)
         for src_pmem, src_host, sel in ((dp.gather.pmem, dp.writer.mem, ~finishing),
                                         (fin.pmem, fin.host, finishing)):
             with m.If(sel):
                 m.d.comb += [
-                    self.pmem.req.valid.eq(src_pmem.req.valid),
-                    self.pmem.req.payload.eq(src_pmem.req.payload),
-                    src_pmem.req.ready.eq(self.pmem.req.ready),
+                    pre_valid.eq(src_pmem.req.valid),
+                    pre.eq(src_pmem.req.payload),
+                    src_pmem.req.ready.eq(pre_ready),
                     self.out_mem.req.valid.eq(src_host.req.valid),
                     self.out_mem.req.payload.eq(src_host.req.payload),
                     src_host.req.ready.eq(self.out_mem.req.ready),
@@ -139,14 +151,41 @@ class LookupEngine(wiring.Component):
                     src_host.wack.payload.eq(self.out_mem.wack.payload),
                     self.out_mem.wack.ready.eq(src_host.wack.ready),
                 ]
-        # PMEM read data goes to the pooler of whichever is running.
+        # Undo logging: the first line of each row offered to PMEM asks the
+        # logger whether the row needs a record in this batch; if it does and
+        # the logger has no room, the read waits. Reads of logged rows carry
+        # tag bit 15, and their data goes to the logger as well as the pooler.
+        log = self.log
+        first = pre.tag[:3] == 0
+        cur_log = Signal()
+        hold = first & log.need & ~log.room
+        log_bit = Mux(first, log.need, cur_log)
+        m.d.comb += [
+            log.addr.eq(pre.addr), log.batch.eq(desc.batch),
+            self.pmem.req.valid.eq(pre_valid & ~hold),
+            self.pmem.req.payload.eq(pre),
+            self.pmem.req.payload.tag[15].eq(log_bit),
+            pre_ready.eq(self.pmem.req.ready & ~hold),
+        ]
+        req_fire = self.pmem.req.valid & self.pmem.req.ready
+        m.d.comb += log.take.eq(req_fire & first & log.need)
+        with m.If(req_fire & first):
+            m.d.sync += cur_log.eq(log.need)
+        with m.If(pre_valid & hold):
+            m.d.sync += self.log_holds.eq(self.log_holds + 1)
+
+        # PMEM read data goes to the pooler of whichever is running (and to the logger).
+        logged = self.pmem.rdata.payload.tag[15]
+        gate = ~logged | log.lines.ready
         rd_sink = Mux(finishing, fin.pmem.rdata.ready, dp.pool.rdata.ready)
         m.d.comb += [
-            dp.pool.rdata.valid.eq(self.pmem.rdata.valid & ~finishing),
+            dp.pool.rdata.valid.eq(self.pmem.rdata.valid & ~finishing & gate),
             dp.pool.rdata.payload.eq(self.pmem.rdata.payload),
-            fin.pmem.rdata.valid.eq(self.pmem.rdata.valid & finishing),
+            fin.pmem.rdata.valid.eq(self.pmem.rdata.valid & finishing & gate),
             fin.pmem.rdata.payload.eq(self.pmem.rdata.payload),
-            self.pmem.rdata.ready.eq(rd_sink),
+            self.pmem.rdata.ready.eq(rd_sink & gate),
+            log.lines.valid.eq(self.pmem.rdata.valid & logged & rd_sink),
+            log.lines.payload.eq(self.pmem.rdata.payload.data),
             self.pmem.wack.ready.eq(1),
         ]
         pmem_in_flight = Signal(16)
@@ -154,7 +193,6 @@ class LookupEngine(wiring.Component):
                                       + (self.pmem.req.valid & self.pmem.req.ready)
                                       - (self.pmem.rdata.valid & self.pmem.rdata.ready))
 
-        desc = Signal(descriptor_layout(cfg))
         error = Signal(ErrorCode)
         # The batch whose clean relaxed lookup filled the deferred list.
         owner = Signal(32)

@@ -57,11 +57,78 @@ def test_updates_after_a_clean_lookup_of_the_same_batch_go_out_checked():
         await run(ctx, six)
         await run(ctx, {**LOOKUP, "batch": 7, "relaxed": 1})
         await run(ctx, {**six, "op": Op.UPDATE})        # still checked
-        got = await through(ctx, dut.desc, dut.done, {**LOOKUP, "op": Op.COMMIT})
+        got = await through(ctx, dut.desc, dut.done, {**LOOKUP, "op": Op.NOP})
         assert got.error == ErrorCode.BAD_OP
+        for op in (Op.COMMIT, Op.SNAPSHOT_MLP, Op.RECOVER):
+            got = await through(ctx, dut.desc, dut.ckpt, {**LOOKUP, "op": op})
+            assert got.op == op
+            await through(ctx, dut.ckpt_done, dut.done, {"batch": 5, "op": op, "error": 0})
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
     assert seen == [True, False, False, False, True]
+
+
+def test_while_logging_updates_need_logged_rows_and_wait_for_the_log():
+    dut = Dispatcher(PRESETS["tiny"])
+    update = {**LOOKUP, "op": Op.UPDATE, "vec_addr": 0x400}
+
+    async def offer(ctx, desc, out, cycles=20):
+        """Offer ``desc``; the number of cycles until it was taken, or None."""
+        ctx.set(out.ready, 1)
+        ctx.set(dut.done.ready, 1)
+        ctx.set(dut.desc.payload, desc)
+        ctx.set(dut.desc.valid, 1)
+        for k in range(cycles):
+            if ctx.get(dut.desc.ready):
+                result = (k, ctx.get(out.valid), ctx.get(dut.done.valid),
+                          ctx.get(dut.done.payload.error))
+                await ctx.tick()
+                ctx.set(dut.desc.valid, 0)
+                return result
+            await ctx.tick()
+        ctx.set(dut.desc.valid, 0)
+        return None
+
+    async def complete(ctx, source, desc):
+        ctx.set(source.payload, {"batch": desc["batch"], "op": desc["op"], "error": 0})
+        ctx.set(source.valid, 1)
+        await ctx.tick()
+        ctx.set(source.valid, 0)
+        await ctx.tick()
+
+    async def tb(ctx):
+        ctx.set(dut.logging, 1)
+        ctx.set(dut.log_drained, 1)
+        # No lookup of this batch: refused, nothing reaches the update engine.
+        _, to_engine, done, error = await offer(ctx, update, dut.update)
+        assert not to_engine and done and error == ErrorCode.NOT_LOGGED
+        # The lookup is held while the snapshot lags too far.
+        ctx.set(dut.hold_lookup, 1)
+        assert await offer(ctx, LOOKUP, dut.lookup) is None
+        assert ctx.get(dut.stall_cycles) >= 19
+        ctx.set(dut.hold_lookup, 0)
+        assert (await offer(ctx, LOOKUP, dut.lookup))[1]
+        await complete(ctx, dut.lookup_done, LOOKUP)
+        # Logged, but the records are not yet persistent: the update waits.
+        ctx.set(dut.log_drained, 0)
+        assert await offer(ctx, update, dut.update) is None
+        ctx.set(dut.log_drained, 1)
+        assert (await offer(ctx, update, dut.update))[1]
+        await complete(ctx, dut.update_done, update)
+        # A relaxed lookup logs its deferred rows in FINISH: no update before it.
+        relaxed = {**LOOKUP, "batch": 7, "relaxed": 1}
+        assert (await offer(ctx, relaxed, dut.lookup))[1]
+        await complete(ctx, dut.lookup_done, relaxed)
+        _, to_engine, done, error = await offer(ctx, {**update, "batch": 7}, dut.update)
+        assert not to_engine and error == ErrorCode.NOT_LOGGED
+        assert (await offer(ctx, {**relaxed, "op": Op.FINISH}, dut.lookup))[1]
+        await complete(ctx, dut.lookup_done, {**relaxed, "op": Op.FINISH})
+        assert (await offer(ctx, {**update, "batch": 7}, dut.update))[1]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()

@@ -24,7 +24,7 @@ TIMING = PmemTiming(read_latency=10, write_latency=6, write_rate=(1, 1), read_ra
 
 def cfg_for(dim=16, tables=(24, 40), max_pooling=6):
     return Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
-                  log_lines=4, commit_lines=1, snapshot_lines=2, host_window=4)
+                  log_lines=4, commit_lines=2, snapshot_lines=2, host_window=4)
 
 
 class Harness(wiring.Component):

@@ -1,0 +1,456 @@
+"""The checkpoint engine: COMMIT, SNAPSHOT_MLP and RECOVER, and the checkpoint state."""
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.host.config import LINE_BITS, LINE_BYTES
+from trainingcxl.host.records import COMMIT, SNAPSHOT, UNDO
+from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+from ..common.line_port import LineOp, LinePortSignature
+from ..cxl.messages import ADDR_BITS
+from .crc import CRC_INIT, CRC_XOR, crc_line
+from .layouts import header_layout
+from .snapshot import SnapshotPuller
+
+__all__ = ["CheckpointEngine"]
+
+_CSUM = slice(128, 160)         # the csum field inside a header line
+
+
+class CheckpointEngine(wiring.Component):
+    """Commits, MLP snapshots, recovery, and the state they share (DESIGN section 7).
+
+    State. ``gen`` is the recovery generation: every record carries it, and
+    each recovery starts a new one, so records of a timeline that a recovery
+    undid are never applied again. ``committed`` is the newest commit; each
+    snapshot slot has a batch and a valid flag; ``durable`` is the newest
+    durable batch, ``min(committed, newest valid snapshot + K)``.
+    Until a ``RECOVER`` has run after power-up the state is unknown:
+    ``COMMIT`` and ``SNAPSHOT_MLP`` are refused and nothing is logged.
+
+    ``COMMIT(n)``: ``n`` must be newer than the last commit. The update of
+    ``n`` completed with every write persistent, so the record is written at
+    once, into the next of ``commit_lines`` slots, and the descriptor
+    completes when it is persistent.
+
+    ``SNAPSHOT_MLP(m)``: ``m`` must be committed. The pull (``mlp_lines``
+    lines from ``mlp_addr`` in host memory) starts in the older slot and the
+    descriptor completes at once; the pull runs beside later batches. A
+    second snapshot waits for the first pull.
+
+    Training stalls: ``hold_lookup`` keeps the next ``LOOKUP`` back while the
+    newest valid snapshot lags the newest commit by more than ``staleness``.
+
+    ``RECOVER`` (a state machine; every step only reads, or writes what it
+    would write again, so it is idempotent under power failure):
+
+    1. read every commit slot; the newest intact record, by ``(gen,
+       batch)``, gives ``C`` and ``g``;
+    2. read both snapshot headers; ``M`` is the newest intact one not after
+       ``C``; ``D = min(C, M + K)``; ``m = M``;
+    3. read the whole log ring: among intact undo records of generation
+       ``g`` with batch ``> D``, find the newest (highest LSN);
+    4. walk the ring backwards from it, and write every such record's old
+       lines back to its row: newest first, so a row gets its oldest value;
+       torn records fail their checksum and are skipped (write-ahead
+       guarantees their rows were never overwritten);
+    5. once every rollback write is persistent, write the commit record
+       ``(D, g + 1)`` into a slot other than the newest. From then on the
+       records of generation ``g`` are history.
+
+    With no intact commit record or no snapshot the result is
+    ``NO_CHECKPOINT``: the host starts from scratch.
+
+    Members
+    -------
+    desc : In(stream.Signature(descriptor_layout)), done : Out(stream.Signature(completion_layout))
+    pmem : Out(LinePortSignature)
+        Commit records and recovery (reads and writes).
+    snap_pmem, snap_host : Out(LinePortSignature)
+        The snapshot pull's PMEM writes and host reads.
+    enable : In(1), staleness : In(8), mlp_addr : In(64), mlp_lines : In(32)
+        From the control window (``mlp_addr`` a 64-byte aligned byte address).
+    ready, logging, gen, committed, committed_valid, snapshot, snapshot_valid, durable,
+    durable_valid, snap_busy, snap_failed, hold_lookup, restart : Out
+    recovered_d, recovered_m : Out(32), recovered_flags : Out(2)
+        Result of the last ``RECOVER``: D, m, and (D valid, m valid).
+    rolled_back, recover_cycles, snapshot_lines, stall_cycles : Out(32)
+    """
+
+    def __init__(self, config, *, tag_bits=16):
+        self._config = config
+        abits = config.media_addr_bits
+        super().__init__({
+            "desc": In(stream.Signature(descriptor_layout(config))),
+            "done": Out(stream.Signature(completion_layout)),
+            "pmem": Out(LinePortSignature(addr_bits=abits, tag_bits=tag_bits)),
+            "snap_pmem": Out(LinePortSignature(addr_bits=abits, tag_bits=tag_bits)),
+            "snap_host": Out(LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)),
+            "enable": In(1),
+            "staleness": In(8),
+            "mlp_addr": In(64),
+            "mlp_lines": In(32),
+            "ready": Out(1),
+            "logging": Out(1),
+            "gen": Out(16),
+            "committed": Out(32),
+            "committed_valid": Out(1),
+            "snapshot": Out(32),
+            "snapshot_valid": Out(1),
+            "durable": Out(32),
+            "durable_valid": Out(1),
+            "snap_busy": Out(1),
+            "snap_failed": Out(1),
+            "hold_lookup": Out(1),
+            "restart": Out(1),
+            "recovered_d": Out(32),
+            "recovered_m": Out(32),
+            "recovered_flags": Out(2),
+            "rolled_back": Out(32),
+            "recover_cycles": Out(32),
+            "snapshot_lines": Out(32),
+            "stall_cycles": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        abits = cfg.media_addr_bits
+        lpr = cfg.lines_per_row
+        rec = cfg.rec_lines
+        slots = cfg.log_slots
+        last_slot = cfg.log_base + (slots - 1) * rec
+
+        # -- state
+        ready = Signal()
+        gen = Signal(16)
+        committed = Signal(32)
+        committed_valid = Signal()
+        sv = Signal(2)                                      # slot valid
+        sb = Array(Signal(32, name=f"slot{k}_batch") for k in range(2))
+        commit_next = Signal(range(cfg.commit_lines))
+
+        newest = Signal(32)
+        newest_valid = Signal()
+        with m.If(sv[0] & (~sv[1] | (sb[0] >= sb[1]))):
+            m.d.comb += [newest.eq(sb[0]), newest_valid.eq(1)]
+        with m.Elif(sv[1]):
+            m.d.comb += [newest.eq(sb[1]), newest_valid.eq(1)]
+        reach = Signal(33)
+        m.d.comb += reach.eq(newest + self.staleness)
+        m.d.comb += [
+            self.ready.eq(ready), self.gen.eq(gen), self.logging.eq(ready & self.enable),
+            self.committed.eq(committed), self.committed_valid.eq(committed_valid),
+            self.snapshot.eq(newest), self.snapshot_valid.eq(newest_valid),
+            self.durable.eq(Mux(reach < committed, reach, committed)),
+            self.durable_valid.eq(committed_valid & newest_valid),
+            self.hold_lookup.eq(self.logging & committed_valid
+                                & (~newest_valid | (reach < committed))),
+        ]
+
+        # -- snapshot pull
+        m.submodules.puller = puller = SnapshotPuller(cfg)
+        wiring.connect(m, puller.pmem, wiring.flipped(self.snap_pmem))
+        wiring.connect(m, puller.host, wiring.flipped(self.snap_host))
+        older = Signal()
+        m.d.comb += older.eq(Mux(~sv[0], 0, Mux(~sv[1], 1, sb[0] > sb[1])))
+        desc = Signal(descriptor_layout(cfg))
+        m.d.comb += [
+            puller.batch.eq(desc.batch), puller.slot.eq(older), puller.src.eq(self.mlp_addr[6:6 + ADDR_BITS]),
+            puller.count.eq(self.mlp_lines), puller.gen.eq(gen),
+            self.snap_busy.eq(puller.busy), self.snapshot_lines.eq(puller.lines),
+        ]
+        pulling = Signal()
+        pull_slot = Signal()
+        pull_batch = Signal(32)
+        with m.If(puller.done):
+            m.d.sync += [sv.bit_select(pull_slot, 1).eq(1), sb[pull_slot].eq(pull_batch)]
+        with m.If(puller.failed):
+            m.d.sync += self.snap_failed.eq(1)
+
+        # -- PMEM port: reads (recovery scans) and writes (commit, rollback)
+        port = self.pmem
+        outstanding = Signal(range(cfg.pmem.wpq_depth * 4 + 1))
+        wfire = port.req.valid & port.req.ready & (port.req.payload.op == LineOp.WRITE)
+        m.d.sync += outstanding.eq(outstanding + wfire - port.wack.valid)
+        m.d.comb += [port.wack.ready.eq(1), port.req.payload.be.eq((1 << LINE_BYTES) - 1)]
+
+        error = Signal(ErrorCode)
+        m.d.comb += [self.done.payload.batch.eq(desc.batch), self.done.payload.op.eq(desc.op),
+                     self.done.payload.error.eq(error)]
+
+        commit_line = Signal(header_layout)
+        m.d.comb += [commit_line.magic.eq(COMMIT), commit_line.gen.eq(gen),
+                     commit_line.batch.eq(desc.batch)]
+        sealed_commit = Signal(header_layout)
+        m.d.comb += [sealed_commit.eq(commit_line),
+                     sealed_commit.csum.eq(crc_line(Const(CRC_INIT, 32), commit_line.as_value())
+                                           ^ CRC_XOR)]
+
+        # -- recovery: issue side (addresses) and receive side (checks), decoupled
+        iss_addr = Signal(abits)
+        iss_left = Signal(32)           # reads still to issue in this phase
+        iss_j = Signal(range(rec))
+        rcv_left = Signal(32)           # lines still to receive in this phase
+        rcv_j = Signal(range(rec))
+        rcv_base = Signal(abits)        # first line of the record being received (scan 1)
+        phase = Signal(range(4))        # 0 commits, 1 snapshot headers, 2 log scan, 3 rollback
+        reading = Signal()
+        writing = Signal()
+
+        best_gen = Signal(16)
+        best_batch = Signal(32)
+        best_slot = Signal(range(cfg.commit_lines))
+        found = Signal()
+        rsv = Signal(2)
+        rsb = Array(Signal(32, name=f"rslot{k}_batch") for k in range(2))
+        d_batch = Signal(32)
+        m_batch = Signal(32)
+        max_lsn = Signal(32)
+        max_base = Signal(abits)
+        log_found = Signal()
+        rolled = Signal(32)
+        linebuf = Array(Signal(LINE_BITS, name=f"undo_line{k}") for k in range(lpr))
+        wr_j = Signal(range(max(2, lpr)))
+        seal_slot = Signal(range(cfg.commit_lines))
+        recovering = Signal()
+        hdr_b = Signal(abits)           # the row a record being rolled back restores
+
+        # Issue: sequential, except that the rollback walks records backwards.
+        m.d.comb += [port.req.payload.tag.eq(0)]
+        with m.If(writing):
+            m.d.comb += [
+                port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
+                port.req.payload.addr.eq(hdr_b + wr_j), port.req.payload.data.eq(linebuf[wr_j]),
+            ]
+        with m.Elif(reading):
+            m.d.comb += [port.req.valid.eq(iss_left != 0), port.req.payload.op.eq(LineOp.READ),
+                         port.req.payload.addr.eq(iss_addr)]
+        rfire = reading & ~writing & port.req.valid & port.req.ready
+        with m.If(rfire):
+            m.d.sync += iss_left.eq(iss_left - 1)
+            with m.If(phase == 1):
+                m.d.sync += iss_addr.eq(cfg.snapshot_base[1])
+            with m.Elif(phase == 3):
+                with m.If(iss_j == rec - 1):
+                    m.d.sync += [iss_j.eq(0),
+                                 iss_addr.eq(Mux(iss_addr - lpr == cfg.log_base, last_slot,
+                                                 iss_addr - lpr - rec))]
+                with m.Else():
+                    m.d.sync += [iss_j.eq(iss_j + 1), iss_addr.eq(iss_addr + 1)]
+            with m.Else():
+                m.d.sync += iss_addr.eq(iss_addr + 1)
+
+        # Receive: checksums and decisions, in read order.
+        rd = port.rdata.payload.data
+        hdr = Signal(header_layout)
+        m.d.comb += hdr.eq(rd[:header_layout.size])
+        single = phase < 2                          # one-line records
+        is_header = single | (rcv_j == rec - 1)
+        zeroed = Signal(LINE_BITS)
+        m.d.comb += zeroed.eq(rd)
+        with m.If(is_header):
+            m.d.comb += zeroed[_CSUM].eq(0)
+        crc = Signal(32)
+        crc_in = Mux(single | (rcv_j == 0), CRC_INIT, crc)
+        crc_next = Signal(32)
+        m.d.comb += crc_next.eq(crc_line(crc_in, zeroed))
+        intact = (crc_next ^ CRC_XOR) == hdr.csum
+        undo_live = (intact & (hdr.magic == UNDO) & (hdr.gen == best_gen)
+                     & (hdr.batch > d_batch))
+
+        m.d.comb += port.rdata.ready.eq(reading & ~writing)
+        rcv = port.rdata.valid & port.rdata.ready
+        with m.If(rcv):
+            m.d.sync += [rcv_left.eq(rcv_left - 1), crc.eq(crc_next)]
+            with m.If(~single):
+                m.d.sync += rcv_j.eq(Mux(rcv_j == rec - 1, 0, rcv_j + 1))
+                with m.If(rcv_j != rec - 1):
+                    m.d.sync += linebuf[rcv_j].eq(rd)
+            with m.Switch(phase):
+                with m.Case(0):
+                    newer = Cat(hdr.batch, hdr.gen) > Cat(best_batch, best_gen)
+                    with m.If(intact & (hdr.magic == COMMIT) & (~found | newer)):
+                        m.d.sync += [found.eq(1), best_gen.eq(hdr.gen),
+                                     best_batch.eq(hdr.batch),
+                                     best_slot.eq(cfg.commit_lines - rcv_left)]
+                with m.Case(1):
+                    k = (rcv_left == 1)
+                    with m.If(intact & (hdr.magic == SNAPSHOT)):
+                        m.d.sync += [rsv.bit_select(k, 1).eq(1), rsb[k].eq(hdr.batch)]
+                with m.Case(2):
+                    with m.If(rcv_j == rec - 1):
+                        m.d.sync += rcv_base.eq(rcv_base + rec)
+                        with m.If(undo_live & (~log_found | (hdr.a > max_lsn))):
+                            m.d.sync += [log_found.eq(1), max_lsn.eq(hdr.a), max_base.eq(rcv_base)]
+                with m.Case(3):
+                    with m.If((rcv_j == rec - 1) & undo_live):
+                        m.d.sync += [hdr_b.eq(hdr.b), wr_j.eq(0), writing.eq(1),
+                                     rolled.eq(rolled + 1)]
+        with m.If(writing & port.req.ready):
+            m.d.sync += wr_j.eq(wr_j + 1)
+            with m.If(wr_j == lpr - 1):
+                m.d.sync += writing.eq(0)
+
+        def begin(phase_no, addr, lines):
+            m.d.sync += [phase.eq(phase_no), iss_addr.eq(addr), iss_left.eq(lines),
+                         rcv_left.eq(lines), iss_j.eq(0), rcv_j.eq(0), reading.eq(1)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.desc.ready.eq(1)
+                with m.If(self.desc.valid):
+                    d = self.desc.payload
+                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE)]
+                    with m.Switch(d.op):
+                        with m.Case(Op.COMMIT):
+                            with m.If(~ready):
+                                m.d.sync += error.eq(ErrorCode.NOT_RECOVERED)
+                                m.next = "COMPLETE"
+                            with m.Elif(committed_valid & (d.batch <= committed)):
+                                m.d.sync += error.eq(ErrorCode.BAD_BATCH)
+                                m.next = "COMPLETE"
+                            with m.Else():
+                                m.next = "COMMIT"
+                        with m.Case(Op.SNAPSHOT_MLP):
+                            with m.If(~ready):
+                                m.d.sync += error.eq(ErrorCode.NOT_RECOVERED)
+                                m.next = "COMPLETE"
+                            with m.Elif(~committed_valid | (d.batch > committed)):
+                                m.d.sync += error.eq(ErrorCode.BAD_BATCH)
+                                m.next = "COMPLETE"
+                            with m.Elif(self.mlp_addr[:6] != 0):
+                                m.d.sync += error.eq(ErrorCode.BAD_POINTER)
+                                m.next = "COMPLETE"
+                            with m.Elif((self.mlp_lines == 0)
+                                        | (self.mlp_lines > cfg.snapshot_size - 1)):
+                                m.d.sync += error.eq(ErrorCode.BAD_SIZE)
+                                m.next = "COMPLETE"
+                            with m.Else():
+                                m.next = "SNAPSHOT"
+                        with m.Case(Op.RECOVER):
+                            m.next = "R_WAIT"
+                        with m.Default():
+                            m.d.sync += error.eq(ErrorCode.BAD_OP)
+                            m.next = "COMPLETE"
+            with m.State("COMMIT"):
+                m.d.comb += [port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
+                             port.req.payload.addr.eq(cfg.commit_base + commit_next),
+                             port.req.payload.data.eq(sealed_commit.as_value())]
+                with m.If(port.req.ready):
+                    m.next = "COMMIT_WAIT"
+            with m.State("COMMIT_WAIT"):
+                with m.If(outstanding == 0):
+                    m.d.sync += [committed.eq(desc.batch), committed_valid.eq(1),
+                                 commit_next.eq(Mux(commit_next == cfg.commit_lines - 1, 0,
+                                                    commit_next + 1))]
+                    m.next = "COMPLETE"
+            with m.State("SNAPSHOT"):
+                # The staged copy must not change under a running pull: wait for it.
+                with m.If(~puller.busy):
+                    m.d.comb += puller.start.eq(1)
+                    m.d.sync += [pull_slot.eq(older), pull_batch.eq(desc.batch),
+                                 sv.bit_select(older, 1).eq(0)]
+                    m.next = "COMPLETE"
+                with m.Else():
+                    m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
+            with m.State("R_WAIT"):
+                m.d.comb += recovering.eq(1)
+                with m.If(~puller.busy & (outstanding == 0)):
+                    m.d.sync += [ready.eq(0), found.eq(0), rsv.eq(0), log_found.eq(0),
+                                 rolled.eq(0), self.recovered_flags.eq(0)]
+                    begin(0, cfg.commit_base, cfg.commit_lines)
+                    m.next = "R_COMMITS"
+            with m.State("R_COMMITS"):
+                m.d.comb += recovering.eq(1)
+                with m.If(rcv_left == 0):
+                    begin(1, cfg.snapshot_base[0], 2)
+                    m.next = "R_SNAPS"
+            with m.State("R_SNAPS"):
+                m.d.comb += recovering.eq(1)
+                with m.If(rcv_left == 0):
+                    m.d.sync += reading.eq(0)
+                    m.next = "R_DECIDE"
+            with m.State("R_DECIDE"):
+                m.d.comb += recovering.eq(1)
+                # The newest intact snapshot not after the newest commit.
+                usable = Signal(2)
+                m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= best_batch),
+                                          rsv[1] & (rsb[1] <= best_batch)))
+                mm = Signal(32)
+                with m.If(usable[0] & (~usable[1] | (rsb[0] >= rsb[1]))):
+                    m.d.comb += mm.eq(rsb[0])
+                with m.Else():
+                    m.d.comb += mm.eq(rsb[1])
+                mk = Signal(33)
+                m.d.comb += mk.eq(mm + self.staleness)
+                m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1])]
+                with m.If(~found | (usable == 0)):
+                    m.d.sync += [error.eq(ErrorCode.NO_CHECKPOINT), ready.eq(1),
+                                 gen.eq(Mux(found, best_gen + 1, 0)), committed_valid.eq(0),
+                                 commit_next.eq(Mux(found & (best_slot != cfg.commit_lines - 1),
+                                                    best_slot + 1, 0)),
+                                 sv.eq(0)]
+                    m.d.comb += self.restart.eq(1)
+                    m.next = "COMPLETE"
+                with m.Else():
+                    m.d.sync += [d_batch.eq(Mux(mk < best_batch, mk, best_batch)),
+                                 m_batch.eq(mm)]
+                    begin(2, cfg.log_base, slots * rec)
+                    m.d.sync += rcv_base.eq(cfg.log_base)
+                    m.next = "R_SCAN"
+            with m.State("R_SCAN"):
+                m.d.comb += recovering.eq(1)
+                with m.If(rcv_left == 0):
+                    with m.If(log_found):
+                        begin(3, max_base, slots * rec)
+                        m.next = "R_ROLLBACK"
+                    with m.Else():
+                        m.d.sync += reading.eq(0)
+                        m.next = "R_DRAIN"
+            with m.State("R_ROLLBACK"):
+                m.d.comb += recovering.eq(1)
+                with m.If((rcv_left == 0) & ~writing):
+                    m.d.sync += reading.eq(0)
+                    m.next = "R_DRAIN"
+            with m.State("R_DRAIN"):
+                m.d.comb += recovering.eq(1)
+                with m.If(outstanding == 0):
+                    m.d.sync += seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
+                                                 best_slot + 1))
+                    m.next = "R_SEAL"
+            with m.State("R_SEAL"):
+                # Everything rolled back is persistent: start generation g + 1 at D.
+                m.d.comb += recovering.eq(1)
+                seal = Signal(header_layout)
+                m.d.comb += [seal.magic.eq(COMMIT), seal.gen.eq(best_gen + 1),
+                             seal.batch.eq(d_batch)]
+                sealed = Signal(header_layout)
+                m.d.comb += [sealed.eq(seal),
+                             sealed.csum.eq(crc_line(Const(CRC_INIT, 32), seal.as_value())
+                                            ^ CRC_XOR)]
+                m.d.comb += [port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
+                             port.req.payload.addr.eq(cfg.commit_base + seal_slot),
+                             port.req.payload.data.eq(sealed.as_value())]
+                with m.If(port.req.ready):
+                    m.next = "R_SEALED"
+            with m.State("R_SEALED"):
+                m.d.comb += recovering.eq(1)
+                with m.If(outstanding == 0):
+                    m.d.sync += [
+                        ready.eq(1), gen.eq(best_gen + 1),
+                        committed.eq(d_batch), committed_valid.eq(1),
+                        commit_next.eq(Mux(seal_slot == cfg.commit_lines - 1, 0, seal_slot + 1)),
+                        self.recovered_d.eq(d_batch), self.recovered_m.eq(m_batch),
+                        self.recovered_flags.eq(0b11), self.rolled_back.eq(rolled),
+                    ]
+                    m.d.comb += self.restart.eq(1)
+                    m.next = "COMPLETE"
+            with m.State("COMPLETE"):
+                m.d.comb += self.done.valid.eq(1)
+                with m.If(self.done.ready):
+                    m.next = "IDLE"
+
+        m.d.sync += self.recover_cycles.eq(self.recover_cycles + recovering)
+        return m

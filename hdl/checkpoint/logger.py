@@ -1,0 +1,244 @@
+"""The undo logger: old rows, read by the lookup anyway, written to the log ring in PMEM."""
+
+from amaranth import *
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.host.config import LINE_BITS, LINE_BYTES
+from trainingcxl.host.records import UNDO
+from ..common.line_port import LineOp, LinePortSignature
+from .crc import CRC_INIT, CRC_XOR, crc_line
+from .layouts import header_layout
+
+__all__ = ["UndoTapSignature", "UndoLogger"]
+
+#: Marks a stamp memory entry as "no batch logged this row".
+_NO_BATCH = 0xFFFFFFFF
+_BOUNDARIES = 4
+
+
+class UndoTapSignature(wiring.Signature):
+    """How the lookup engine hands its row reads to the undo logger (seen from the lookup).
+
+    Members
+    -------
+    addr, batch : Out
+        The media line of a row whose first line is offered to PMEM, and the
+        batch of the descriptor reading it.
+    need : In(1)
+        That row has no undo record for that batch yet: log it.
+    room : In(1)
+        The logger can take a row now; without room a needed row must wait.
+    take : Out(1)
+        The row's first read was issued and is logged: its lines follow on ``lines``.
+    lines : Out(stream.Signature(LINE_BITS))
+        The lines of taken rows, as PMEM returns them.
+    """
+
+    def __init__(self, addr_bits):
+        self._addr_bits = addr_bits
+        super().__init__({
+            "addr": Out(addr_bits),
+            "batch": Out(32),
+            "need": In(1),
+            "room": In(1),
+            "take": Out(1),
+            "lines": Out(stream.Signature(LINE_BITS)),
+        })
+
+    def __eq__(self, other):
+        return isinstance(other, UndoTapSignature) and other._addr_bits == self._addr_bits
+
+    def __repr__(self):
+        return f"UndoTapSignature({self._addr_bits})"
+
+
+class UndoLogger(wiring.Component):
+    """Writes an undo record for the first read of every row in every batch (DESIGN section 7).
+
+    A stamp memory holds, per row, the last batch that logged it, so a row
+    read many times in a batch is logged once. The rows' old lines come from
+    the lookup's own PMEM reads (``tap``): logging costs no extra read, and
+    the records are written while the GPU computes, before the update comes.
+    Each record goes to the next slot of the ring (``log_slots`` slots of
+    ``rec_lines`` lines, the header last; host/records.py).
+
+    Space is reclaimed a batch at a time: the ring keeps the first log
+    sequence number (LSN) of each batch with live records, and frees a
+    batch's records once ``durable`` reaches it. A full ring stalls the
+    writer (``full_cycles``), and through the buffers the lookup; it never
+    overwrites a live record.
+
+    After a reset or ``restart`` the stamps are cleared (``ready`` low, one
+    row per cycle), since batch ids repeat after a recovery.
+
+    Members
+    -------
+    tap : In(UndoTapSignature)
+    pmem : Out(LinePortSignature)
+        Writes only; a write acknowledgement means the line is persistent.
+    enable : In(1)
+        Log (the checkpoint engine is recovered and checkpointing is on).
+    gen : In(16)
+    durable : In(32), durable_valid : In(1)
+    restart : In(1)
+        Pulse: empty the ring (after a recovery) and clear the stamps.
+    drained : Out(1)
+        Every record taken is persistent: the write-ahead barrier for ``UPDATE``.
+    ready : Out(1)
+    live : Out(32)
+        Records in the ring not yet reclaimed.
+    records, full_cycles : Out(32)
+    """
+
+    def __init__(self, config, *, tag_bits=16):
+        self._config = config
+        abits = config.media_addr_bits
+        super().__init__({
+            "tap": In(UndoTapSignature(abits)),
+            "pmem": Out(LinePortSignature(addr_bits=abits, tag_bits=tag_bits)),
+            "enable": In(1),
+            "gen": In(16),
+            "durable": In(32),
+            "durable_valid": In(1),
+            "restart": In(1),
+            "drained": Out(1),
+            "ready": Out(1),
+            "live": Out(32),
+            "records": Out(32),
+            "full_cycles": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        abits = cfg.media_addr_bits
+        lpr = cfg.lines_per_row
+        slots = cfg.log_slots
+        rec = cfg.rec_lines
+
+        # -- stamps: the batch that last logged each row (indexed by media line)
+        m.submodules.stamps = stamps = Memory(shape=32, depth=cfg.table_lines, init=[])
+        st_r = stamps.read_port(domain="comb")
+        st_w = stamps.write_port()
+        scrubbing = Signal(init=1)
+        scrub_at = Signal(range(cfg.table_lines))
+        m.d.comb += self.ready.eq(~scrubbing)
+
+        row_layout = data.StructLayout({"addr": abits, "batch": 32})
+        m.submodules.row_q = row_q = fifo.SyncFIFOBuffered(width=row_layout.size,
+                                                            depth=cfg.log_buffer)
+        m.submodules.buf = buf = fifo.SyncFIFOBuffered(width=LINE_BITS, depth=cfg.log_buffer)
+
+        tap = self.tap
+        m.d.comb += [
+            st_r.addr.eq(tap.addr),
+            tap.need.eq(self.enable & (scrubbing | (st_r.data != tap.batch))),
+            tap.room.eq(~scrubbing & row_q.w_rdy),
+            row_q.w_data.eq(Cat(tap.addr, tap.batch)),
+            row_q.w_en.eq(tap.take),
+            buf.w_data.eq(tap.lines.payload),
+            buf.w_en.eq(tap.lines.valid),
+            tap.lines.ready.eq(buf.w_rdy),
+        ]
+        with m.If(scrubbing):
+            m.d.comb += [st_w.addr.eq(scrub_at), st_w.data.eq(_NO_BATCH), st_w.en.eq(1)]
+            m.d.sync += scrub_at.eq(scrub_at + 1)
+            with m.If(scrub_at == cfg.table_lines - 1):
+                m.d.sync += [scrubbing.eq(0), scrub_at.eq(0)]
+        with m.Else():
+            m.d.comb += [st_w.addr.eq(tap.addr), st_w.data.eq(tap.batch), st_w.en.eq(tap.take)]
+
+        # -- the ring
+        head = Signal(32)               # LSN of the next record
+        tail = Signal(32)               # LSN of the oldest live record
+        slot_addr = Signal(abits, init=cfg.log_base)
+        last_slot = cfg.log_base + (slots - 1) * rec
+        m.d.comb += self.live.eq(head - tail)
+        free = (head - tail) < slots
+
+        bnd_batch = Array(Signal(32, name=f"bnd_batch{k}") for k in range(_BOUNDARIES))
+        bnd_lsn = Array(Signal(32, name=f"bnd_lsn{k}") for k in range(_BOUNDARIES))
+        bnd_n = Signal(range(_BOUNDARIES + 1))
+
+        outstanding = Signal(range(cfg.pmem.wpq_depth * 4 + 1))
+        wfire = self.pmem.req.valid & self.pmem.req.ready
+        m.d.comb += [self.pmem.wack.ready.eq(1), self.pmem.rdata.ready.eq(1)]
+        m.d.sync += outstanding.eq(outstanding + wfire - self.pmem.wack.valid)
+
+        row = row_layout(row_q.r_data)
+        cur = Signal(row_layout)
+        j = Signal(range(max(2, lpr)))
+        crc = Signal(32)
+        idle = Signal()
+
+        push = Signal()
+        m.d.comb += self.pmem.req.payload.be.eq((1 << LINE_BYTES) - 1)
+        m.d.comb += self.pmem.req.payload.op.eq(LineOp.WRITE)
+
+        header = Signal(header_layout)
+        m.d.comb += [header.magic.eq(UNDO), header.gen.eq(self.gen), header.batch.eq(cur.batch),
+                     header.a.eq(head), header.b.eq(cur.addr)]
+        sealed = Signal(header_layout)
+        m.d.comb += [sealed.eq(header),
+                     sealed.csum.eq(crc_line(crc, header.as_value()) ^ CRC_XOR)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += idle.eq(1)
+                new_batch = (bnd_n == 0) | (row.batch != bnd_batch[bnd_n - 1])
+                can = row_q.r_rdy & free & ~(new_batch & (bnd_n == _BOUNDARIES))
+                with m.If(row_q.r_rdy & ~can):
+                    m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
+                with m.If(can):
+                    m.d.comb += [row_q.r_en.eq(1), push.eq(new_batch)]
+                    m.d.sync += [cur.eq(row), j.eq(0), crc.eq(CRC_INIT)]
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += [
+                    self.pmem.req.valid.eq(buf.r_rdy),
+                    self.pmem.req.payload.addr.eq(slot_addr + j),
+                    self.pmem.req.payload.data.eq(buf.r_data),
+                    buf.r_en.eq(self.pmem.req.ready),
+                ]
+                with m.If(wfire):
+                    m.d.sync += [crc.eq(crc_line(crc, buf.r_data)), j.eq(j + 1)]
+                    with m.If(j == lpr - 1):
+                        m.next = "HEADER"
+            with m.State("HEADER"):
+                m.d.comb += [
+                    self.pmem.req.valid.eq(1),
+                    self.pmem.req.payload.addr.eq(slot_addr + lpr),
+                    self.pmem.req.payload.data.eq(sealed.as_value()),
+                ]
+                with m.If(wfire):
+                    m.d.sync += [head.eq(head + 1), self.records.eq(self.records + 1),
+                                 slot_addr.eq(Mux(slot_addr == last_slot, cfg.log_base,
+                                                  slot_addr + rec))]
+                    m.next = "IDLE"
+
+        # -- reclaim: the oldest batch's records are free once it is durable.
+        pop = Signal()
+        m.d.comb += pop.eq((bnd_n != 0) & self.durable_valid & (bnd_batch[0] <= self.durable)
+                           & ((bnd_n > 1) | idle))
+        with m.If(pop):
+            m.d.sync += tail.eq(Mux(bnd_n > 1, bnd_lsn[1], head))
+        n_after_pop = Signal.like(bnd_n)
+        m.d.comb += n_after_pop.eq(bnd_n - pop)
+        for k in range(_BOUNDARIES):
+            src_b = bnd_batch[k + 1] if k + 1 < _BOUNDARIES else bnd_batch[k]
+            src_l = bnd_lsn[k + 1] if k + 1 < _BOUNDARIES else bnd_lsn[k]
+            with m.If(push & (n_after_pop == k)):
+                m.d.sync += [bnd_batch[k].eq(row.batch), bnd_lsn[k].eq(head)]
+            with m.Elif(pop):
+                m.d.sync += [bnd_batch[k].eq(src_b), bnd_lsn[k].eq(src_l)]
+        m.d.sync += bnd_n.eq(n_after_pop + push)
+
+        m.d.comb += self.drained.eq(idle & (row_q.level == 0) & (buf.level == 0)
+                                    & (outstanding == 0) & ~tap.take & ~tap.lines.valid)
+
+        with m.If(self.restart):
+            m.d.sync += [head.eq(0), tail.eq(0), bnd_n.eq(0), slot_addr.eq(cfg.log_base),
+                         scrubbing.eq(1), scrub_at.eq(0)]
+        return m

@@ -1,0 +1,151 @@
+"""MLP snapshots: the GPU's staged parameters, pulled through CXL.cache into a PMEM slot."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.host.config import LINE_BYTES
+from trainingcxl.host.records import SNAPSHOT
+from ..common.line_port import LineOp, LinePortSignature
+from ..compute.host_reader import HostLineReader
+from ..cxl.messages import ADDR_BITS
+from .crc import CRC_INIT, CRC_XOR, crc_line
+from .layouts import header_layout
+
+__all__ = ["SnapshotPuller"]
+
+
+class SnapshotPuller(wiring.Component):
+    """Copies ``count`` lines of MLP parameters from host memory into snapshot slot ``slot``.
+
+    It runs in the background, beside lookups and updates (DESIGN section 7:
+    the pull is spread over later batches). Order of writes, each waited for
+    until persistent: a zero header (the slot is invalid from here on), the
+    data lines, then the header with the batch, the length, the data
+    checksum and its own checksum. A slot is thus valid only once its data is
+    persistent; a power failure before that leaves it invalid and the other
+    slot untouched.
+
+    Members
+    -------
+    start : In(1)
+        Pulse, while idle: latch ``batch``, ``slot``, ``src``, ``count``, ``gen``.
+    batch : In(32), slot : In(1), src : In(ADDR_BITS), count : In(32), gen : In(16)
+    host : Out(LinePortSignature)
+        CXL.cache reads of the staged copy.
+    pmem : Out(LinePortSignature)
+        Writes into the slot.
+    busy : Out(1)
+    done : Out(1)
+        Pulse: the slot now holds a valid snapshot of ``batch``.
+    failed : Out(1)
+        Pulse: host memory refused a read; the slot stays invalid.
+    lines : Out(32)
+        Lines copied.
+    """
+
+    def __init__(self, config, *, tag_bits=16):
+        self._config = config
+        super().__init__({
+            "start": In(1),
+            "batch": In(32),
+            "slot": In(1),
+            "src": In(ADDR_BITS),
+            "count": In(32),
+            "gen": In(16),
+            "host": Out(LinePortSignature(addr_bits=ADDR_BITS, tag_bits=8)),
+            "pmem": Out(LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=tag_bits)),
+            "busy": Out(1),
+            "done": Out(1),
+            "failed": Out(1),
+            "lines": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        abits = cfg.media_addr_bits
+
+        m.submodules.reader = reader = HostLineReader(window=cfg.host_window, count_bits=32)
+        wiring.connect(m, reader.mem, wiring.flipped(self.host))
+
+        batch = Signal(32)
+        slot_base = Signal(abits)
+        count = Signal(32)
+        gen = Signal(16)
+        at = Signal(32)
+        crc = Signal(32)
+        outstanding = Signal(range(cfg.pmem.wpq_depth * 4 + 1))
+        wfire = self.pmem.req.valid & self.pmem.req.ready
+        m.d.sync += outstanding.eq(outstanding + wfire - self.pmem.wack.valid)
+        m.d.comb += [
+            self.pmem.wack.ready.eq(1), self.pmem.rdata.ready.eq(1),
+            self.pmem.req.payload.op.eq(LineOp.WRITE),
+            self.pmem.req.payload.be.eq((1 << LINE_BYTES) - 1),
+            reader.addr.eq(self.src), reader.count.eq(self.count),
+        ]
+
+        header = Signal(header_layout)
+        m.d.comb += [header.magic.eq(SNAPSHOT), header.gen.eq(gen), header.batch.eq(batch),
+                     header.a.eq(count), header.b.eq(crc ^ CRC_XOR)]
+        sealed = Signal(header_layout)
+        m.d.comb += [sealed.eq(header),
+                     sealed.csum.eq(crc_line(Const(CRC_INIT, 32), header.as_value()) ^ CRC_XOR)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [
+                        batch.eq(self.batch), count.eq(self.count), gen.eq(self.gen),
+                        slot_base.eq(Mux(self.slot, cfg.snapshot_base[1], cfg.snapshot_base[0])),
+                        at.eq(0), crc.eq(CRC_INIT),
+                    ]
+                    m.d.comb += reader.start.eq(1)
+                    m.next = "INVALIDATE"
+            with m.State("INVALIDATE"):
+                m.d.comb += [self.busy.eq(1), self.pmem.req.valid.eq(1),
+                             self.pmem.req.payload.addr.eq(slot_base),
+                             self.pmem.req.payload.data.eq(0)]
+                with m.If(wfire):
+                    m.next = "INVALID"
+            with m.State("INVALID"):
+                # The old header must be gone before any of its data changes.
+                m.d.comb += self.busy.eq(1)
+                with m.If(outstanding == 0):
+                    m.next = "COPY"
+            with m.State("COPY"):
+                m.d.comb += [self.busy.eq(1), reader.stop.eq(reader.error)]
+                m.d.comb += [
+                    self.pmem.req.valid.eq(reader.lines.valid & ~reader.error),
+                    self.pmem.req.payload.addr.eq(slot_base + 1 + at),
+                    self.pmem.req.payload.data.eq(reader.lines.payload),
+                    reader.lines.ready.eq(self.pmem.req.ready & ~reader.error),
+                ]
+                with m.If(wfire):
+                    m.d.sync += [at.eq(at + 1), crc.eq(crc_line(crc, reader.lines.payload)),
+                                 self.lines.eq(self.lines + 1)]
+                    with m.If(at + 1 == count):
+                        m.next = "DATA"
+                with m.If(reader.error):
+                    m.next = "ABORT"
+            with m.State("ABORT"):
+                m.d.comb += [self.busy.eq(1), reader.stop.eq(1)]
+                with m.If((reader.outstanding == 0) & (outstanding == 0)):
+                    m.d.comb += self.failed.eq(1)
+                    m.next = "IDLE"
+            with m.State("DATA"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(outstanding == 0):
+                    m.next = "HEADER"
+            with m.State("HEADER"):
+                m.d.comb += [self.busy.eq(1), self.pmem.req.valid.eq(1),
+                             self.pmem.req.payload.addr.eq(slot_base),
+                             self.pmem.req.payload.data.eq(sealed.as_value())]
+                with m.If(wfire):
+                    m.next = "SEAL"
+            with m.State("SEAL"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(outstanding == 0):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+        return m

@@ -1,0 +1,154 @@
+"""On-media formats of the checkpoint engine, and their checksum.
+
+The device's checkpoint engine (``hdl/checkpoint/``) and the host both read
+this module, so the formats cannot drift apart. Every record ends in (or is)
+one *header line* of the same layout (:data:`HEADER_FIELDS`, from bit 0 of the
+512-bit line; the rest of the line is zero):
+
+=========  ====  ==========================================================
+field      bits  meaning
+=========  ====  ==========================================================
+``magic``  16    the kind of record (:data:`UNDO`, :data:`COMMIT`, :data:`SNAPSHOT`)
+``gen``    16    recovery generation the record was written in
+``batch``  32    batch id
+``a``      32    undo: log sequence number; snapshot: data lines
+``b``      32    undo: media line of the row's first line; snapshot: data checksum
+``csum``   32    checksum of the record with this field zero
+=========  ====  ==========================================================
+
+* **Undo record** (log ring, ``1 + lines_per_row`` lines per slot): the row's
+  old contents, line by line, then the header. ``csum`` covers the data lines
+  and the header, so a record torn anywhere (8-byte granularity) fails it.
+* **Commit record** (commit region, one line per slot): the header alone.
+* **Snapshot slot**: the header at the slot's first line, the MLP parameters
+  (float32, little endian, :meth:`DenseModel.parameters` order) in the lines
+  after it; ``b`` is the checksum of those data lines, ``csum`` the header's.
+
+The checksum is CRC-32C (Castagnoli polynomial ``0x1EDC6F41``, initial value
+and final XOR ``0xFFFFFFFF``) over whole lines, each line fed most significant
+bit first (bit 511, the top bit of byte 63, first). It is not reflected, so
+its values differ from the common byte-wise CRC-32C; the hardware computes a
+line per cycle with an XOR network derived from :func:`crc_update`.
+"""
+
+from dataclasses import dataclass
+
+from .config import LINE_BITS, LINE_BYTES
+
+__all__ = ["HEADER_FIELDS", "UNDO", "COMMIT", "SNAPSHOT", "CRC_POLY", "CRC_INIT", "CRC_XOR",
+           "crc_update", "checksum", "Header", "undo_record", "commit_record",
+           "snapshot_header", "decode_undo", "valid_header"]
+
+#: Header line fields (name, bits), from bit 0.
+HEADER_FIELDS = (("magic", 16), ("gen", 16), ("batch", 32), ("a", 32), ("b", 32), ("csum", 32))
+UNDO = 0x5544         # "UD"
+COMMIT = 0x434D       # "CM"
+SNAPSHOT = 0x534E     # "SN"
+
+CRC_POLY = 0x1EDC6F41
+CRC_INIT = 0xFFFFFFFF
+CRC_XOR = 0xFFFFFFFF
+_MASK = 0xFFFFFFFF
+
+
+def _byte_table():
+    table = []
+    for byte in range(256):
+        c = byte << 24
+        for _ in range(8):
+            c = ((c << 1) ^ CRC_POLY) & _MASK if c & 0x80000000 else (c << 1) & _MASK
+        table.append(c)
+    return table
+
+
+_TABLE = _byte_table()
+
+
+def crc_update(state, line):
+    """The CRC register after feeding one 512-bit line (no initial value or final XOR).
+
+    Linear in ``(state, line)`` over GF(2), which is what lets the hardware
+    compute it as an XOR network."""
+    for k in range(LINE_BYTES - 1, -1, -1):
+        byte = (line >> (8 * k)) & 0xFF
+        state = ((state << 8) & _MASK) ^ _TABLE[((state >> 24) ^ byte) & 0xFF]
+    return state
+
+
+def checksum(lines):
+    """CRC-32C of a sequence of line integers."""
+    state = CRC_INIT
+    for line in lines:
+        state = crc_update(state, line)
+    return state ^ CRC_XOR
+
+
+@dataclass(frozen=True)
+class Header:
+    """A decoded header line."""
+    magic: int
+    gen: int
+    batch: int
+    a: int
+    b: int
+    csum: int
+
+    def pack(self):
+        line, at = 0, 0
+        for name, bits in HEADER_FIELDS:
+            value = getattr(self, name)
+            assert 0 <= value < (1 << bits), f"{name} = {value} does not fit {bits} bits"
+            line |= value << at
+            at += bits
+        return line
+
+    @classmethod
+    def unpack(cls, line):
+        values, at = {}, 0
+        for name, bits in HEADER_FIELDS:
+            values[name] = (line >> at) & ((1 << bits) - 1)
+            at += bits
+        return cls(**values)
+
+    def with_csum(self, csum):
+        return Header(self.magic, self.gen, self.batch, self.a, self.b, csum)
+
+
+def _sealed(header, data_lines=()):
+    body = header.with_csum(0)
+    return body.with_csum(checksum([*data_lines, body.pack()]))
+
+
+def undo_record(*, gen, batch, lsn, addr, row_lines):
+    """The lines of an undo record (data lines, then the header)."""
+    header = _sealed(Header(UNDO, gen, batch, lsn, addr, 0), row_lines)
+    return [*row_lines, header.pack()]
+
+
+def commit_record(*, gen, batch):
+    return _sealed(Header(COMMIT, gen, batch, 0, 0, 0)).pack()
+
+
+def snapshot_header(*, gen, batch, data_lines):
+    header = Header(SNAPSHOT, gen, batch, len(data_lines), checksum(data_lines), 0)
+    return _sealed(header).pack()
+
+
+def decode_undo(lines):
+    """``(Header, row_lines)`` of an undo record, or ``None`` if it is torn or no record."""
+    *data, last = lines
+    header = Header.unpack(last)
+    if header.magic != UNDO or _sealed(header, data).csum != header.csum:
+        return None
+    return header, data
+
+
+def valid_header(line, magic):
+    """The header of a commit record or snapshot header line if it is intact, else ``None``."""
+    header = Header.unpack(line)
+    if header.magic != magic or _sealed(header).csum != header.csum:
+        return None
+    return header
+
+
+assert sum(bits for _, bits in HEADER_FIELDS) <= LINE_BITS
