@@ -37,7 +37,7 @@ from .config import LINE_BITS, LINE_BYTES
 
 __all__ = ["HEADER_FIELDS", "UNDO", "COMMIT", "SNAPSHOT", "CRC_POLY", "CRC_INIT", "CRC_XOR",
            "crc_update", "checksum", "Header", "undo_record", "commit_record",
-           "snapshot_header", "decode_undo", "valid_header"]
+           "snapshot_header", "decode_undo", "valid_header", "CSUM_MASK"]
 
 #: Header line fields (name, bits), from bit 0.
 HEADER_FIELDS = (("magic", 16), ("gen", 16), ("batch", 32), ("a", 32), ("b", 32), ("csum", 32))
@@ -134,11 +134,19 @@ def snapshot_header(*, gen, batch, data_lines):
     return _sealed(header).pack()
 
 
+#: The ``csum`` field's bits in a header line.
+CSUM_MASK = ((1 << 32) - 1) << 128
+
+
 def decode_undo(lines):
-    """``(Header, row_lines)`` of an undo record, or ``None`` if it is torn or no record."""
+    """``(Header, row_lines)`` of an undo record, or ``None`` if it is torn or no record.
+
+    The checksum covers the header line as stored (with ``csum`` zeroed), so
+    any bit of the line that differs from what was sealed, even beyond the
+    fields, makes the record torn."""
     *data, last = lines
     header = Header.unpack(last)
-    if header.magic != UNDO or _sealed(header, data).csum != header.csum:
+    if header.magic != UNDO or checksum([*data, last & ~CSUM_MASK]) != header.csum:
         return None
     return header, data
 
@@ -146,7 +154,7 @@ def decode_undo(lines):
 def valid_header(line, magic):
     """The header of a commit record or snapshot header line if it is intact, else ``None``."""
     header = Header.unpack(line)
-    if header.magic != magic or _sealed(header).csum != header.csum:
+    if header.magic != magic or checksum([line & ~CSUM_MASK]) != header.csum:
         return None
     return header
 

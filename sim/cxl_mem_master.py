@@ -42,6 +42,7 @@ class CxlMemMaster:
         self._newest_answered = -1
         self.overtaken = 0
         self._pending = {}
+        self._workers = set()
         self.errors = []
 
     def _on_rsp(self, rsp):
@@ -83,9 +84,12 @@ class CxlMemMaster:
 
     def forget_outstanding(self):
         """Drop every outstanding request (after a power failure nothing will answer them)."""
-        for tag in list(self._pending):
-            self._pending.pop(tag)
-            self._release(tag)
+        for w in list(self._workers):
+            w.cancel()
+        self._workers.clear()
+        self._pending.clear()
+        self._waiters.clear()
+        self._free = collections.deque(range(self.max_tags))
         self.req.queue.clear()
         self.rwd.queue.clear()
 
@@ -120,8 +124,14 @@ class CxlMemMaster:
                 results[key] = await op(key, *rest)
 
         workers = [cocotb.start_soon(worker()) for _ in range(min(self.max_tags, len(items)))]
-        for w in workers:
-            await w
+        self._workers.update(workers)
+        try:
+            for w in workers:
+                await w
+        finally:
+            for w in workers:
+                w.cancel()
+                self._workers.discard(w)
         return results
 
     def speculative_read(self, addr):

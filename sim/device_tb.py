@@ -12,6 +12,7 @@ from trainingcxl.hdl.common.descriptor import ErrorCode, Op
 from trainingcxl.hdl.control import DEVICE_ID, Reg
 from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
 from trainingcxl.host.config import LINE_BYTES, NOMINAL_CLOCK_MHZ, Config
+from trainingcxl.host.records import SNAPSHOT, checksum, valid_header
 from .control_driver import ControlDriver
 from .cxl_mem_master import CxlMemMaster
 from .host_memory import HostMemory
@@ -71,6 +72,8 @@ class DeviceTB:
         self.off_lines = [a + idx_lines for a in self.idx_lines]
         self.out_lines = [a + off_lines for a in self.off_lines]
         self.delta_line = self.HOST_BASE + 2 * slot
+        # The GPU's staged copy of the MLP parameters, pulled by SNAPSHOT_MLP.
+        self.mlp_line = self.delta_line + out_lines
         self.idx_line, self.off_line, self.out_line = (
             self.idx_lines[0], self.off_lines[0], self.out_lines[0])
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
@@ -80,7 +83,7 @@ class DeviceTB:
             rtt = 2 * cfg.link.latency
             host_delay = (max(1, rtt), rtt + 16)
         self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE,
-                               lines=2 * slot + out_lines,
+                               lines=2 * slot + out_lines + cfg.mlp_lines,
                                period_ns=PERIOD_NS, delay=host_delay, seed=seed,
                                pause=backpressure)
         self.ctl = ControlDriver(dut, dut.clk)
@@ -104,6 +107,7 @@ class DeviceTB:
         self.dut.power_fail.value = 0
         self.mem.forget_outstanding()
         self.ctl.forget()
+        self.host.forget()
         await RisingEdge(self.clock)
 
     async def cycles(self):
@@ -215,11 +219,93 @@ class DeviceTB:
         return await self._run(Op.UPDATE, batch_id, len(offsets) - 1, len(indices),
                                self.delta_line)
 
+    # -- checkpointing -------------------------------------------------------------------
+
+    async def configure_checkpoints(self, staleness, *, enable=True):
+        """Turn logging on with staleness bound ``staleness`` and point at the MLP staging copy."""
+        await self.ctl.write(Reg.MLP_ADDR, self.mlp_line * LINE_BYTES)
+        await self.ctl.write(Reg.MLP_LINES, self.config.mlp_lines)
+        await self.ctl.write(Reg.CKPT_CTRL, int(enable) | staleness << 8)
+
+    async def commit(self, batch_id):
+        return (await self._run(Op.COMMIT, batch_id, 0, 0, 0))[0]
+
+    def stage_mlp(self, params):
+        """The GPU stages a copy of its MLP parameters (float32) for the snapshot pull."""
+        params = np.asarray(params, dtype=np.float32)
+        self.host.write_array(self.mlp_line * LINE_BYTES, params)
+
+    async def snapshot(self, batch_id):
+        """Start the pull of the staged copy as the snapshot of ``batch_id`` (returns at once)."""
+        return (await self._run(Op.SNAPSHOT_MLP, batch_id, 0, 0, 0))[0]
+
+    async def checkpoint_state(self):
+        """The checkpoint registers, decoded."""
+        state = await self.ctl.read(Reg.CKPT_STATE)
+
+        def batch(reg_value):
+            return reg_value & 0xFFFFFFFF if reg_value >> 32 & 1 else None
+        return {
+            "ready": bool(state & 1), "logging": bool(state >> 1 & 1),
+            "snapshot_busy": bool(state >> 2 & 1), "snapshot_failed": bool(state >> 3 & 1),
+            "gen": state >> 16 & 0xFFFF, "live_records": state >> 32,
+            "committed": batch(await self.ctl.read(Reg.COMMITTED)),
+            "snapshot": batch(await self.ctl.read(Reg.SNAPSHOT)),
+            "durable": batch(await self.ctl.read(Reg.DURABLE)),
+        }
+
+    async def wait_snapshot(self, batch_id, *, timeout_cycles=5_000_000):
+        """Wait until the newest valid snapshot is of ``batch_id`` or later."""
+        t0 = get_sim_time("ns")
+        while True:
+            st = await self.checkpoint_state()
+            if st["snapshot"] is not None and st["snapshot"] >= batch_id:
+                return st
+            if st["snapshot_failed"]:
+                raise AssertionError(f"the snapshot pull of batch {batch_id} failed")
+            if (get_sim_time("ns") - t0) / PERIOD_NS > timeout_cycles:
+                raise TimeoutError(f"no valid snapshot of batch {batch_id} after {timeout_cycles} cycles")
+            await ClockCycles(self.clock, 64)
+
+    async def recover(self):
+        """Run RECOVER; returns ``(error, D, m, rolled_back, cycles)`` (D, m None without a checkpoint)."""
+        before = await self.ctl.read(Reg.RECOVER_CYCLES)
+        error = (await self._run(Op.RECOVER, 0, 0, 0, 0))[0]
+        rec = await self.ctl.read(Reg.RECOVERED)
+        info = await self.ctl.read(Reg.RECOVERED_INFO)
+        cycles = await self.ctl.read(Reg.RECOVER_CYCLES) - before
+        if error != ErrorCode.NONE:
+            return error, None, None, 0, cycles
+        assert info & 0b11 == 0b11, f"RECOVER completed without a result ({info:#x})"
+        return error, rec & 0xFFFFFFFF, rec >> 32, info >> 32, cycles
+
+    async def read_media(self, first, count):
+        """Media lines ``first .. first+count-1`` through CXL.mem (protected regions read fine)."""
+        base = self.config.hdm_base
+        got = await self.mem.read_lines([base + first + k for k in range(count)])
+        return [got[base + first + k][0] for k in range(count)]
+
+    async def read_snapshot(self, slot_batch):
+        """The MLP parameters in the valid snapshot slot of batch ``slot_batch``, checked
+        against the slot header's checksums; ``None`` if no slot holds a valid one."""
+        cfg = self.config
+        for base in cfg.snapshot_base:
+            header = valid_header((await self.read_media(base, 1))[0], SNAPSHOT)
+            if header is None or header.batch != slot_batch:
+                continue
+            lines = await self.read_media(base + 1, header.a)
+            if checksum(lines) != header.b:
+                raise AssertionError(f"snapshot of batch {slot_batch}: valid header, torn data")
+            raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in lines)
+            return np.frombuffer(raw, dtype=np.float32)[:cfg.mlp_params].copy()
+        return None
+
     async def counters(self):
         regs = [Reg.CYCLES, Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS,
                 Reg.LOOKUP_OVERFLOWS, Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS,
                 Reg.CACHE_WRITES, Reg.MEM_ERRORS, Reg.UPDATE_BUSY, Reg.UPDATE_LINES,
-                Reg.UPDATE_FORWARDED]
+                Reg.UPDATE_FORWARDED, Reg.LOOKUP_LOG_HOLDS, Reg.LOG_RECORDS, Reg.LOG_FULL,
+                Reg.CKPT_STALLS, Reg.LOG_BARRIER, Reg.RECOVER_CYCLES, Reg.SNAPSHOT_LINES]
         return {r.name.lower(): await self.ctl.read(r) for r in regs}
 
     def check_models(self):

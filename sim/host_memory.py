@@ -39,6 +39,7 @@ class HostMemory:
                                 callback=self._on_data)
         self._pulls = {}
         self._cqids = set()
+        self._epoch = 0                 # answers scheduled before a power failure are dropped
         self._next_uqid = 0
         self.reads = self.writes = 0
         self.errors = []
@@ -76,10 +77,25 @@ class HostMemory:
             source.send_nowait(payload, on_sent)
             return
 
+        epoch = self._epoch
+
         async def send():
             await Timer(cycles * self.period_ns, "ns")
-            source.send_nowait(payload, on_sent)
+            if epoch == self._epoch:
+                source.send_nowait(payload, on_sent)
         cocotb.start_soon(send())
+
+    def forget(self):
+        """Power failure: the device's requests in flight die with the link."""
+        self._epoch += 1
+        self.rsp.queue.clear()
+        self.data.queue.clear()
+        self._pulls.clear()
+        self._cqids.clear()
+
+    def clear(self):
+        """The GPU's memory loses its contents with the power."""
+        self.mem[:] = 0
 
     def _retire(self, cqid):
         return lambda: self._cqids.discard(cqid)

@@ -1,0 +1,26 @@
+"""The checkpoint engine's rules on the whole device, under both simulators
+(:mod:`trainingcxl.sim.bench_checkpoint`)."""
+
+import pytest
+
+from trainingcxl.host.config import PRESETS
+from trainingcxl.sim.runner import run_bench
+
+BENCH = "trainingcxl.sim.bench_checkpoint"
+CONFIG = PRESETS["tiny"]
+
+pytestmark = pytest.mark.cocotb
+
+
+@pytest.fixture(params=["verilator", "icarus"])
+def sim(request):
+    return request.param
+
+
+def test_recover_rolls_back_what_is_not_durable(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_recover_rolls_back_what_is_not_durable",
+              args={"seed": 1, "batch_size": 4})
+
+
+def test_checkpoint_rules_refuse_bad_requests(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_checkpoint_rules_refuse_bad_requests")
