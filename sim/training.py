@@ -1,0 +1,396 @@
+"""The host of a failure-tolerant DLRM training run on the simulated device (DESIGN sections 7, 8).
+
+:class:`TrainingRun` drives the device batch by batch (``LOOKUP``, GPU step,
+``UPDATE``, ``COMMIT``, ``SNAPSHOT_MLP``) beside a golden model, and
+:class:`FailurePlan` cuts the power at chosen moments. After each power
+failure the host loses what is volatile (the GPU's MLP parameters and
+memory, its own progress), resets the device, runs ``RECOVER``, checks
+DESIGN section 7's invariants against the golden model's history, reloads
+the MLP from the snapshot the device chose, and resumes at batch ``D + 1``.
+
+Batch ``b`` (device batch id) trains on data batch ``b - 1``; batch 0 is the
+initial state, committed and snapshotted before training starts.
+"""
+
+import copy
+import random
+import sys
+
+import cocotb
+import numpy as np
+from cocotb.triggers import Event, First, Timer
+from cocotb.utils import get_sim_time
+
+from trainingcxl.hdl.common.descriptor import ErrorCode
+from trainingcxl.host.data import initial_tables
+from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, embedding_deltas
+from trainingcxl.host.fixed import from_fixed
+from trainingcxl.host.gpu import step_cost
+from .device_tb import PERIOD_NS
+
+__all__ = ["PHASES", "FailurePlan", "TrainingRun"]
+
+#: The host's phases, as failures report them. ``snapshot`` is the host staging
+#: the MLP and, with K = 0, waiting for the pull; ``check`` is the golden
+#: comparison of the tables; ``recovery`` is ``RECOVER`` after a failure.
+PHASES = ("lookup", "gpu", "update", "commit", "snapshot", "check", "recovery")
+
+
+def progress(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+def now():
+    """Simulation time in device cycles since the start."""
+    return int(get_sim_time("ns")) // PERIOD_NS
+
+
+class PowerFailure(Exception):
+    pass
+
+
+class FailurePlan:
+    """Power failures to inject, one after the other.
+
+    Entries (dicts), each armed once the one before has fired:
+
+    * ``{"at": C}``: at simulation cycle ``C`` (or at once, if that is past);
+    * ``{"batch": b, "offset": k}``: ``k`` cycles after the host starts batch ``b``
+      (the next time it does, so a batch re-run after a recovery can be hit again);
+    * ``{"phase": P, "offset": k, "batch": b}``: ``k`` cycles after the host
+      enters phase ``P`` (of batch ``b``, if given); ``offset`` left out draws
+      it from the phase's last length;
+    * ``{"random": True}``: a cycle drawn so that the remaining random
+      failures spread over the rest of the run.
+    """
+
+    def __init__(self, entries, seed=0):
+        self.entries = list(entries)
+        self.rng = random.Random(seed)
+        self.fired = Event()
+        self.target = None
+        self._timer = None
+
+    @property
+    def pending(self):
+        return len(self.entries)
+
+    def _schedule(self, cycle):
+        self.target = max(cycle, now() + 1)
+        self.entries.pop(0)
+
+        async def wait():
+            await Timer((self.target - now()) * PERIOD_NS, "ns")
+            self.fired.set()
+        self._timer = cocotb.start_soon(wait())
+
+    def armed(self):
+        return self._timer is not None
+
+    def on_phase(self, phase, batch, *, phase_len, batch_cycles, batches_left):
+        """The host entered ``phase`` of ``batch``: arm the next entry if it waits for this."""
+        if not self.entries or self.armed():
+            return
+        e = self.entries[0]
+        if "at" in e:
+            self._schedule(e["at"])
+        elif "random" in e:
+            if batch_cycles is None:
+                return                          # the first batch's length sets the pace
+            random_left = sum(1 for x in self.entries if "random" in x)
+            span = max(2, 2 * batch_cycles * max(1, batches_left) // (random_left + 1))
+            self._schedule(now() + self.rng.randint(1, span))
+        elif "batch" in e and "phase" not in e:
+            if phase == "lookup" and batch == e["batch"]:
+                self._schedule(now() + e["offset"])
+        elif e.get("phase") == phase and e.get("batch", batch) == batch:
+            offset = e.get("offset")
+            if offset is None:
+                offset = self.rng.randint(0, max(1, phase_len.get(phase, 100)))
+            self._schedule(now() + offset)
+
+    def acknowledge(self):
+        """The failure that fired has been dealt with: the next entry may arm."""
+        if self.fired.is_set():
+            self._timer = None
+            self.fired.clear()
+
+    def cancel(self):
+        """The run is over: a failure still waiting will not come."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+
+
+class Gpu:
+    """The GPU: runs the dense model on the pooled vectors the device produced."""
+
+    def __init__(self, cfg, model):
+        self.cfg = cfg
+        self.model = model
+
+    def step(self, batch, pooled):
+        cfg = self.cfg
+        x = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
+        logits, cache = self.model.forward(batch.dense, x.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        loss = self.model.loss(logits, batch.labels)
+        grads, d_pooled = self.model.backward(cache, logits, batch.labels)
+        self.model.sgd(grads, cfg.model.lr)
+        return loss, embedding_deltas(cfg, d_pooled)
+
+
+class TrainingRun:
+    """One training run: the protocol, the golden model beside it, and the failures.
+
+    ``record`` collects what the job writes: per-batch losses and cycles of
+    the attempts that survived, the table checks, and one entry per power
+    failure (see :meth:`_recover`).
+    """
+
+    def __init__(self, tb, data, *, batches, seed, staleness, relaxed, check_every,
+                 plan=None, log=progress):
+        self.tb, self.cfg, self.data = tb, tb.config, data
+        self.n, self.seed, self.k = batches, seed, staleness
+        self.relaxed, self.check_every = relaxed, check_every
+        self.plan = plan or FailurePlan([])
+        self.log = log
+        self.gpu_cycles = step_cost(self.cfg, data.batch_size).cycles
+        self.phase, self.batch = "format", 0
+        self.phase_start = {}
+        self.phase_len = {}
+        self.batch_cycles = None
+        self.tasks = set()
+        self.pulling = None             # batch whose snapshot pull is in flight
+        self.durable = 0                # newest batch the host has seen durable
+        self.record = {"batches": batches, "loss": {}, "loss_ref": {}, "cycles_per_batch": {},
+                       "checks": [], "errors": [], "pooled_mismatches": 0, "failures": [],
+                       "relaxed": relaxed, "fallbacks": 0, "staleness": staleness,
+                       "gpu_cycles_per_batch": self.gpu_cycles}
+        self.counters = {}
+        self._epoch_counters = {}
+
+    # -- bookkeeping ---------------------------------------------------------------------
+
+    def enter(self, phase, batch):
+        t = now()
+        if self.phase in self.phase_start:
+            self.phase_len[self.phase] = t - self.phase_start[self.phase]
+        self.phase, self.batch = phase, batch
+        self.phase_start[phase] = t
+        self.plan.on_phase(phase, batch, phase_len=self.phase_len,
+                           batch_cycles=self.batch_cycles, batches_left=self.n - batch + 1)
+
+    def spawn(self, coro):
+        task = cocotb.start_soon(coro)
+        self.tasks.add(task)
+        return task
+
+    def batch_data(self, b):
+        return self.data.batch(b - 1)
+
+    def _remember(self, b):
+        """Keep the golden state after batch ``b`` for the checks after a failure."""
+        self.history[b] = (copy.deepcopy(self.golden), copy.deepcopy(self.reference))
+        self.mlp_history[b] = self.golden.dense.parameters().copy()
+        floor = self.durable - self.k - 2
+        for old in [x for x in self.history if x < floor]:
+            del self.history[old]
+            self.mlp_history.pop(old, None)
+
+    async def _read_counters(self):
+        if self.plan.pending or self.plan.armed() or not self.counters:
+            self._epoch_counters = await self.tb.counters()
+
+    # -- the run -------------------------------------------------------------------------
+
+    async def start(self):
+        """Power-up, empty media: format the checkpoint state and remember batch 0."""
+        tb, cfg = self.tb, self.cfg
+        await tb.configure_checkpoints(self.k)
+        error, *_ = await tb.recover()
+        assert error == ErrorCode.NO_CHECKPOINT, f"RECOVER on blank media gave {error!r}"
+        tables = initial_tables(cfg, seed=self.seed)
+        await tb.load_tables(tables)
+        self.golden = FixedPointTrainer(cfg, tables, seed=self.seed)
+        self.reference = FloatTrainer(cfg, tables, seed=self.seed)
+        self.gpu = Gpu(cfg, DenseModel(cfg, self.seed))
+        assert await tb.commit(0) == ErrorCode.NONE
+        tb.stage_mlp(self.gpu.model.parameters())
+        assert await tb.snapshot(0) == ErrorCode.NONE
+        await tb.wait_snapshot(0)
+        self.history, self.mlp_history = {}, {}
+        self._remember(0)
+        self._epoch_counters = await tb.counters()
+        self.counters = {k: 0 for k in self._epoch_counters}
+        self._start_counters = dict(self._epoch_counters)
+        self.t0 = now()
+
+    async def run(self):
+        await self.start()
+        next_batch = 1
+        while next_batch <= self.n:
+            task = self.spawn(self.train_from(next_batch))
+            await First(task.complete, self.plan.fired.wait())
+            if task.done():
+                task.result()                   # re-raises what went wrong
+                break
+            next_batch = await self._power_failure()
+        self.plan.cancel()
+        end = await self.tb.counters()
+        for k, v in end.items():
+            self.counters[k] += v - self._start_counters.get(k, 0)
+        self.record["cycles"] = now() - self.t0
+        self.record["failures_planned_left"] = self.plan.pending + int(self.plan.armed())
+        return self.record
+
+    async def train_from(self, b):
+        tb, cfg, rec = self.tb, self.cfg, self.record
+        early = None
+        while b <= self.n:
+            c0 = now()
+            batch = self.batch_data(b)
+            self.enter("lookup", b)
+            looked = early if early is not None else await tb.lookup(b, batch.indices, batch.offsets)
+            want = self.golden.step(batch)
+            loss_ref = self.reference.step(batch).loss
+            same = looked.error == ErrorCode.NONE and np.array_equal(looked.pooled, want.pooled)
+            rec["pooled_mismatches"] += int(not same)
+            self.enter("gpu", b)
+            loss, deltas = self.gpu.step(batch, looked.pooled)
+            nxt = self.batch_data(b + 1) if b < self.n else None
+            if self.relaxed and nxt is not None:
+                # The next batch's lookup runs while the GPU computes this one.
+                task = self.spawn(tb.lookup(b + 1, nxt.indices, nxt.offsets, relaxed=True))
+                await Timer(self.gpu_cycles * PERIOD_NS, "ns")
+                early = await task
+            else:
+                await Timer(self.gpu_cycles * PERIOD_NS, "ns")
+                early = None
+            self.enter("update", b)
+            error, _ = await tb.update(b, batch.indices, batch.offsets, deltas)
+            if early is not None:
+                if early.error == ErrorCode.DEFER_OVERFLOW:
+                    rec["fallbacks"] += 1               # too many shared rows: strict order
+                    early = None
+                else:
+                    fin, _ = await tb.finish(b + 1, nxt.n_bags)
+                    early.pooled = tb.pooled(b + 1, nxt.n_bags)
+                    if fin != ErrorCode.NONE:
+                        early.error = fin
+            self.enter("commit", b)
+            self._remember(b)               # the golden state a recovery to b must find
+            rec["loss"][b], rec["loss_ref"][b] = loss, loss_ref
+            rec["cycles_per_batch"][b] = now() - c0
+            committed = await tb.commit(b)
+            self.enter("snapshot", b)
+            await self._snapshot(b)
+            if looked.error != ErrorCode.NONE or error != ErrorCode.NONE or committed != ErrorCode.NONE:
+                rec["errors"].append({"batch": b, "lookup": looked.error.name,
+                                      "update": error.name, "commit": committed.name})
+            rec["cycles_per_batch"][b] = now() - c0
+            self.batch_cycles = self.batch_cycles or now() - c0
+            note = ""
+            if b == 1 or b == self.n or b % self.check_every == 0:
+                self.enter("check", b)
+                ok = await self._tables_match(self.golden.tables)
+                rec["checks"].append({"batch": b - 1, "tables_match": ok})
+                note = f", tables {'match' if ok else 'DIFFER'}"
+            await self._read_counters()
+            self.log(f"  batch {b}/{self.n}: loss {loss:.4f} (float32 {loss_ref:.4f}), "
+                     f"{rec['cycles_per_batch'][b]} cycles, pooled {'ok' if same else 'DIFFER'}{note}")
+            b += 1
+
+    async def _snapshot(self, b):
+        """Stage the MLP after batch ``b`` for a snapshot if the pull engine is free; with a
+        pull in flight that would leave the snapshots more than K behind, wait for it."""
+        tb = self.tb
+        st = await tb.checkpoint_state()
+        if st["snapshot_busy"] and self.pulling is not None and b - self.pulling > self.k:
+            while st["snapshot_busy"]:
+                await Timer(64 * PERIOD_NS, "ns")
+                st = await tb.checkpoint_state()
+        if st["durable"] is not None:
+            self.durable = max(self.durable, st["durable"])
+        if not st["snapshot_busy"]:
+            tb.stage_mlp(self.gpu.model.parameters())
+            error = await tb.snapshot(b)
+            assert error == ErrorCode.NONE, f"SNAPSHOT_MLP({b}) refused: {error!r}"
+            self.pulling = b
+        if self.k == 0:
+            st = await tb.wait_snapshot(b)
+            self.durable = max(self.durable, st["durable"])
+
+    async def _tables_match(self, want):
+        got = await self.tb.read_tables()
+        return all(np.array_equal(d, g) for d, g in zip(got, want))
+
+    # -- power failure and recovery ------------------------------------------------------
+
+    async def _cut_power(self):
+        self.plan.acknowledge()
+        for task in list(self.tasks):
+            task.cancel()
+        self.tasks.clear()
+        await self.tb.power_fail()
+        self.tb.host.clear()            # the GPU's memory, staged copy included, is gone
+        self.gpu = None                 # and so are its parameters
+
+    async def _power_failure(self):
+        """Cut the power, recover, check the invariants; returns the batch to resume at."""
+        tb, cfg = self.tb, self.cfg
+        failure = {"cycle": self.plan.target, "phase": self.phase, "batch": self.batch,
+                   "durable_before": self.durable, "snapshot_in_flight": self.pulling is not None}
+        for k, v in self._epoch_counters.items():
+            self.counters[k] += v - self._start_counters.get(k, 0)
+        await self._cut_power()
+        self.pulling = None
+        nested = 0
+        while True:
+            await tb.configure_checkpoints(self.k)
+            self.enter("recovery", self.batch)
+            task = self.spawn(tb.recover())
+            await First(task.complete, self.plan.fired.wait())
+            if task.done():
+                error, d, m, rolled, cycles = task.result()
+                break
+            nested += 1                          # the power failed again, during recovery
+            await self._cut_power()
+        assert error == ErrorCode.NONE, f"RECOVER failed with {error!r} after {failure}"
+        st = await tb.checkpoint_state()
+        tables_ok = await self._tables_match(self.history[d][0].tables) if d in self.history else False
+        params = await tb.read_snapshot(m)
+        mlp_ok = (params is not None and m in self.mlp_history
+                  and np.array_equal(params.view(np.uint32), self.mlp_history[m].view(np.uint32)))
+        failure.update({
+            "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
+            "rolled_back": rolled, "failures_during_recovery": nested,
+            "invariants": {
+                "tables_equal_golden_at_D": tables_ok,
+                "mlp_equal_golden_at_m": mlp_ok,
+                "m_within_staleness": d - self.k <= m <= d,
+                "no_durable_batch_lost": d >= failure["durable_before"],
+            },
+        })
+        failure["consistent"] = all(failure["invariants"].values())
+        self.record["failures"].append(failure)
+        self.log(f"  power failure at cycle {failure['cycle']} in {failure['phase']} of batch "
+                 f"{failure['batch']}: recovered D={d} m={m} in {cycles} cycles, "
+                 f"{rolled} records rolled back, "
+                 f"{'consistent' if failure['consistent'] else 'INCONSISTENT'}")
+        if not failure["consistent"]:
+            raise AssertionError(f"recovery broke an invariant: {failure}")
+        # Resume from D with the MLP of m: the golden model does the same.
+        golden, reference = copy.deepcopy(self.history[d][0]), copy.deepcopy(self.history[d][1])
+        golden.dense.load_parameters(self.mlp_history[m])
+        reference.dense.load_parameters(self.history[m][1].dense.parameters())
+        self.golden, self.reference = golden, reference
+        model = DenseModel(cfg, self.seed)
+        model.load_parameters(params)
+        self.gpu = Gpu(cfg, model)
+        self.durable = st["durable"] if st["durable"] is not None else d
+        for later in [x for x in self.history if x > d]:
+            del self.history[later]
+            self.mlp_history.pop(later, None)
+        self._epoch_counters = await tb.counters()
+        self._start_counters = dict(self._epoch_counters)
+        return d + 1
