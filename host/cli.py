@@ -217,14 +217,23 @@ def cmd_train(args):
         if ds.skipped:
             print(f"note: skipped {ds.skipped} malformed lines of {args.data}, first: {ds.problems[0]}",
                   file=sys.stderr)
+    from .failures import check_log_capacity, failure_plan
+    try:
+        check_log_capacity(cfg, args.batch_size)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
+    plan = failure_plan(fail_at=args.fail_at, fail_in=args.fail_in, random=args.inject_failures)
     order = "relaxed" if (args.relaxed or cfg.relaxed_lookup) else "strict"
     print(f"trainingcxl train: {args.batches} batches of {args.batch_size} samples, "
-          f"{cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, {order} order, on {args.sim}",
+          f"{cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, {order} order, "
+          f"staleness K = {args.staleness}, {len(plan)} power failures planned, on {args.sim}",
           flush=True)
     job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
            "data": str(Path(args.data).resolve()) if args.data != "synthetic" else "synthetic",
            "on_bad_lines": args.on_bad_lines, "check_every": args.check_every,
-           "relaxed": args.relaxed or cfg.relaxed_lookup}
+           "relaxed": args.relaxed or cfg.relaxed_lookup, "staleness": args.staleness,
+           "failures": plan,
+           "failure_seed": args.seed if args.failure_seed is None else args.failure_seed}
     if args.dump:
         job["dump"] = str(Path(args.dump).resolve())
     t0 = time.monotonic()
@@ -249,6 +258,9 @@ def cmd_train(args):
     c = rec["counters"]
     print(f"  device             {c['lookup_lines']:,} PMEM lines gathered, {c['update_lines']:,} "
           f"rewritten ({c['update_forwarded']:,} forwarded on chip)")
+    from .failures import failure_summary
+    for line in failure_summary(rec):
+        print(line)
     print(f"  wall time          {rec['wall_s']:.1f} s")
     if args.plot:
         _plot_losses(rec, args.plot)
@@ -393,7 +405,10 @@ def build_parser():
     sp.add_argument("--dump", metavar="DIR", help="write final tables, MLP parameters and the "
                                                  "batches used as .npz files into DIR")
     sp.add_argument("--plot", metavar="OUT.png", help="draw the loss curve, device vs float32")
+    from .failures import add_failure_options, add_commands
+    add_failure_options(sp)
     sp.set_defaults(func=cmd_train)
+    add_commands(sub, config_option)
 
     sp = sub.add_parser("make-criteo-sample", help="write a small Criteo-format TSV with a learnable signal")
     sp.add_argument("output", help="file to write")

@@ -34,7 +34,7 @@ import numpy as np
 from trainingcxl.host.criteo import CriteoDataset
 from trainingcxl.host.data import SyntheticWorkload
 from .device_tb import DeviceTB, bench_args, bench_config
-from .training import FailurePlan, TrainingRun
+from .training import FailurePlan, TrainingRun, progress
 
 
 def dataset(cfg, args):
@@ -58,16 +58,31 @@ async def train_job(dut):
     run = TrainingRun(tb, data, batches=n, seed=args.get("seed", 0),
                       staleness=args.get("staleness", 0),
                       relaxed=bool(args.get("relaxed", cfg.relaxed_lookup)),
-                      check_every=args.get("check_every", 10), plan=plan)
+                      check_every=args.get("check_every", 10), plan=plan,
+                      until_plan_done=args.get("until_plan_done", False),
+                      log=(lambda text: None) if args.get("quiet") else progress)
     wall0 = time.perf_counter()
-    record = await run.run()
+    try:
+        record = await run.run()
+    except Exception as e:
+        # Keep what the run found (an inconsistent recovery, above all) for the report.
+        record = run.record
+        record["aborted"] = f"{type(e).__name__}: {e}"
+        record.update({"golden_match": False, "counters": run.counters,
+                       "wall_s": time.perf_counter() - wall0})
+        with open(args["out"], "w") as f:
+            json.dump(record, f, indent=2, default=str)
+        raise
+    done = sorted(record["loss"])
     for key in ("loss", "loss_ref", "cycles_per_batch"):
-        record[key] = [record[key][b] for b in range(1, n + 1)]
+        record[key] = [record[key][b] for b in done]
+    n = len(done)
+    complete = n == args.get("batches", 50) or args.get("until_plan_done", False)
     record.update({
         "final_loss": float(np.mean(record["loss"][-min(10, n):])),
         "final_loss_ref": float(np.mean(record["loss_ref"][-min(10, n):])),
         "counters": run.counters,
-        "golden_match": (record["pooled_mismatches"] == 0 and not record["errors"]
+        "golden_match": (complete and record["pooled_mismatches"] == 0 and not record["errors"]
                          and all(c["tables_match"] for c in record["checks"])
                          and all(f["consistent"] for f in record["failures"])),
         "wall_s": time.perf_counter() - wall0,
@@ -85,7 +100,7 @@ async def train_job(dut):
                 mlp[f"{part}_w{k}"], mlp[f"{part}_b{k}"] = w, b
         np.savez(out / "mlp.npz", **mlp)
         used = {}
-        for i in range(n):
+        for i in range(args.get("batches", 50)):
             batch = data.batch(i)
             used[f"indices_{i}"], used[f"offsets_{i}"] = batch.indices, batch.offsets
             used[f"dense_{i}"], used[f"labels_{i}"] = batch.dense, batch.labels

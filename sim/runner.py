@@ -167,20 +167,22 @@ def build(sim, config, *, waves=False, log=print):
 
 
 def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log=print,
-              results_name=None, quiet=False):
+              results_name=None, quiet=False, work_dir=None):
     """Run cocotb ``module`` (an importable module name) on the device built for ``sim``.
 
     ``args`` (JSON-serialisable) reach the bench through the environment
     (:func:`trainingcxl.sim.device_tb.bench_args`). ``quiet`` keeps cocotb to
     warnings, so the bench's own progress lines stand out. Raises :class:`BenchFailure`
-    unless every test of the run passed; returns the number of tests.
+    unless every test of the run passed; returns the number of tests. ``work_dir``
+    (default: the build folder) is where the simulator runs; give each of several
+    concurrent runs its own.
     """
     from cocotb_tools.check_results import get_results
     waves = _waves_requested(waves)
     bdir = build(sim, config, waves=waves, log=log)
     runner = _runner(sim)
     name = results_name or (testcase if isinstance(testcase, str) else module.rsplit(".", 1)[-1])
-    results = bdir / f"results-{name}-{os.getpid()}.xml"
+    results = Path(work_dir or bdir) / f"results-{name}-{os.getpid()}.xml"
     env = {
         CONFIG_ENV: config.to_json(),
         ARGS_ENV: json.dumps(args or {}),
@@ -195,7 +197,7 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
             hdl_toplevel_lang="verilog",
             testcase=testcase,
             build_dir=bdir,
-            test_dir=bdir,
+            test_dir=work_dir or bdir,
             extra_env=env,
             results_xml=str(results),
             timescale=TIMESCALE,

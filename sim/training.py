@@ -24,16 +24,12 @@ from cocotb.utils import get_sim_time
 from trainingcxl.hdl.common.descriptor import ErrorCode
 from trainingcxl.host.data import initial_tables
 from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, embedding_deltas
+from trainingcxl.host.failures import PHASES
 from trainingcxl.host.fixed import from_fixed
 from trainingcxl.host.gpu import step_cost
 from .device_tb import PERIOD_NS
 
 __all__ = ["PHASES", "FailurePlan", "TrainingRun"]
-
-#: The host's phases, as failures report them. ``snapshot`` is the host staging
-#: the MLP and, with K = 0, waiting for the pull; ``check`` is the golden
-#: comparison of the tables; ``recovery`` is ``RECOVER`` after a failure.
-PHASES = ("lookup", "gpu", "update", "commit", "snapshot", "check", "recovery")
 
 
 def progress(text):
@@ -57,6 +53,8 @@ class FailurePlan:
     * ``{"at": C}``: at simulation cycle ``C`` (or at once, if that is past);
     * ``{"batch": b, "offset": k}``: ``k`` cycles after the host starts batch ``b``
       (the next time it does, so a batch re-run after a recovery can be hit again);
+    * ``{"next_batch": True, "offset": k}``: ``k`` cycles after the host starts
+      its next batch, whichever it is (sweeps over the cycles of a batch);
     * ``{"phase": P, "offset": k, "batch": b}``: ``k`` cycles after the host
       enters phase ``P`` (of batch ``b``, if given); ``offset`` left out draws
       it from the phase's last length;
@@ -100,6 +98,9 @@ class FailurePlan:
             random_left = sum(1 for x in self.entries if "random" in x)
             span = max(2, 2 * batch_cycles * max(1, batches_left) // (random_left + 1))
             self._schedule(now() + self.rng.randint(1, span))
+        elif "next_batch" in e:
+            if phase == "lookup":
+                self._schedule(now() + e["offset"])
         elif "batch" in e and "phase" not in e:
             if phase == "lookup" and batch == e["batch"]:
                 self._schedule(now() + e["offset"])
@@ -148,11 +149,12 @@ class TrainingRun:
     """
 
     def __init__(self, tb, data, *, batches, seed, staleness, relaxed, check_every,
-                 plan=None, log=progress):
+                 plan=None, until_plan_done=False, log=progress):
         self.tb, self.cfg, self.data = tb, tb.config, data
         self.n, self.seed, self.k = batches, seed, staleness
         self.relaxed, self.check_every = relaxed, check_every
         self.plan = plan or FailurePlan([])
+        self.until_plan_done = until_plan_done     # stop once every planned failure is behind
         self.log = log
         self.gpu_cycles = step_cost(self.cfg, data.batch_size).cycles
         self.phase, self.batch = "format", 0
@@ -299,6 +301,9 @@ class TrainingRun:
             self.log(f"  batch {b}/{self.n}: loss {loss:.4f} (float32 {loss_ref:.4f}), "
                      f"{rec['cycles_per_batch'][b]} cycles, pooled {'ok' if same else 'DIFFER'}{note}")
             b += 1
+            if self.until_plan_done and not self.plan.pending and not self.plan.armed():
+                self.record["stopped_after"] = b - 1
+                return
 
     async def _snapshot(self, b):
         """Stage the MLP after batch ``b`` for a snapshot if the pull engine is free; with a
