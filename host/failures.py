@@ -283,15 +283,16 @@ def cmd_campaign(args):
         plan = []
         for _ in range(per_run):
             roll = rng.random()
-            if roll < 0.15:
+            if roll < 0.2 and plan and plan[-1].get("phase") != "recovery":
                 plan.append({"phase": "recovery"})        # a second failure, during RECOVER
-            elif roll < 0.4:
+            elif roll < 0.6:
                 plan.append({"phase": rng.choice(PHASES[:5])})
             else:
                 plan.append({"random": True})
         specs.append({"index": i, "config": cfg.to_dict(), "args": {
             "seed": args.seed * 1000 + i, "batches": args.batches, "batch_size": args.batch_size,
             "check_every": 1000, "relaxed": relaxed, "staleness": k, "failures": plan,
+            "extend": True,
             "failure_seed": args.seed * 1000 + i}, "staleness": k, "relaxed": relaxed})
     jobs = args.jobs or os.cpu_count() or 1
     print(f"trainingcxl campaign: {runs} runs x {per_run} planned power failures, "
@@ -414,6 +415,13 @@ def cmd_sweep(args):
                "batch_points": len(offsets), "recovery_points": len(rec_offsets),
                "every": args.every, "recovery_every": args.recovery_every,
                "config": cfg.to_dict(), "staleness": args.staleness}
+    # Idempotence: a failure in an update recovers to the batch before it, however
+    # many times the power fails during that recovery (K = 0).
+    again = [f for _, rec, _ in results if rec for f in rec["failures"]
+             if f["failures_during_recovery"] and f["phase"] == "update"]
+    summary["recovery_sweep_same_result"] = bool(again) and all(
+        f["recovered_batch"] == f["batch"] - 1 and f["consistent"] for f in again) \
+        if args.staleness == 0 and rec_offsets else None
     summary["bad_runs"] = sum(1 for _, rec, err in results if err or not rec or not rec["golden_match"])
     summary["errors"] = [err for _, _, err in results if err][:5]
     summary["reproducers"] = []
@@ -422,10 +430,15 @@ def cmd_sweep(args):
             if err or not rec or not rec["golden_match"]:
                 summary["reproducers"].append(str(_reproducer(args.reproducers, spec, rec, err)))
     _print_tally("sweep", summary)
+    if summary["recovery_sweep_same_result"] is not None:
+        print(f"  idempotent         {'yes' if summary['recovery_sweep_same_result'] else 'NO'}: "
+              f"a recovery cut short at any of {len(rec_offsets)} points, then run again, "
+              f"returns to the batch before the update")
     if args.json:
         _write_json(args.json, summary)
         print(f"  JSON               {args.json}")
-    return 0 if summary["inconsistent"] == 0 and summary["bad_runs"] == 0 else 1
+    ok = summary["inconsistent"] == 0 and summary["bad_runs"] == 0
+    return 0 if ok and summary["recovery_sweep_same_result"] is not False else 1
 
 
 def add_commands(sub, config_option):

@@ -21,7 +21,9 @@ relaxed order bit-identical to the strict one.
 Arguments (from the runner): ``seed``, ``batches``, ``batch_size``, ``data``
 (``"synthetic"`` or a Criteo-format path), ``on_bad_lines``, ``check_every``,
 ``relaxed``, ``staleness``, ``failures`` (a :class:`FailurePlan` entry list),
-``failure_seed``, ``dump`` (a folder) and ``out`` (the JSON record).
+``failure_seed``, ``until_plan_done`` (stop once every planned failure has
+happened), ``extend`` (train past ``batches``, up to 4x, until they have),
+``quiet``, ``dump`` (a folder) and ``out`` (the JSON record).
 """
 
 import json
@@ -60,6 +62,7 @@ async def train_job(dut):
                       relaxed=bool(args.get("relaxed", cfg.relaxed_lookup)),
                       check_every=args.get("check_every", 10), plan=plan,
                       until_plan_done=args.get("until_plan_done", False),
+                      extend=args.get("extend", False),
                       log=(lambda text: None) if args.get("quiet") else progress)
     wall0 = time.perf_counter()
     try:
@@ -77,7 +80,7 @@ async def train_job(dut):
     for key in ("loss", "loss_ref", "cycles_per_batch"):
         record[key] = [record[key][b] for b in done]
     n = len(done)
-    complete = n == args.get("batches", 50) or args.get("until_plan_done", False)
+    complete = n >= args.get("batches", 50) or args.get("until_plan_done", False)
     record.update({
         "final_loss": float(np.mean(record["loss"][-min(10, n):])),
         "final_loss_ref": float(np.mean(record["loss_ref"][-min(10, n):])),

@@ -86,6 +86,9 @@ class StreamSource:
                 await edge
             # A pause may only delay an offer: once valid is up it stays up
             # with the same payload until the DUT takes it (the stream rule).
+            if not self.queue:              # cleared while we waited (power failure)
+                offering = False
+                continue
             hold = not offering and self.pause is not None and next(self.pause)
             item = self.queue[0]
             if hold:

@@ -149,12 +149,14 @@ class TrainingRun:
     """
 
     def __init__(self, tb, data, *, batches, seed, staleness, relaxed, check_every,
-                 plan=None, until_plan_done=False, log=progress):
+                 plan=None, until_plan_done=False, extend=False, log=progress):
         self.tb, self.cfg, self.data = tb, tb.config, data
         self.n, self.seed, self.k = batches, seed, staleness
         self.relaxed, self.check_every = relaxed, check_every
         self.plan = plan or FailurePlan([])
         self.until_plan_done = until_plan_done     # stop once every planned failure is behind
+        # Train past ``batches`` (up to 4x) until every planned failure has happened.
+        self.limit = 4 * batches if extend else batches
         self.log = log
         self.gpu_cycles = step_cost(self.cfg, data.batch_size).cycles
         self.phase, self.batch = "format", 0
@@ -230,7 +232,7 @@ class TrainingRun:
     async def run(self):
         await self.start()
         next_batch = 1
-        while next_batch <= self.n:
+        while next_batch <= self.limit:
             task = self.spawn(self.train_from(next_batch))
             await First(task.complete, self.plan.fired.wait())
             if task.done():
@@ -248,7 +250,7 @@ class TrainingRun:
     async def train_from(self, b):
         tb, cfg, rec = self.tb, self.cfg, self.record
         early = None
-        while b <= self.n:
+        while b <= self.limit:
             c0 = now()
             batch = self.batch_data(b)
             self.enter("lookup", b)
@@ -259,7 +261,7 @@ class TrainingRun:
             rec["pooled_mismatches"] += int(not same)
             self.enter("gpu", b)
             loss, deltas = self.gpu.step(batch, looked.pooled)
-            nxt = self.batch_data(b + 1) if b < self.n else None
+            nxt = self.batch_data(b + 1) if b < self.limit else None
             if self.relaxed and nxt is not None:
                 # The next batch's lookup runs while the GPU computes this one.
                 task = self.spawn(tb.lookup(b + 1, nxt.indices, nxt.offsets, relaxed=True))
@@ -301,7 +303,8 @@ class TrainingRun:
             self.log(f"  batch {b}/{self.n}: loss {loss:.4f} (float32 {loss_ref:.4f}), "
                      f"{rec['cycles_per_batch'][b]} cycles, pooled {'ok' if same else 'DIFFER'}{note}")
             b += 1
-            if self.until_plan_done and not self.plan.pending and not self.plan.armed():
+            plan_done = not self.plan.pending and not self.plan.armed()
+            if plan_done and (self.until_plan_done or b > self.n):
                 self.record["stopped_after"] = b - 1
                 return
 
