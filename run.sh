@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the project needs, then runs it.
 #
-#   ./run.sh demo [ARGS...]    the main job: DLRM training on the simulated device
+#   ./run.sh demo [ARGS...]    the main job: DLRM training on the simulated device, with power failures
 #                              (options: `./run.sh cli train --help`)
 #   ./run.sh test [ARGS...]    the whole test suite (ARGS go to pytest)
 #   ./run.sh cli  [ARGS...]    any `trainingcxl` command inside the environment
@@ -41,7 +41,9 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     demo)
-        exec "$VENV/bin/trainingcxl" train "$@" ;;
+        # Training with power failures: three at random cycles, one more during
+        # the recovery of the first; options given here override these.
+        exec "$VENV/bin/trainingcxl" train --inject-failures 3 --fail-in recovery "$@" ;;
     test)
         status=0
         "$VENV/bin/python" -m pytest "$@" || status=$?

@@ -51,8 +51,37 @@ def test_make_criteo_sample(tmp_path, capsys):
     assert all(len(l.split("\t")) == 40 for l in out.read_text().splitlines())
 
 
-@pytest.mark.parametrize("command", [["train"], ["make-criteo-sample"], ["bench-update"]])
+@pytest.mark.parametrize("command", [["train"], ["make-criteo-sample"], ["bench-update"],
+                                     ["campaign"], ["sweep"]])
 def test_help_of_training_commands(command):
     out = subprocess.run([sys.executable, "-m", "trainingcxl.host.cli", *command, "--help"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "usage: trainingcxl" in out.stdout
+
+
+def test_failure_options_build_a_plan():
+    from trainingcxl.host.failures import failure_plan, parse_fail_in
+    assert parse_fail_in("update@3+40") == {"phase": "update", "batch": 3, "offset": 40}
+    assert parse_fail_in("recovery") == {"phase": "recovery"}
+    plan = failure_plan(fail_at=[900, 500], fail_in=[parse_fail_in("recovery"),
+                                                      parse_fail_in("gpu+7")], random=2)
+    # A recovery failure strikes the recovery of the failure before it.
+    assert plan == [{"at": 500}, {"phase": "recovery"}, {"at": 900}, {"phase": "gpu", "offset": 7},
+                    {"random": True}, {"random": True}]
+
+
+@pytest.mark.parametrize("bad, why", [(["--fail-in", "nap"], "unknown phase"),
+                                      (["--fail-in", "update@x"], "PHASE"),
+                                      (["--fail-at", "0"], "positive"),
+                                      (["--staleness", "300"], "at most 255")])
+def test_bad_failure_options_are_refused(bad, why, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["train", *bad])
+    assert e.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_train_refuses_a_batch_the_undo_log_cannot_hold(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"tables": [32, 48], "max_bags": 256, "log_lines": 40}')
+    with pytest.raises(SystemExit, match="undo log holds 20 records"):
+        main(["train", "--config", str(cfg), "--batch-size", "8"])

@@ -58,3 +58,20 @@ def test_load_from_files(tmp_path):
         load_config(str(bad))
     with pytest.raises(ConfigError, match="neither a preset"):
         load_config(str(tmp_path / "missing.json"))
+
+
+def test_checkpoint_regions_size_themselves():
+    from trainingcxl.host.config import ModelShape
+    from trainingcxl.host.dlrm import DenseModel
+    for name, cfg in PRESETS.items():
+        assert cfg.mlp_params == DenseModel(cfg).parameters().size, name
+        assert cfg.snapshot_size == cfg.mlp_lines + 1
+        assert cfg.log_slots >= 2 * cfg.records_per_batch(cfg.model.batch_size)
+    tiny = PRESETS["tiny"]
+    bigger = tiny.replace(model=ModelShape(batch_size=64, bottom_hidden=(32,), top_hidden=(32,)))
+    # Sizes follow the model, and the resolved sizes are part of the hardware.
+    assert bigger.log_size >= tiny.log_size
+    assert tiny.replace(model=ModelShape(bottom_hidden=(64,), top_hidden=(32,), batch_size=16)
+                        ).hardware_digest() != tiny.hardware_digest()
+    with pytest.raises(ConfigError, match="commit_lines"):
+        tiny.replace(commit_lines=1)
