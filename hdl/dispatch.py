@@ -27,7 +27,7 @@ class Dispatcher(wiring.Component):
     * a ``LOOKUP`` waits while ``hold_lookup`` (the newest snapshot lags the
       newest commit by more than the staleness bound); ``stall_cycles`` counts;
     * an ``UPDATE`` must be of the batch the last clean ``LOOKUP`` of its
-      parity read (so every row it changes has an undo record), and, if that
+      parity read with logging on (so every row it changes has an undo record), and, if that
       lookup was relaxed, after its ``FINISH`` (which logs the rows it
       deferred); otherwise it completes with ``NOT_LOGGED``, changing nothing;
     * an ``UPDATE`` waits until the undo logger is ``log_drained``: every
@@ -86,7 +86,10 @@ class Dispatcher(wiring.Component):
         unfinished = Signal(2)
         unfinished_set = Signal(2)
         unfinished_clr = Signal(2)
-        logged = same & ~unfinished.bit_select(d.batch[0], 1)
+        # Whether logging was on when that LOOKUP started.
+        seen_logging = Signal(2)
+        logged = (same & ~unfinished.bit_select(d.batch[0], 1)
+                  & seen_logging.bit_select(d.batch[0], 1))
         with m.If(self.update.valid & self.update.ready):
             m.d.comb += clear_mask.eq(1 << d.batch[0])     # one update per lookup
 
@@ -104,7 +107,9 @@ class Dispatcher(wiring.Component):
                             with m.If(self.lookup.ready & ~held):
                                 m.d.sync += running.eq(d.batch[0])
                                 with m.If(d.op == Op.LOOKUP):
-                                    m.d.sync += seen[d.batch[0]].eq(d)
+                                    m.d.sync += [seen[d.batch[0]].eq(d),
+                                                 seen_logging.bit_select(d.batch[0], 1).eq(
+                                                     self.logging)]
                                     m.d.comb += clear_mask.eq(1 << d.batch[0])
                                 m.next = "LOOKUP"
                         with m.Case(Op.UPDATE):

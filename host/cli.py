@@ -258,6 +258,9 @@ def cmd_train(args):
     c = rec["counters"]
     print(f"  device             {c['lookup_lines']:,} PMEM lines gathered, {c['update_lines']:,} "
           f"rewritten ({c['update_forwarded']:,} forwarded on chip)")
+    print(f"  checkpointing      {c['log_records']:,} undo records, {c['snapshot_lines']:,} MLP "
+          f"lines snapshotted; updates waited {c['log_barrier']:,} cycles for the log, lookups "
+          f"{c['lookup_log_holds']:,} for log space and {c['ckpt_stalls']:,} for snapshots")
     from .failures import failure_summary
     for line in failure_summary(rec):
         print(line)

@@ -246,14 +246,21 @@ def _tally(results):
 
 
 def _reproducer(out_dir, spec, record, error):
-    """Write what it takes to re-run a bad run exactly: config, job arguments with the
-    failure cycles that fired, and (re-run with tracing) its waveform."""
+    """Write what it takes to re-run a bad run exactly: the config, the job arguments
+    (seeds and failure plan), the cycles the power failed at as a ``train`` command
+    line, and (re-run with tracing) its waveform."""
     folder = Path(out_dir) / f"run-{spec['index']}"
     folder.mkdir(parents=True, exist_ok=True)
-    fired = [{"at": f["cycle"]} for f in (record or {}).get("failures", []) if f.get("cycle")]
-    repro = {"config": spec["config"], "args": {**spec["args"], "failures": fired or spec["args"]["failures"]},
-             "error": error, "how": "trainingcxl train --config config.json --seed SEED "
-                                    "--fail-at CYCLES ... reproduces it; see args"}
+    fired = [{"at": c} for f in (record or {}).get("failures", []) if f.get("cycle")
+             for c in [f["cycle"], *f.get("recovery_failure_cycles", [])]]
+    a = spec["args"]
+    command = (f"trainingcxl train --config {folder / 'config.json'} --seed {a['seed']} "
+               f"--batches {a['batches']} --batch-size {a['batch_size']} "
+               f"--staleness {a['staleness']}{' --relaxed' if a['relaxed'] else ''}"
+               + (f" --fail-at {','.join(str(f['at']) for f in fired)}" if fired else ""))
+    # The simulation is deterministic: the job arguments alone replay the run.
+    repro = {"config": spec["config"], "args": a, "fired_cycles": [f["at"] for f in fired],
+             "error": error, "command": command}
     (folder / "repro.json").write_text(json.dumps(repro, indent=2))
     (folder / "config.json").write_text(json.dumps(spec["config"], indent=2))
     _, _, _ = _run_train({**spec, "args": repro["args"], "waves": True,

@@ -352,7 +352,7 @@ class TrainingRun:
             self.counters[k] += v - self._start_counters.get(k, 0)
         await self._cut_power()
         self.pulling = None
-        nested = 0
+        nested = []
         while True:
             await tb.configure_checkpoints(self.k)
             self.enter("recovery", self.batch)
@@ -361,7 +361,7 @@ class TrainingRun:
             if task.done():
                 error, d, m, rolled, cycles = task.result()
                 break
-            nested += 1                          # the power failed again, during recovery
+            nested.append(self.plan.target)      # the power failed again, during recovery
             await self._cut_power()
         assert error == ErrorCode.NONE, f"RECOVER failed with {error!r} after {failure}"
         st = await tb.checkpoint_state()
@@ -371,7 +371,8 @@ class TrainingRun:
                   and np.array_equal(params.view(np.uint32), self.mlp_history[m].view(np.uint32)))
         failure.update({
             "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
-            "rolled_back": rolled, "failures_during_recovery": nested,
+            "rolled_back": rolled, "failures_during_recovery": len(nested),
+            "recovery_failure_cycles": nested,
             "invariants": {
                 "tables_equal_golden_at_D": tables_ok,
                 "mlp_equal_golden_at_m": mlp_ok,
