@@ -218,7 +218,9 @@ class Config:
         0`` fits the MLP parameters (:attr:`snapshot_size`).
     log_buffer : int
         Lines the undo logger buffers between the lookup's row reads and its
-        log writes (PMEM writes are much slower than reads).
+        log writes. PMEM writes are much slower than reads, so the buffer
+        should hold a batch's old rows: the lookup then never waits for the
+        log, which drains while the GPU computes.
     hdm_base : int
         Host physical line address (address / 64) where device memory begins.
     defer_depth : int
@@ -242,7 +244,7 @@ class Config:
     log_lines: int = 0
     commit_lines: int = 4
     snapshot_lines: int = 0
-    log_buffer: int = 64
+    log_buffer: int = 512
     hdm_base: int = 1 << 28          # byte address 16 GiB
     defer_depth: int = 1024
     relaxed_lookup: bool = False

@@ -258,14 +258,14 @@ class DeviceTB:
         """Wait until the newest valid snapshot is of ``batch_id`` or later."""
         t0 = get_sim_time("ns")
         while True:
-            st = await self.checkpoint_state()
-            if st["snapshot"] is not None and st["snapshot"] >= batch_id:
-                return st
-            if st["snapshot_failed"]:
+            snap = await self.ctl.read(Reg.SNAPSHOT)
+            if snap >> 32 & 1 and snap & 0xFFFFFFFF >= batch_id:
+                return await self.checkpoint_state()
+            if await self.ctl.read(Reg.CKPT_STATE) >> 3 & 1:
                 raise AssertionError(f"the snapshot pull of batch {batch_id} failed")
             if (get_sim_time("ns") - t0) / PERIOD_NS > timeout_cycles:
                 raise TimeoutError(f"no valid snapshot of batch {batch_id} after {timeout_cycles} cycles")
-            await ClockCycles(self.clock, 64)
+            await ClockCycles(self.clock, 128)
 
     async def recover(self):
         """Run RECOVER; returns ``(error, D, m, rolled_back, cycles)`` (D, m None without a checkpoint)."""
