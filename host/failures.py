@@ -181,7 +181,7 @@ def _run_train(spec):
         record = json.loads(out.read_text()) if out.exists() else None
         if spec.get("waves") and spec.get("waves_to"):
             from trainingcxl.sim.runner import waves_file
-            src = waves_file(spec.get("sim", "verilator"), cfg)
+            src = waves_file(spec.get("sim", "verilator"), cfg, work_dir=tmp)
             if src.exists():
                 Path(spec["waves_to"]).parent.mkdir(parents=True, exist_ok=True)
                 Path(spec["waves_to"]).write_bytes(src.read_bytes())

@@ -117,10 +117,10 @@ def _waves_requested(waves):
     return waves or os.environ.get("WAVES", "") in ("1", "true", "yes")
 
 
-def waves_file(sim, config):
-    """Where a run with ``waves=True`` leaves its waveform."""
+def waves_file(sim, config, work_dir=None):
+    """Where a run with ``waves=True`` leaves its waveform (in ``work_dir`` if it had one)."""
     bdir = build_dir(sim, config)
-    bdir = bdir.with_name(bdir.name + "-waves")
+    bdir = Path(work_dir) if work_dir else bdir.with_name(bdir.name + "-waves")
     return bdir / ("dump.vcd" if sim == "verilator" else f"{TOPLEVEL}.fst")
 
 

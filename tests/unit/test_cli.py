@@ -1,5 +1,6 @@
 """The command line: help texts and clear refusals of bad input."""
 
+import json
 import subprocess
 import sys
 
@@ -85,3 +86,21 @@ def test_train_refuses_a_batch_the_undo_log_cannot_hold(tmp_path):
     cfg.write_text('{"tables": [32, 48], "max_bags": 256, "log_lines": 40}')
     with pytest.raises(SystemExit, match="undo log holds 20 records"):
         main(["train", "--config", str(cfg), "--batch-size", "8"])
+
+
+def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
+    from trainingcxl.host import failures
+    from trainingcxl.host.config import PRESETS, Config
+    reruns = []
+    monkeypatch.setattr(failures, "_run_train", lambda spec: reruns.append(spec) or (spec, None, None))
+    spec = {"index": 4, "config": PRESETS["tiny"].to_dict(), "args": {
+        "seed": 9, "batches": 3, "batch_size": 4, "staleness": 1, "relaxed": True,
+        "failures": [{"random": True}], "failure_seed": 2}}
+    record = {"failures": [{"cycle": 500, "recovery_failure_cycles": [620]}]}
+    folder = failures._reproducer(tmp_path, spec, record, "broken")
+    repro = json.loads((folder / "repro.json").read_text())
+    assert repro["args"] == spec["args"] and repro["fired_cycles"] == [500, 620]
+    assert "--fail-at 500,620" in repro["command"] and "--relaxed" in repro["command"]
+    assert Config.from_dict(json.loads((folder / "config.json").read_text())) == PRESETS["tiny"]
+    # The run is replayed with tracing on, its waveform kept beside the reproducer.
+    assert reruns[0]["waves"] and reruns[0]["waves_to"] == str(folder / "waves.vcd")
