@@ -202,7 +202,9 @@ class TrainingRun:
             self.mlp_history.pop(old, None)
 
     async def _read_counters(self):
-        if self.plan.pending or self.plan.armed() or not self.counters:
+        """While failures may come, keep the device's counters of this power-up: a
+        failure erases them, and the run's totals add up what each power-up counted."""
+        if self.plan.pending or self.plan.armed():
             self._epoch_counters = await self.tb.counters()
 
     # -- the run -------------------------------------------------------------------------
