@@ -198,10 +198,14 @@ class _Progress:
         filled = width * self.done // max(1, self.total)
         rate = self.done / max(1e-9, time.monotonic() - self.t0)
         eta = (self.total - self.done) / rate if rate else 0
-        print(f"\r  [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {self.what}"
-              f"{note}, ETA {eta:4.0f} s ", end="", file=sys.stderr, flush=True)
-        if self.done == self.total:
-            print(file=sys.stderr)
+        text = (f"  [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {self.what}"
+                f"{note}, ETA {eta:4.0f} s ")
+        if sys.stderr.isatty():
+            print("\r" + text, end="", file=sys.stderr, flush=True)
+            if self.done == self.total:
+                print(file=sys.stderr)
+        elif self.done == self.total or self.done % max(1, self.total // 10) == 0:
+            print(text, file=sys.stderr, flush=True)     # a log file gets a line per tenth
 
 
 def _parallel(specs, jobs, progress_note):
