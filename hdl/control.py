@@ -52,7 +52,7 @@ class Reg(enum.IntEnum):
     CKPT_CTRL = 0x30        # RW  enable (bit 0) | staleness bound K << 8 (8 bits)
     MLP_ADDR = 0x31         # RW  byte address of the GPU's staged MLP copy (64-byte aligned)
     MLP_LINES = 0x32        # RW  its length in lines
-    CKPT_STATE = 0x33       # RO  ready | logging << 1 | snapshot busy << 2 | snapshot failed << 3 | gen << 16 | live records << 32
+    CKPT_STATE = 0x33       # RO  ready | logging << 1 | snapshot busy << 2 | snapshot failed << 3 | K in force << 8 | gen << 16 | live records << 32
     COMMITTED = 0x34        # RO  newest committed batch | valid << 32
     SNAPSHOT = 0x35         # RO  newest valid snapshot's batch | valid << 32
     DURABLE = 0x36          # RO  newest durable batch | valid << 32

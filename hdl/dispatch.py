@@ -126,6 +126,10 @@ class Dispatcher(wiring.Component):
                             m.d.comb += [self.ckpt.valid.eq(1), self.desc.ready.eq(self.ckpt.ready)]
                             with m.If(self.ckpt.ready):
                                 m.next = "CKPT"
+                                with m.If(d.op == Op.RECOVER):
+                                    # Lookups before a recovery logged for a generation
+                                    # it ends: no update may lean on them.
+                                    m.d.comb += clear_mask.eq(0b11)
                         with m.Default():
                             m.d.comb += refuse.eq(ErrorCode.BAD_OP)
                     with m.If(refuse != ErrorCode.NONE):

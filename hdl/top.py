@@ -119,8 +119,8 @@ class Device(wiring.Component):
             dispatch.log_drained.eq(logger.drained),
             control.counter(Reg.LOOKUP_LOG_HOLDS).eq(lookup.log_holds),
             control.counter(Reg.CKPT_STATE).eq(Cat(
-                ckpt.ready, ckpt.logging, ckpt.snap_busy, ckpt.snap_failed, Const(0, 12),
-                ckpt.gen, logger.live)),
+                ckpt.ready, ckpt.logging, ckpt.snap_busy, ckpt.snap_failed, Const(0, 4),
+                ckpt.staleness_in_force, ckpt.gen, logger.live)),
             control.counter(Reg.COMMITTED).eq(Cat(ckpt.committed, ckpt.committed_valid)),
             control.counter(Reg.SNAPSHOT).eq(Cat(ckpt.snapshot, ckpt.snapshot_valid)),
             control.counter(Reg.DURABLE).eq(Cat(ckpt.durable, ckpt.durable_valid)),

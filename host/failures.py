@@ -399,7 +399,10 @@ def cmd_sweep(args):
     rec_len = probe["failures"][0]["recovery_cycles"]
     span = batch_len + args.margin
     offsets = list(range(0, span, args.every))
-    rec_offsets = list(range(0, rec_len + 2, args.recovery_every)) if args.recovery_every else []
+    # Offsets count from the host's decision to recover; the device's RECOVER
+    # starts a few register writes later, so the margin covers its last cycles.
+    rec_offsets = (list(range(0, rec_len + args.margin, args.recovery_every))
+                   if args.recovery_every else [])
     print(f"trainingcxl sweep: a batch is {batch_len} cycles and a recovery {rec_len}; power "
           f"failures at {len(offsets)} points of a batch (every {args.every} cycles over "
           f"{span}) and second failures at {len(rec_offsets)} points of the recovery after "

@@ -11,7 +11,7 @@ field      bits  meaning
 ``magic``  16    the kind of record (:data:`UNDO`, :data:`COMMIT`, :data:`SNAPSHOT`)
 ``gen``    16    recovery generation the record was written in
 ``batch``  32    batch id
-``a``      32    undo: log sequence number; snapshot: data lines
+``a``      32    undo: log sequence number; commit: staleness bound K; snapshot: data lines
 ``b``      32    undo: media line of the row's first line; snapshot: data checksum
 ``csum``   32    checksum of the record with this field zero
 =========  ====  ==========================================================
@@ -125,8 +125,9 @@ def undo_record(*, gen, batch, lsn, addr, row_lines):
     return [*row_lines, header.pack()]
 
 
-def commit_record(*, gen, batch):
-    return _sealed(Header(COMMIT, gen, batch, 0, 0, 0)).pack()
+def commit_record(*, gen, batch, staleness=0):
+    """A commit record; it also keeps the staleness bound K in force (``a``)."""
+    return _sealed(Header(COMMIT, gen, batch, staleness, 0, 0)).pack()
 
 
 def snapshot_header(*, gen, batch, data_lines):

@@ -20,24 +20,28 @@ class Recovery:
     m: int | None = None            # snapshot chosen
     gen: int = 0                    # the generation from now on
     rolled_back: int = 0            # undo records applied
+    staleness: int = 0              # the bound in force from now on
     writes: dict = field(default_factory=dict)      # media line -> value written, in order
 
 
 def recover(config, media, staleness):
-    """Recover ``media`` (a mutable sequence of line integers, indexed by media line) in place."""
+    """Recover ``media`` (a mutable sequence of line integers, indexed by media line) in place.
+
+    ``staleness`` (the control register) only counts when there is no checkpoint;
+    otherwise the bound stored in the newest commit record does."""
     cfg = config
     best = None                                         # (gen, batch, slot)
     for slot in range(cfg.commit_lines):
         h = valid_header(media[cfg.commit_base + slot], COMMIT)
         if h is not None and (best is None or (h.gen, h.batch) > best[:2]):
-            best = (h.gen, h.batch, slot)
+            best = (h.gen, h.batch, slot, h.a & 0xFF)
     snaps = [valid_header(media[base], SNAPSHOT) for base in cfg.snapshot_base]
     usable = [h.batch for h in snaps if h is not None and best is not None and h.batch <= best[1]]
     if best is None or not usable:
-        return Recovery(found=False, gen=0 if best is None else best[0] + 1)
-    gen, committed, slot = best
+        return Recovery(found=False, gen=0 if best is None else best[0] + 1, staleness=staleness)
+    gen, committed, slot, k = best
     m = max(usable)
-    d = min(committed, m + staleness)
+    d = min(committed, m + k)
 
     def record(s):
         at = cfg.log_base + s * cfg.rec_lines
@@ -51,10 +55,10 @@ def recover(config, media, staleness):
         got = record(s)
         if got is not None and (newest is None or got[0].a > newest[0]):
             newest = (got[0].a, s)
-    result = Recovery(found=True, d=d, m=m, gen=gen + 1)
+    result = Recovery(found=True, d=d, m=m, gen=gen + 1, staleness=k)
     if newest is not None:
-        for k in range(cfg.log_slots):                  # newest first
-            got = record((newest[1] - k) % cfg.log_slots)
+        for back in range(cfg.log_slots):               # newest first
+            got = record((newest[1] - back) % cfg.log_slots)
             if got is None:
                 continue
             header, lines = got
@@ -63,6 +67,6 @@ def recover(config, media, staleness):
                 result.writes[header.b + j] = line
             result.rolled_back += 1
     seal = cfg.commit_base + (slot + 1) % cfg.commit_lines
-    media[seal] = commit_record(gen=gen + 1, batch=d)
+    media[seal] = commit_record(gen=gen + 1, batch=d, staleness=k)
     result.writes[seal] = media[seal]
     return result

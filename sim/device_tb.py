@@ -248,7 +248,8 @@ class DeviceTB:
         return {
             "ready": bool(state & 1), "logging": bool(state >> 1 & 1),
             "snapshot_busy": bool(state >> 2 & 1), "snapshot_failed": bool(state >> 3 & 1),
-            "gen": state >> 16 & 0xFFFF, "live_records": state >> 32,
+            "staleness": state >> 8 & 0xFF, "gen": state >> 16 & 0xFFFF,
+            "live_records": state >> 32,
             "committed": batch(await self.ctl.read(Reg.COMMITTED)),
             "snapshot": batch(await self.ctl.read(Reg.SNAPSHOT)),
             "durable": batch(await self.ctl.read(Reg.DURABLE)),

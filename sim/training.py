@@ -296,7 +296,9 @@ class TrainingRun:
             rec["cycles_per_batch"][b] = now() - c0
             self.batch_cycles = self.batch_cycles or now() - c0
             note = ""
-            if b == 1 or b == self.n or b % self.check_every == 0:
+            plan_done = not self.plan.pending and not self.plan.armed()
+            stopping = b >= self.limit or (plan_done and (self.until_plan_done or b >= self.n))
+            if b == 1 or b == self.n or b % self.check_every == 0 or stopping:
                 self.enter("check", b)
                 ok = await self._tables_match(self.golden.tables)
                 rec["checks"].append({"batch": b - 1, "tables_match": ok})
@@ -304,11 +306,10 @@ class TrainingRun:
             await self._read_counters()
             self.log(f"  batch {b}/{self.n}: loss {loss:.4f} (float32 {loss_ref:.4f}), "
                      f"{rec['cycles_per_batch'][b]} cycles, pooled {'ok' if same else 'DIFFER'}{note}")
-            b += 1
-            plan_done = not self.plan.pending and not self.plan.armed()
-            if plan_done and (self.until_plan_done or b > self.n):
-                self.record["stopped_after"] = b - 1
+            if stopping:
+                self.record["stopped_after"] = b
                 return
+            b += 1
 
     async def _snapshot(self, b):
         """Stage the MLP after batch ``b`` for a snapshot if the pull engine is free; with a

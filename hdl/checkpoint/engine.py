@@ -48,7 +48,7 @@ class CheckpointEngine(wiring.Component):
     1. read every commit slot; the newest intact record, by ``(gen,
        batch)``, gives ``C`` and ``g``;
     2. read both snapshot headers; ``M`` is the newest intact one not after
-       ``C``; ``D = min(C, M + K)``; ``m = M``;
+       ``C``; ``D = min(C, M + K)`` with the K that commit record stores; ``m = M``;
     3. read the whole log ring: among intact undo records of generation
        ``g`` with batch ``> D``, find the newest (highest LSN);
     4. walk the ring backwards from it, and write every such record's old
@@ -71,8 +71,14 @@ class CheckpointEngine(wiring.Component):
         The snapshot pull's PMEM writes and host reads.
     enable : In(1), staleness : In(8), mlp_addr : In(64), mlp_lines : In(32)
         From the control window (``mlp_addr`` a 64-byte aligned byte address).
+        ``staleness`` takes effect when a ``RECOVER`` finds no checkpoint (the
+        host then formats); otherwise the bound stored in the newest commit
+        record stays in force, so a power failure cannot change it.
     ready, logging, gen, committed, committed_valid, snapshot, snapshot_valid, durable,
-    durable_valid, snap_busy, snap_failed, hold_lookup, restart : Out
+    durable_valid, snap_busy, snap_failed, hold_lookup, staleness_in_force : Out
+    restart : Out(1)
+        To the undo logger: drop what it holds and start an empty ring (while a
+        ``RECOVER`` starts, and when it ends).
     recovered_d, recovered_m : Out(32), recovered_flags : Out(2)
         Result of the last ``RECOVER``: D, m, and (D valid, m valid).
     rolled_back, recover_cycles, snapshot_lines, stall_cycles : Out(32)
@@ -103,6 +109,7 @@ class CheckpointEngine(wiring.Component):
             "snap_busy": Out(1),
             "snap_failed": Out(1),
             "hold_lookup": Out(1),
+            "staleness_in_force": Out(8),
             "restart": Out(1),
             "recovered_d": Out(32),
             "recovered_m": Out(32),
@@ -130,6 +137,10 @@ class CheckpointEngine(wiring.Component):
         sv = Signal(2)                                      # slot valid
         sb = Array(Signal(32, name=f"slot{k}_batch") for k in range(2))
         commit_next = Signal(range(cfg.commit_lines))
+        # The staleness bound in force: the register's value when a RECOVER finds no
+        # checkpoint (the host formats then), else the one the newest commit record
+        # carries. Every commit record stores it, so a power failure cannot change it.
+        k_eff = Signal(8)
 
         newest = Signal(32)
         newest_valid = Signal()
@@ -138,7 +149,7 @@ class CheckpointEngine(wiring.Component):
         with m.Elif(sv[1]):
             m.d.comb += [newest.eq(sb[1]), newest_valid.eq(1)]
         reach = Signal(33)
-        m.d.comb += reach.eq(newest + self.staleness)
+        m.d.comb += [reach.eq(newest + k_eff), self.staleness_in_force.eq(k_eff)]
         m.d.comb += [
             self.ready.eq(ready), self.gen.eq(gen), self.logging.eq(ready & self.enable),
             self.committed.eq(committed), self.committed_valid.eq(committed_valid),
@@ -182,7 +193,7 @@ class CheckpointEngine(wiring.Component):
 
         commit_line = Signal(header_layout)
         m.d.comb += [commit_line.magic.eq(COMMIT), commit_line.gen.eq(gen),
-                     commit_line.batch.eq(desc.batch)]
+                     commit_line.batch.eq(desc.batch), commit_line.a.eq(k_eff)]
         sealed_commit = Signal(header_layout)
         m.d.comb += [sealed_commit.eq(commit_line),
                      sealed_commit.csum.eq(crc_line(Const(CRC_INIT, 32), commit_line.as_value())
@@ -202,6 +213,7 @@ class CheckpointEngine(wiring.Component):
         best_gen = Signal(16)
         best_batch = Signal(32)
         best_slot = Signal(range(cfg.commit_lines))
+        best_k = Signal(8)
         found = Signal()
         rsv = Signal(2)
         rsb = Array(Signal(32, name=f"rslot{k}_batch") for k in range(2))
@@ -273,7 +285,7 @@ class CheckpointEngine(wiring.Component):
                     newer = Cat(hdr.batch, hdr.gen) > Cat(best_batch, best_gen)
                     with m.If(intact & (hdr.magic == COMMIT) & (~found | newer)):
                         m.d.sync += [found.eq(1), best_gen.eq(hdr.gen),
-                                     best_batch.eq(hdr.batch),
+                                     best_batch.eq(hdr.batch), best_k.eq(hdr.a[:8]),
                                      best_slot.eq(cfg.commit_lines - rcv_left)]
                 with m.Case(1):
                     k = (rcv_left == 1)
@@ -357,6 +369,9 @@ class CheckpointEngine(wiring.Component):
                     m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
             with m.State("R_WAIT"):
                 m.d.comb += recovering.eq(1)
+                # The undo logger drops what it holds: records of the generation
+                # this recovery ends must not be written after it.
+                m.d.comb += self.restart.eq(1)
                 with m.If(~puller.busy & (outstanding == 0)):
                     m.d.sync += [ready.eq(0), found.eq(0), rsv.eq(0), log_found.eq(0),
                                  rolled.eq(0), self.recovered_flags.eq(0)]
@@ -384,10 +399,11 @@ class CheckpointEngine(wiring.Component):
                 with m.Else():
                     m.d.comb += mm.eq(rsb[1])
                 mk = Signal(33)
-                m.d.comb += mk.eq(mm + self.staleness)
+                m.d.comb += mk.eq(mm + best_k)
                 m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1])]
                 with m.If(~found | (usable == 0)):
                     m.d.sync += [error.eq(ErrorCode.NO_CHECKPOINT), ready.eq(1),
+                                 k_eff.eq(self.staleness),
                                  gen.eq(Mux(found, best_gen + 1, 0)), committed_valid.eq(0),
                                  commit_next.eq(Mux(found & (best_slot != cfg.commit_lines - 1),
                                                     best_slot + 1, 0)),
@@ -425,7 +441,7 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += recovering.eq(1)
                 seal = Signal(header_layout)
                 m.d.comb += [seal.magic.eq(COMMIT), seal.gen.eq(best_gen + 1),
-                             seal.batch.eq(d_batch)]
+                             seal.batch.eq(d_batch), seal.a.eq(best_k)]
                 sealed = Signal(header_layout)
                 m.d.comb += [sealed.eq(seal),
                              sealed.csum.eq(crc_line(Const(CRC_INIT, 32), seal.as_value())
@@ -439,7 +455,7 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += recovering.eq(1)
                 with m.If(outstanding == 0):
                     m.d.sync += [
-                        ready.eq(1), gen.eq(best_gen + 1),
+                        ready.eq(1), gen.eq(best_gen + 1), k_eff.eq(best_k),
                         committed.eq(d_batch), committed_valid.eq(1),
                         commit_next.eq(Mux(seal_slot == cfg.commit_lines - 1, 0, seal_slot + 1)),
                         self.recovered_d.eq(d_batch), self.recovered_m.eq(m_batch),

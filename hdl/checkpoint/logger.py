@@ -1,6 +1,7 @@
 """The undo logger: old rows, read by the lookup anyway, written to the log ring in PMEM."""
 
 from amaranth import *
+from amaranth.hdl import ResetInserter
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -83,7 +84,8 @@ class UndoLogger(wiring.Component):
     gen : In(16)
     durable : In(32), durable_valid : In(1)
     restart : In(1)
-        Pulse: empty the ring (after a recovery) and clear the stamps.
+        Drop the rows and lines held, empty the ring and clear the stamps
+        (around a recovery). Writes already issued still complete.
     drained : Out(1)
         Every record taken is persistent: the write-ahead barrier for ``UPDATE``.
     ready : Out(1)
@@ -127,9 +129,10 @@ class UndoLogger(wiring.Component):
         m.d.comb += self.ready.eq(~scrubbing)
 
         row_layout = data.StructLayout({"addr": abits, "batch": 32})
-        m.submodules.row_q = row_q = fifo.SyncFIFOBuffered(width=row_layout.size,
-                                                            depth=cfg.log_buffer)
-        m.submodules.buf = buf = fifo.SyncFIFOBuffered(width=LINE_BITS, depth=cfg.log_buffer)
+        row_q = fifo.SyncFIFOBuffered(width=row_layout.size, depth=cfg.log_buffer)
+        buf = fifo.SyncFIFOBuffered(width=LINE_BITS, depth=cfg.log_buffer)
+        m.submodules.row_q = ResetInserter(self.restart)(row_q)
+        m.submodules.buf = ResetInserter(self.restart)(buf)
 
         tap = self.tap
         m.d.comb += [
@@ -191,7 +194,7 @@ class UndoLogger(wiring.Component):
                 can = row_q.r_rdy & free & ~(new_batch & (bnd_n == _BOUNDARIES))
                 with m.If(row_q.r_rdy & ~can):
                     m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
-                with m.If(can):
+                with m.If(can & ~self.restart):
                     m.d.comb += [row_q.r_en.eq(1), push.eq(new_batch)]
                     m.d.sync += [cur.eq(row), j.eq(0), crc.eq(CRC_INIT)]
                     m.next = "DATA"
@@ -206,6 +209,8 @@ class UndoLogger(wiring.Component):
                     m.d.sync += [crc.eq(crc_line(crc, buf.r_data)), j.eq(j + 1)]
                     with m.If(j == lpr - 1):
                         m.next = "HEADER"
+                with m.If(self.restart):
+                    m.next = "IDLE"     # a record cut short is torn: its checksum fails
             with m.State("HEADER"):
                 m.d.comb += [
                     self.pmem.req.valid.eq(1),
@@ -216,6 +221,8 @@ class UndoLogger(wiring.Component):
                     m.d.sync += [head.eq(head + 1), self.records.eq(self.records + 1),
                                  slot_addr.eq(Mux(slot_addr == last_slot, cfg.log_base,
                                                   slot_addr + rec))]
+                    m.next = "IDLE"
+                with m.If(self.restart):
                     m.next = "IDLE"
 
         # -- reclaim: the oldest batch's records are free once it is durable.

@@ -61,6 +61,7 @@ def run_recover(media, staleness):
         out["d"], out["m"] = ctx.get(dut.ckpt.recovered_d), ctx.get(dut.ckpt.recovered_m)
         out["rolled"] = ctx.get(dut.ckpt.rolled_back)
         out["gen"] = ctx.get(dut.ckpt.gen)
+        out["k"] = ctx.get(dut.ckpt.staleness_in_force)
         out["media"] = [ctx.get(dut.pmem.media.data[a]) for a in range(CFG.media_lines)]
 
     sim = Simulator(dut)
@@ -80,10 +81,11 @@ def random_image(rng):
     committed = rng.randrange(3, 40)
     # Commit records: the newest of this generation, older ones, an older generation's
     # later batch (a timeline a recovery undid), one maybe torn.
+    k = rng.choice([0, 0, 1, 3])
     commits = [(gen, committed), (gen, committed - 1), (gen - 1, committed + 2)]
     rng.shuffle(commits)
     for slot, (g, b) in enumerate(commits):
-        media[cfg.commit_base + slot] = commit_record(gen=g, batch=b)
+        media[cfg.commit_base + slot] = commit_record(gen=g, batch=b, staleness=k)
     if rng.random() < 0.4:
         slot = rng.randrange(cfg.commit_lines)
         media[cfg.commit_base + slot] = tear(rng, media[cfg.commit_base + slot],
@@ -122,12 +124,13 @@ def random_image(rng):
 def test_recover_matches_the_reference_on_random_images(seed):
     rng = random.Random(seed)
     media = random_image(rng)
-    staleness = rng.choice([0, 0, 1, 3])
+    register = rng.choice([0, 2])       # counts only without a checkpoint
     want = list(media)
-    ref = recover(CFG, want, staleness)
-    got = run_recover(media, staleness)
+    ref = recover(CFG, want, register)
+    got = run_recover(media, register)
+    assert got["k"] == ref.staleness
     if not ref.found:
-        assert got["error"] == ErrorCode.NO_CHECKPOINT
+        assert got["error"] == ErrorCode.NO_CHECKPOINT and got["gen"] == ref.gen
         return
     assert got["error"] == ErrorCode.NONE
     assert (got["d"], got["m"], got["rolled"], got["gen"]) == (ref.d, ref.m, ref.rolled_back,
