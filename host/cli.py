@@ -388,7 +388,11 @@ def build_parser():
                                     "embeddings, a GPU model runs the MLPs and charges its cycles. "
                                     "Every pooled vector, and the tables at regular checks, are "
                                     "compared bit for bit with the golden model; a float32 reference "
-                                    "trains beside it.")
+                                    "trains beside it. Each batch is committed and the MLP "
+                                    "snapshotted; with --inject-failures, --fail-at or --fail-in "
+                                    "the power fails at chosen moments, the device recovers "
+                                    "(RECOVER), DESIGN section 7's invariants are checked against "
+                                    "the golden model, and training resumes.")
     sp.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
                     help="simulator (default: verilator; icarus is about 30x slower, use --config tiny)")
     config_option(sp, "small")
