@@ -8,6 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .argtypes import nonneg as _nonneg, positive as _positive, write_json as _write_json
 from .config import PRESETS, ConfigError, load_config
 
 __all__ = ["main"]
@@ -18,32 +19,6 @@ def _config_arg(text):
         return load_config(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _positive(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
-    return v
-
-
-def _nonneg(text):
-    v = int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{v} must not be negative")
-    return v
-
-
-def _write_json(path, record):
-    """Write ``record`` atomically: the file is either complete or untouched."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(path)
 
 
 def _run_job(sim, config, job_args, *, job="lookup", waves=None, partial=False):

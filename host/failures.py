@@ -21,6 +21,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from .argtypes import nonneg as _nonneg, positive as _positive, write_json as _write_json
+
 __all__ = ["PHASES", "failure_plan", "check_log_capacity", "failure_summary",
            "add_failure_options", "add_commands"]
 
@@ -128,23 +130,6 @@ def _staleness(text):
     v = _nonneg(text)
     if v > 255:
         raise argparse.ArgumentTypeError("the staleness bound is at most 255")
-    return v
-
-
-def _nonneg(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{v} must not be negative")
-    return v
-
-
-def _positive(text):
-    v = _nonneg(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
     return v
 
 
@@ -275,7 +260,6 @@ def _reproducer(out_dir, spec, record, error):
 # -- trainingcxl campaign ------------------------------------------------------------------
 
 def cmd_campaign(args):
-    from trainingcxl.host.config import PRESETS
     base = args.config
     staleness = [int(k) for k in args.staleness.split(",")]
     orders = args.orders.split(",")
@@ -365,14 +349,6 @@ def _print_tally(what, s):
         print(f"  {key:<18} {v['runs']} runs, {v['consistent']}/{v['failures']} consistent")
     if s.get("bad_runs"):
         print(f"  BAD RUNS           {s['bad_runs']}; reproducers: {', '.join(s['reproducers']) or '-'}")
-
-
-def _write_json(path, record):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(path)
 
 
 # -- trainingcxl sweep ----------------------------------------------------------------------

@@ -250,7 +250,7 @@ class TrainingRun:
         return self.record
 
     async def train_from(self, b):
-        tb, cfg, rec = self.tb, self.cfg, self.record
+        tb, rec = self.tb, self.record
         early = None
         while b <= self.limit:
             c0 = now()

@@ -172,7 +172,6 @@ class CheckpointEngine(wiring.Component):
             puller.count.eq(self.mlp_lines), puller.gen.eq(gen),
             self.snap_busy.eq(puller.busy), self.snapshot_lines.eq(puller.lines),
         ]
-        pulling = Signal()
         pull_slot = Signal()
         pull_batch = Signal(32)
         with m.If(puller.done):

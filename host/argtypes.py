@@ -1,0 +1,35 @@
+"""Small helpers the command-line modules share: argument types and atomic JSON output."""
+
+import argparse
+import json
+from pathlib import Path
+
+__all__ = ["nonneg", "positive", "write_json"]
+
+
+def nonneg(text):
+    """argparse type: an integer >= 0, with a message that says what is wrong."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must not be negative")
+    return v
+
+
+def positive(text):
+    """argparse type: an integer >= 1."""
+    v = nonneg(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def write_json(path, record):
+    """Write ``record`` atomically: the file is either complete or untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
