@@ -10,7 +10,7 @@ from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_lay
 from ..common.line_port import LineOp, LinePortSignature
 from ..cxl.messages import ADDR_BITS
 from .crc import CRC_INIT, CRC_XOR, crc_line
-from .layouts import header_layout
+from .layouts import header_layout, sealed_header
 from .snapshot import SnapshotPuller
 
 __all__ = ["CheckpointEngine"]
@@ -190,13 +190,11 @@ class CheckpointEngine(wiring.Component):
         m.d.comb += [self.done.payload.batch.eq(desc.batch), self.done.payload.op.eq(desc.op),
                      self.done.payload.error.eq(error)]
 
-        commit_line = Signal(header_layout)
-        m.d.comb += [commit_line.magic.eq(COMMIT), commit_line.gen.eq(gen),
-                     commit_line.batch.eq(desc.batch), commit_line.a.eq(k_eff)]
-        sealed_commit = Signal(header_layout)
-        m.d.comb += [sealed_commit.eq(commit_line),
-                     sealed_commit.csum.eq(crc_line(Const(CRC_INIT, 32), commit_line.as_value())
-                                           ^ CRC_XOR)]
+        sealed_commit = sealed_header(m, magic=COMMIT, gen=gen, batch=desc.batch, a=k_eff)
+
+        def write_line(addr, line):
+            m.d.comb += [port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
+                         port.req.payload.addr.eq(addr), port.req.payload.data.eq(line)]
 
         # -- recovery: issue side (addresses) and receive side (checks), decoupled
         iss_addr = Signal(abits)
@@ -346,9 +344,7 @@ class CheckpointEngine(wiring.Component):
                             m.d.sync += error.eq(ErrorCode.BAD_OP)
                             m.next = "COMPLETE"
             with m.State("COMMIT"):
-                m.d.comb += [port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
-                             port.req.payload.addr.eq(cfg.commit_base + commit_next),
-                             port.req.payload.data.eq(sealed_commit.as_value())]
+                write_line(cfg.commit_base + commit_next, sealed_commit)
                 with m.If(port.req.ready):
                     m.next = "COMMIT_WAIT"
             with m.State("COMMIT_WAIT"):
@@ -438,16 +434,9 @@ class CheckpointEngine(wiring.Component):
             with m.State("R_SEAL"):
                 # Everything rolled back is persistent: start generation g + 1 at D.
                 m.d.comb += recovering.eq(1)
-                seal = Signal(header_layout)
-                m.d.comb += [seal.magic.eq(COMMIT), seal.gen.eq(best_gen + 1),
-                             seal.batch.eq(d_batch), seal.a.eq(best_k)]
-                sealed = Signal(header_layout)
-                m.d.comb += [sealed.eq(seal),
-                             sealed.csum.eq(crc_line(Const(CRC_INIT, 32), seal.as_value())
-                                            ^ CRC_XOR)]
-                m.d.comb += [port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
-                             port.req.payload.addr.eq(cfg.commit_base + seal_slot),
-                             port.req.payload.data.eq(sealed.as_value())]
+                write_line(cfg.commit_base + seal_slot,
+                           sealed_header(m, magic=COMMIT, gen=best_gen + 1, batch=d_batch,
+                                         a=best_k))
                 with m.If(port.req.ready):
                     m.next = "R_SEALED"
             with m.State("R_SEALED"):

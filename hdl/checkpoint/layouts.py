@@ -1,10 +1,25 @@
 """Header line layout of the checkpoint records, built from host/records.py's field list."""
 
+from amaranth import *
 from amaranth.lib import data
 
 from trainingcxl.host.records import HEADER_FIELDS
+from .crc import CRC_INIT, CRC_XOR, crc_line
 
-__all__ = ["header_layout"]
+__all__ = ["header_layout", "sealed_header"]
 
 #: The fields of every undo, commit and snapshot header, from bit 0 of the line.
 header_layout = data.StructLayout(dict(HEADER_FIELDS))
+
+
+def sealed_header(m, *, magic, gen, batch, a=0, b=0, crc=CRC_INIT):
+    """A header line with its checksum: the CRC register ``crc`` (after the record's
+    data lines, if any) fed the header with ``csum`` zero (host/records.py)."""
+    if isinstance(crc, int):
+        crc = Const(crc, 32)
+    body = Signal(header_layout)
+    m.d.comb += [body.magic.eq(magic), body.gen.eq(gen), body.batch.eq(batch),
+                 body.a.eq(a), body.b.eq(b)]
+    sealed = Signal(header_layout)
+    m.d.comb += [sealed.eq(body), sealed.csum.eq(crc_line(crc, body.as_value()) ^ CRC_XOR)]
+    return sealed.as_value()

@@ -9,8 +9,8 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.host.config import LINE_BITS, LINE_BYTES
 from trainingcxl.host.records import UNDO
 from ..common.line_port import LineOp, LinePortSignature
-from .crc import CRC_INIT, CRC_XOR, crc_line
-from .layouts import header_layout
+from .crc import CRC_INIT, crc_line
+from .layouts import sealed_header
 
 __all__ = ["UndoTapSignature", "UndoLogger"]
 
@@ -180,12 +180,8 @@ class UndoLogger(wiring.Component):
         m.d.comb += self.pmem.req.payload.be.eq((1 << LINE_BYTES) - 1)
         m.d.comb += self.pmem.req.payload.op.eq(LineOp.WRITE)
 
-        header = Signal(header_layout)
-        m.d.comb += [header.magic.eq(UNDO), header.gen.eq(self.gen), header.batch.eq(cur.batch),
-                     header.a.eq(head), header.b.eq(cur.addr)]
-        sealed = Signal(header_layout)
-        m.d.comb += [sealed.eq(header),
-                     sealed.csum.eq(crc_line(crc, header.as_value()) ^ CRC_XOR)]
+        sealed = sealed_header(m, magic=UNDO, gen=self.gen, batch=cur.batch, a=head, b=cur.addr,
+                               crc=crc)
 
         with m.FSM():
             with m.State("IDLE"):
@@ -215,7 +211,7 @@ class UndoLogger(wiring.Component):
                 m.d.comb += [
                     self.pmem.req.valid.eq(1),
                     self.pmem.req.payload.addr.eq(slot_addr + lpr),
-                    self.pmem.req.payload.data.eq(sealed.as_value()),
+                    self.pmem.req.payload.data.eq(sealed),
                 ]
                 with m.If(wfire):
                     m.d.sync += [head.eq(head + 1), self.records.eq(self.records + 1),

@@ -10,7 +10,7 @@ from ..common.line_port import LineOp, LinePortSignature
 from ..compute.host_reader import HostLineReader
 from ..cxl.messages import ADDR_BITS
 from .crc import CRC_INIT, CRC_XOR, crc_line
-from .layouts import header_layout
+from .layouts import sealed_header
 
 __all__ = ["SnapshotPuller"]
 
@@ -85,12 +85,7 @@ class SnapshotPuller(wiring.Component):
             reader.addr.eq(self.src), reader.count.eq(self.count),
         ]
 
-        header = Signal(header_layout)
-        m.d.comb += [header.magic.eq(SNAPSHOT), header.gen.eq(gen), header.batch.eq(batch),
-                     header.a.eq(count), header.b.eq(crc ^ CRC_XOR)]
-        sealed = Signal(header_layout)
-        m.d.comb += [sealed.eq(header),
-                     sealed.csum.eq(crc_line(Const(CRC_INIT, 32), header.as_value()) ^ CRC_XOR)]
+        sealed = sealed_header(m, magic=SNAPSHOT, gen=gen, batch=batch, a=count, b=crc ^ CRC_XOR)
 
         with m.FSM():
             with m.State("IDLE"):
@@ -140,7 +135,7 @@ class SnapshotPuller(wiring.Component):
             with m.State("HEADER"):
                 m.d.comb += [self.busy.eq(1), self.pmem.req.valid.eq(1),
                              self.pmem.req.payload.addr.eq(slot_base),
-                             self.pmem.req.payload.data.eq(sealed.as_value())]
+                             self.pmem.req.payload.data.eq(sealed)]
                 with m.If(wfire):
                     m.next = "SEAL"
             with m.State("SEAL"):
