@@ -22,7 +22,7 @@ class Reg(enum.IntEnum):
     HDM_BASE = 0x02         # RO  host line address of device memory
     MEDIA = 0x03            # RO  media_lines | table_lines << 32
     LIMITS = 0x04           # RO  max_bags | desc_depth << 32
-    DESC_OP = 0x08          # RW  op | relaxed << 8 | batch << 32
+    DESC_OP = 0x08          # RW  op | relaxed << 8 | nolog << 9 | batch << 32
     DESC_SIZE = 0x09        # RW  n_bags | n_indices << 32
     DESC_IDX = 0x0A         # RW  byte address of the indices (64-byte aligned)
     DESC_OFF = 0x0B         # RW  byte address of the offsets
@@ -49,7 +49,7 @@ class Reg(enum.IntEnum):
     UPDATE_FORWARDED = 0x25  # RO of those, lines that took a forwarded value (a hazard resolved on chip)
     IRQ_ACK = 0x28          # RW  completions the host has seen; ``irq`` is high while COMPLETED differs
     LOOKUP_LOG_HOLDS = 0x29  # RO cycles a lookup row read waited for the undo logger
-    CKPT_CTRL = 0x30        # RW  enable (bit 0) | staleness bound K << 8 (8 bits)
+    CKPT_CTRL = 0x30        # RW  enable (bit 0) | host owns the checkpoint regions (bit 1, when not enabled) | staleness bound K << 8 (8 bits)
     MLP_ADDR = 0x31         # RW  byte address of the GPU's staged MLP copy (64-byte aligned)
     MLP_LINES = 0x32        # RW  its length in lines
     CKPT_STATE = 0x33       # RO  ready | logging << 1 | snapshot busy << 2 | snapshot failed << 3 | K in force << 8 | gen << 16 | live records << 32
@@ -64,6 +64,19 @@ class Reg(enum.IntEnum):
     LOG_BARRIER = 0x3C      # RO  cycles an UPDATE waited for its undo records to persist
     RECOVER_CYCLES = 0x3D   # RO  cycles spent in RECOVER
     SNAPSHOT_LINES = 0x3E   # RO  MLP lines pulled into snapshot slots
+    LOOKUP_STALLS = 0x40    # RO  busy cycles of the lookup engine without a PMEM read going out
+    UPDATE_STALLS = 0x41    # RO  busy cycles of the update engine without a PMEM read or write going out
+    PMEM_READS_DATA = 0x42  # RO  media lines read from the tables
+    PMEM_READS_LOG = 0x43   # RO  ... from the undo log and commit records
+    PMEM_READS_SNAPSHOT = 0x44   # RO  ... from the snapshot slots
+    PMEM_WRITES_DATA = 0x45      # RO  media lines written (persisted) to the tables
+    PMEM_WRITES_LOG = 0x46       # RO  ... to the undo log and commit records
+    PMEM_WRITES_SNAPSHOT = 0x47  # RO  ... to the snapshot slots
+    LINK_TO_DEVICE = 0x48        # RO  messages the link carried host -> device
+    LINK_TO_DEVICE_DATA = 0x49   # RO  of those, data lines
+    LINK_TO_HOST = 0x4A          # RO  messages the link carried device -> host
+    LINK_TO_HOST_DATA = 0x4B     # RO  of those, data lines
+    LINK_LATENCY = 0x4C     # RW  one-way link latency in cycles: CXL.mem (bits 0-11) | CXL.cache << 16
 
 
 class ControlBusSignature(wiring.Signature):
@@ -108,6 +121,8 @@ class ControlWindow(wiring.Component):
         Values shown by the read-only counter and status registers.
     ckpt_ctrl, mlp_addr, mlp_lines : Out(64)
         The checkpoint configuration registers, as last written.
+    link_latency : Out(64)
+        ``LINK_LATENCY``; after a reset, ``config.link.latency`` for both protocols.
     """
 
     COUNTERS = (Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS, Reg.LOOKUP_OVERFLOWS,
@@ -116,7 +131,10 @@ class ControlWindow(wiring.Component):
                 Reg.UPDATE_FORWARDED, Reg.LOOKUP_LOG_HOLDS, Reg.CKPT_STATE, Reg.COMMITTED,
                 Reg.SNAPSHOT, Reg.DURABLE, Reg.RECOVERED, Reg.RECOVERED_INFO, Reg.LOG_RECORDS,
                 Reg.LOG_FULL, Reg.CKPT_STALLS, Reg.LOG_BARRIER, Reg.RECOVER_CYCLES,
-                Reg.SNAPSHOT_LINES)
+                Reg.SNAPSHOT_LINES, Reg.LOOKUP_STALLS, Reg.UPDATE_STALLS, Reg.PMEM_READS_DATA,
+                Reg.PMEM_READS_LOG, Reg.PMEM_READS_SNAPSHOT, Reg.PMEM_WRITES_DATA,
+                Reg.PMEM_WRITES_LOG, Reg.PMEM_WRITES_SNAPSHOT, Reg.LINK_TO_DEVICE,
+                Reg.LINK_TO_DEVICE_DATA, Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA)
 
     def __init__(self, config):
         self._config = config
@@ -129,6 +147,7 @@ class ControlWindow(wiring.Component):
             "ckpt_ctrl": Out(64),
             "mlp_addr": Out(64),
             "mlp_lines": Out(64),
+            "link_latency": Out(64, init=config.link.latency | config.link.latency << 16),
         }
         for reg in self.COUNTERS:
             members[f"ctr_{reg.name.lower()}"] = In(64)
@@ -167,7 +186,8 @@ class ControlWindow(wiring.Component):
 
         staged = Signal(descriptor_layout(cfg))
         m.d.comb += [
-            staged.op.eq(d_op[:4]), staged.relaxed.eq(d_op[8]), staged.batch.eq(d_op[32:]),
+            staged.op.eq(d_op[:4]), staged.relaxed.eq(d_op[8]), staged.nolog.eq(d_op[9]),
+            staged.batch.eq(d_op[32:]),
             staged.n_bags.eq(d_size[:24]), staged.n_indices.eq(d_size[32:]),
             staged.idx_addr.eq(d_idx[6:]), staged.off_addr.eq(d_off[6:]),
             staged.vec_addr.eq(d_vec[6:]), staged.checked.eq(0),
@@ -234,7 +254,7 @@ class ControlWindow(wiring.Component):
         rw = {Reg.DESC_OP: d_op, Reg.DESC_SIZE: d_size, Reg.DESC_IDX: d_idx,
               Reg.DESC_OFF: d_off, Reg.DESC_VEC: d_vec, Reg.IRQ_ACK: irq_ack,
               Reg.CKPT_CTRL: self.ckpt_ctrl, Reg.MLP_ADDR: self.mlp_addr,
-              Reg.MLP_LINES: self.mlp_lines}
+              Reg.MLP_LINES: self.mlp_lines, Reg.LINK_LATENCY: self.link_latency}
 
         with m.If(req.valid & req.ready):
             m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]

@@ -86,7 +86,7 @@ class Dispatcher(wiring.Component):
         unfinished = Signal(2)
         unfinished_set = Signal(2)
         unfinished_clr = Signal(2)
-        # Whether logging was on when that LOOKUP started.
+        # Whether that LOOKUP logged its rows (logging on, and not ``nolog``).
         seen_logging = Signal(2)
         logged = (same & ~unfinished.bit_select(d.batch[0], 1)
                   & seen_logging.bit_select(d.batch[0], 1))
@@ -109,7 +109,7 @@ class Dispatcher(wiring.Component):
                                 with m.If(d.op == Op.LOOKUP):
                                     m.d.sync += [seen[d.batch[0]].eq(d),
                                                  seen_logging.bit_select(d.batch[0], 1).eq(
-                                                     self.logging)]
+                                                     self.logging & ~d.nolog)]
                                     m.d.comb += clear_mask.eq(1 << d.batch[0])
                                 m.next = "LOOKUP"
                         with m.Case(Op.UPDATE):

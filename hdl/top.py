@@ -11,6 +11,7 @@ from .checkpoint.engine import CheckpointEngine
 from .checkpoint.logger import UndoLogger
 from .control import ControlBusSignature, ControlWindow, Reg
 from .cxl.cache_agent import CacheAgent
+from .cxl.link import CxlLink
 from .cxl.mem_target import CxlMemTarget
 from .cxl.messages import CxlCacheSignature, CxlMemSignature
 from .dispatch import Dispatcher
@@ -24,7 +25,7 @@ class Device(wiring.Component):
 
     ::
 
-        host --CXL.mem--> CxlMemTarget --------port0--+
+        host --CXL.mem--> CxlLink --> CxlMemTarget --port0--+
                                                       +--> PmemController (media)
         control --> ControlWindow --> Dispatcher      |
                     LookupEngine -------------port1---+
@@ -35,7 +36,7 @@ class Device(wiring.Component):
                     CheckpointEngine ---port5 (commit, recovery), 6 (snapshot)
                          |  offsets, indices, vectors, MLP snapshots
                          v
-        host <--CXL.cache-- CacheAgent (7 ports)
+        host <--CXL.cache-- CxlLink <-- CacheAgent (7 ports)
 
     ``power_fail`` resets every register of the device (engines, queues, the
     PMEM write-pending queue, counters); only the PMEM media keeps its contents.
@@ -77,9 +78,13 @@ class Device(wiring.Component):
         m.submodules.ckpt = ckpt = CheckpointEngine(cfg)
         m.submodules.dispatch = dispatch = Dispatcher(cfg)
         m.submodules.control = control = ControlWindow(cfg)
+        m.submodules.link = link = CxlLink(cfg)
 
-        wiring.connect(m, wiring.flipped(self.cxl_mem), target.cxl)
-        wiring.connect(m, wiring.flipped(self.cxl_cache), agent.cache)
+        # Every CXL.mem and CXL.cache message crosses the link model.
+        wiring.connect(m, wiring.flipped(self.cxl_mem), link.host_mem)
+        wiring.connect(m, link.dev_mem, target.cxl)
+        wiring.connect(m, wiring.flipped(self.cxl_cache), link.host_cache)
+        wiring.connect(m, link.dev_cache, agent.cache)
         wiring.connect(m, wiring.flipped(self.control), control.bus)
         wiring.connect(m, target.pmem, pmem.port0)
         wiring.connect(m, lookup.pmem, pmem.port1)
@@ -148,6 +153,22 @@ class Device(wiring.Component):
             control.counter(Reg.CACHE_READS).eq(agent.lines_read),
             control.counter(Reg.CACHE_WRITES).eq(agent.lines_written),
             control.counter(Reg.MEM_ERRORS).eq(target.errors),
+            link.mem_latency.eq(control.link_latency[0:12]),
+            link.cache_latency.eq(control.link_latency[16:28]),
+            control.counter(Reg.LINK_TO_DEVICE).eq(link.to_device),
+            control.counter(Reg.LINK_TO_DEVICE_DATA).eq(link.to_device_data),
+            control.counter(Reg.LINK_TO_HOST).eq(link.to_host),
+            control.counter(Reg.LINK_TO_HOST_DATA).eq(link.to_host_data),
+            control.counter(Reg.LOOKUP_STALLS).eq(lookup.stall_cycles),
+            control.counter(Reg.UPDATE_STALLS).eq(update.stall_cycles),
+            control.counter(Reg.PMEM_READS_DATA).eq(pmem.reads_by_region[0]),
+            control.counter(Reg.PMEM_READS_LOG).eq(pmem.reads_by_region[1]),
+            control.counter(Reg.PMEM_READS_SNAPSHOT).eq(pmem.reads_by_region[2]),
+            control.counter(Reg.PMEM_WRITES_DATA).eq(pmem.writes_by_region[0]),
+            control.counter(Reg.PMEM_WRITES_LOG).eq(pmem.writes_by_region[1]),
+            control.counter(Reg.PMEM_WRITES_SNAPSHOT).eq(pmem.writes_by_region[2]),
+            # Software checkpointing: the host writes the log, commits and snapshots.
+            target.host_owns_checkpoints.eq(control.ckpt_ctrl[1] & ~control.ckpt_ctrl[0]),
             control.counter(Reg.MEM_LAST_ERROR).eq(Cat(
                 target.last_error.as_value(), Const(0, 5), target.last_error_tag,
                 target.last_error_addr)),

@@ -193,20 +193,31 @@ def cmd_train(args):
             print(f"note: skipped {ds.skipped} malformed lines of {args.data}, first: {ds.problems[0]}",
                   file=sys.stderr)
     from .failures import check_log_capacity, failure_plan
+    from .systems import SYSTEMS
+    system = SYSTEMS[args.system]
     try:
         check_log_capacity(cfg, args.batch_size)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     plan = failure_plan(fail_at=args.fail_at, fail_in=args.fail_in, random=args.inject_failures)
-    order = "relaxed" if (args.relaxed or cfg.relaxed_lookup) else "strict"
-    print(f"trainingcxl train: {args.batches} batches of {args.batch_size} samples, "
-          f"{cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, {order} order, "
-          f"staleness K = {args.staleness}, {len(plan)} power failures planned, on {args.sim}",
+    if args.no_checkpoint and plan:
+        raise SystemExit("error: power failures need checkpointing; drop --no-checkpoint or the "
+                         "failure options")
+    if args.staleness is None:
+        args.staleness = system.staleness
+    relaxed = system.engines and (system.relaxed or args.relaxed or cfg.relaxed_lookup)
+    order = "relaxed" if relaxed else "strict"
+    checkpoints = (f"staleness K = {args.staleness}" if not args.no_checkpoint
+                   else "checkpointing off")
+    print(f"trainingcxl train: system {system.name} ({system.summary}); {args.batches} batches of "
+          f"{args.batch_size} samples, {cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, "
+          f"{order} order, {checkpoints}, {len(plan)} power failures planned, on {args.sim}",
           flush=True)
     job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
            "data": str(Path(args.data).resolve()) if args.data != "synthetic" else "synthetic",
            "on_bad_lines": args.on_bad_lines, "check_every": args.check_every,
-           "relaxed": args.relaxed or cfg.relaxed_lookup, "staleness": args.staleness,
+           "relaxed": relaxed, "staleness": args.staleness,
+           "system": system.name, "checkpointing": not args.no_checkpoint,
            "failures": plan,
            "failure_seed": args.seed if args.failure_seed is None else args.failure_seed}
     if args.dump:
@@ -377,10 +388,17 @@ def build_parser():
                          "(default: synthetic)")
     sp.add_argument("--on-bad-lines", choices=("raise", "skip"), default="raise",
                     help="malformed TSV lines: stop with the line number, or skip and count them")
+    from .systems import SYSTEMS
+    sp.add_argument("--system", choices=tuple(SYSTEMS), default="cxl",
+                    help="the rung of the evaluation ladder to train on (default: cxl): "
+                         + "; ".join(f"{s.name}: {s.summary}" for s in SYSTEMS.values()))
+    sp.add_argument("--no-checkpoint", action="store_true",
+                    help="no undo log, commits or snapshots (to measure what checkpointing "
+                         "costs); power failures cannot be injected")
     sp.add_argument("--relaxed", action="store_true",
                     help="relaxed order: look up batch n+1 while the GPU computes batch n, "
                          "before batch n's update, and finish it afterwards (bit-identical "
-                         "results; default: the configuration's relaxed_lookup)")
+                         "results; default: the system's, or the configuration's relaxed_lookup)")
     sp.add_argument("--check-every", type=_positive, default=10,
                     help="read the tables back and compare them every N batches (and at the "
                          "first and last; default: 10)")

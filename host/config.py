@@ -22,7 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "NOMINAL_CLOCK_MHZ", "LINE_BYTES", "LINE_BITS", "ConfigError",
-    "FixedPoint", "PmemTiming", "LinkTiming", "ModelShape", "GpuTiming", "Config",
+    "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "ModelShape", "GpuTiming", "Config",
     "PRESETS", "load_config",
 ]
 
@@ -121,18 +121,57 @@ class PmemTiming:
 
 @dataclass(frozen=True)
 class LinkTiming:
-    """Timing of the host link (CXL flit path) seen by the host-side models.
+    """The CXL link between the host and the device, modelled in the RTL (``hdl/cxl/link.py``).
 
-    Defaults: about 40 ns one way for a CXL port (CXL 2.0 targets a port-to-port
-    latency of the same order as a DDR access) at 250 MHz, one message per cycle.
+    ``latency`` is the one-way delay of a message in cycles, ``rate`` the
+    messages that may enter the link per cycle in each direction (one rate
+    shared by all channels of a direction). Defaults, at 250 MHz:
+
+    * latency 10 cycles (40 ns) one way: Pond (Li et al., ASPLOS 2023)
+      measures a CXL memory access at 70-90 ns above a local DRAM access,
+      the round trip through both ports, so about 40 ns each way;
+    * one message per cycle: a CXL 2.0 x4 link at 32 GT/s moves 16 GB/s
+      each way (CXL 2.0 specification, 68-byte flits on PCIe 5.0), one
+      64-byte line per 4 ns cycle.
+
+    The host memory behind CXL.cache adds its own access time (see
+    :class:`trainingcxl.sim.host_memory.HostMemory`).
     """
     latency: int = 10
     rate: tuple[int, int] = (1, 1)
 
     def __post_init__(self):
-        _check(isinstance(self.latency, int) and 0 <= self.latency <= 4096,
-               f"link.latency must be an integer number of cycles in [0, 4096], not {self.latency!r}")
+        _check(isinstance(self.latency, int) and 0 <= self.latency <= 4095,
+               f"link.latency must be an integer number of cycles in [0, 4095], not {self.latency!r}")
         _check_rate("link.rate", self.rate)
+
+
+@dataclass(frozen=True)
+class CopyTiming:
+    """Explicit copies over a non-coherent PCIe link (host side only).
+
+    The ``pmem`` and ``near-data`` systems move data between GPU, host and
+    device memory with DMA copies instead of CXL.cache. A copy of ``n`` bytes
+    costs ``setup_cycles + n / bytes_per_cycle`` and the host waits for it:
+
+    * ``bytes_per_cycle`` 48: PCIe 3.0 x16, 15.75 GB/s raw, about 12 GB/s
+      achieved by large DMA transfers (the V100's host link), 48 bytes per 4 ns;
+    * ``setup_cycles`` 250 (1 us): descriptor, doorbell and completion of one
+      DMA; Neugebauer et al. ("Understanding PCIe performance for end host
+      networking", SIGCOMM 2018) measure 0.5-1 us for small DMA round trips.
+    """
+    bytes_per_cycle: int = 48
+    setup_cycles: int = 250
+
+    def __post_init__(self):
+        _check(isinstance(self.bytes_per_cycle, int) and self.bytes_per_cycle >= 1,
+               f"copy.bytes_per_cycle must be a positive integer, not {self.bytes_per_cycle!r}")
+        _check(isinstance(self.setup_cycles, int) and self.setup_cycles >= 0,
+               f"copy.setup_cycles must be a non-negative integer, not {self.setup_cycles!r}")
+
+    def cycles(self, nbytes):
+        """Cycles of one copy of ``nbytes`` (0 for nothing to copy)."""
+        return self.setup_cycles + -(-nbytes // self.bytes_per_cycle) if nbytes else 0
 
 
 @dataclass(frozen=True)
@@ -227,9 +266,10 @@ class Config:
         Rows a relaxed lookup can defer (docs/relaxed-lookup.md).
     relaxed_lookup : bool
         Train in relaxed order (host side only).
-    model, gpu :
-        The DLRM dense part and the GPU's timing; host side only (they do not
-        change the device, see :meth:`hardware_digest`).
+    model, gpu, copy :
+        The DLRM dense part, the GPU's timing and the cost of explicit DMA
+        copies; host side only (they do not change the device, see
+        :meth:`hardware_digest`).
     """
     tables: tuple[int, ...] = (64, 64)
     dim: int = 16
@@ -250,6 +290,7 @@ class Config:
     relaxed_lookup: bool = False
     model: ModelShape = field(default_factory=ModelShape)
     gpu: GpuTiming = field(default_factory=GpuTiming)
+    copy: CopyTiming = field(default_factory=CopyTiming)
 
     def __post_init__(self):
         _check(isinstance(self.tables, tuple) and 1 <= len(self.tables) <= 64,
@@ -412,7 +453,7 @@ class Config:
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         _check(not unknown, f"unknown configuration keys: {', '.join(sorted(unknown))}")
         sub = {"fixed": FixedPoint, "pmem": PmemTiming, "link": LinkTiming,
-               "model": ModelShape, "gpu": GpuTiming}
+               "model": ModelShape, "gpu": GpuTiming, "copy": CopyTiming}
         for key, klass in sub.items():
             if key in d:
                 v = dict(d[key])
@@ -438,7 +479,7 @@ class Config:
         """Hash of the fields the device is built from (not the host-only ``model`` and
         ``gpu``): the key of cached Verilog and simulator builds."""
         d = {k: v for k, v in self.to_dict().items()
-             if k not in ("model", "gpu", "relaxed_lookup")}
+             if k not in ("model", "gpu", "copy", "relaxed_lookup")}
         # Automatic region sizes follow the model; the resolved sizes are hardware.
         d["log_lines"], d["snapshot_lines"] = self.log_size, self.snapshot_size
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]

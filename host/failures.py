@@ -29,7 +29,7 @@ __all__ = ["PHASES", "failure_plan", "check_log_capacity", "failure_summary",
 #: The host's phases, as failures report them. ``snapshot`` is the host staging
 #: the MLP and, with K = 0, waiting for the pull; ``check`` is the golden
 #: comparison of the tables; ``recovery`` is ``RECOVER`` after a failure.
-PHASES = ("lookup", "gpu", "update", "commit", "snapshot", "check", "recovery")
+PHASES = ("lookup", "gpu", "log", "update", "commit", "snapshot", "check", "recovery")
 
 
 def parse_fail_in(text):
@@ -108,10 +108,10 @@ def failure_summary(rec):
 
 
 def add_failure_options(sp):
-    sp.add_argument("--staleness", type=_staleness, default=0, metavar="K",
+    sp.add_argument("--staleness", type=_staleness, default=None, metavar="K",
                     help="staleness bound K: training stalls while the newest MLP snapshot is "
                          "more than K batches behind the newest commit (0: strict, snapshot "
-                         "every batch; default: 0)")
+                         "every batch; default: the system's, 1 for cxl and 0 for the others)")
     sp.add_argument("--inject-failures", type=_nonneg, default=0, metavar="N",
                     help="cut the power N times at random cycles (drawn from --failure-seed), "
                          "recover, check the invariants and resume (default: 0)")

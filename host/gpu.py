@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-__all__ = ["GpuCost", "step_cost"]
+__all__ = ["GpuCost", "step_cost", "embedding_cycles"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +45,19 @@ def step_cost(config, batch_size):
     cycles = (kernels * t.launch_cycles + -(-flops // t.flops_per_cycle)
               + -(-nbytes // t.bytes_per_cycle))
     return GpuCost(flops=flops, bytes=nbytes, kernels=kernels, cycles=cycles)
+
+
+def embedding_cycles(config, *, gathered, rows, bags, update):
+    """Cycles the GPU spends on the embedding work of the ``pmem`` system (no near-memory compute).
+
+    Pooling reads the ``gathered`` rows (duplicates included) and writes ``bags``
+    pooled vectors; an update reads the ``bags`` deltas and rewrites the
+    ``rows`` distinct rows (read and write). One kernel each; memory bound at
+    ``gpu.bytes_per_cycle``."""
+    row_bytes = config.dim * 4
+    t = config.gpu
+    if update:
+        nbytes = bags * row_bytes + 2 * rows * row_bytes + 4 * gathered
+    else:
+        nbytes = gathered * row_bytes + bags * row_bytes + 4 * gathered
+    return t.launch_cycles + -(-nbytes // t.bytes_per_cycle)

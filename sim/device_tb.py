@@ -53,6 +53,11 @@ class DeviceTB:
     """
 
     HOST_BASE = 0x40000             # byte address 16 MiB
+    #: Cycles host memory takes to answer a CXL.cache request, beyond the link:
+    #: a DRAM access of about 80 ns, with jitter so that answers overtake each other.
+    HOST_DELAY = (16, 32)
+    #: The same for the device's own staging buffer (``near-data``).
+    LOCAL_DELAY = (2, 6)
 
     def __init__(self, dut, config, *, seed=0, backpressure=None, gaps=None, host_delay=None,
                  protocol_checks=True):
@@ -77,11 +82,9 @@ class DeviceTB:
         self.idx_line, self.off_line, self.out_line = (
             self.idx_lines[0], self.off_lines[0], self.out_lines[0])
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
-        # Host memory answers after the link's round trip plus some jitter
-        # (so answers overtake each other), unless told otherwise.
+        # The link's latency is in the RTL; host memory adds its own access time.
         if host_delay is None:
-            rtt = 2 * cfg.link.latency
-            host_delay = (max(1, rtt), rtt + 16)
+            host_delay = self.HOST_DELAY
         self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE,
                                lines=2 * slot + out_lines + cfg.mlp_lines,
                                period_ns=PERIOD_NS, delay=host_delay, seed=seed,
@@ -170,11 +173,12 @@ class DeviceTB:
             if not self.dut.irq.value:
                 await First(RisingEdge(self.dut.irq), Timer(65536 * PERIOD_NS, "ns"))
 
-    async def _run(self, op, batch_id, n_bags, n_indices, vec_line, *, relaxed=False):
+    async def _run(self, op, batch_id, n_bags, n_indices, vec_line, *, relaxed=False, nolog=False):
         k = batch_id % 2
         before = await self.ctl.read(Reg.COMPLETED)
         t0 = await self.cycles()
-        await self.ctl.write(Reg.DESC_OP, op.value | int(relaxed) << 8 | batch_id << 32)
+        await self.ctl.write(Reg.DESC_OP, op.value | int(relaxed) << 8 | int(nolog) << 9
+                             | batch_id << 32)
         await self.ctl.write(Reg.DESC_SIZE, n_bags | n_indices << 32)
         await self.ctl.write(Reg.DESC_IDX, self.idx_lines[k] * LINE_BYTES)
         await self.ctl.write(Reg.DESC_OFF, self.off_lines[k] * LINE_BYTES)
@@ -197,15 +201,16 @@ class DeviceTB:
         raw = self.host.read_array(line * LINE_BYTES, n_bags * self.config.dim, np.int32)
         return raw.reshape(n_bags, self.config.dim)
 
-    async def lookup(self, batch_id, indices, offsets, *, relaxed=False):
+    async def lookup(self, batch_id, indices, offsets, *, relaxed=False, nolog=False):
         """Run one LOOKUP; returns the pooled vectors read back from host memory.
 
         With ``relaxed`` the rows the previous batch touched are left out
-        until :meth:`finish` (after that batch's update)."""
+        until :meth:`finish` (after that batch's update); with ``nolog`` the
+        rows read are not logged."""
         n_bags = len(offsets) - 1
         self._stage_batch(batch_id, indices, offsets)
         error, cycles = await self._run(Op.LOOKUP, batch_id, n_bags, len(indices),
-                                        self.out_lines[batch_id % 2], relaxed=relaxed)
+                                        self.out_lines[batch_id % 2], relaxed=relaxed, nolog=nolog)
         return LookupResult(self.pooled(batch_id, n_bags), error, cycles)
 
     async def finish(self, batch_id, n_bags):
@@ -306,8 +311,19 @@ class DeviceTB:
                 Reg.LOOKUP_OVERFLOWS, Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS,
                 Reg.CACHE_WRITES, Reg.MEM_ERRORS, Reg.UPDATE_BUSY, Reg.UPDATE_LINES,
                 Reg.UPDATE_FORWARDED, Reg.LOOKUP_LOG_HOLDS, Reg.LOG_RECORDS, Reg.LOG_FULL,
-                Reg.CKPT_STALLS, Reg.LOG_BARRIER, Reg.RECOVER_CYCLES, Reg.SNAPSHOT_LINES]
+                Reg.CKPT_STALLS, Reg.LOG_BARRIER, Reg.RECOVER_CYCLES, Reg.SNAPSHOT_LINES,
+                Reg.LOOKUP_STALLS, Reg.UPDATE_STALLS, Reg.PMEM_READS_DATA, Reg.PMEM_READS_LOG,
+                Reg.PMEM_READS_SNAPSHOT, Reg.PMEM_WRITES_DATA, Reg.PMEM_WRITES_LOG,
+                Reg.PMEM_WRITES_SNAPSHOT, Reg.LINK_TO_DEVICE, Reg.LINK_TO_DEVICE_DATA,
+                Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA]
         return {r.name.lower(): await self.ctl.read(r) for r in regs}
+
+    async def local_host_memory(self):
+        """What the engines read and write over CXL.cache is in the device's own buffer
+        (``near-data``: explicit copies put it there): no link latency on CXL.cache, and
+        a buffer access time instead of the host's memory."""
+        await self.ctl.write(Reg.LINK_LATENCY, self.config.link.latency)
+        self.host.delay = self.LOCAL_DELAY
 
     def check_models(self):
         errors = self.mem.errors + self.host.errors

@@ -23,7 +23,10 @@ Arguments (from the runner): ``seed``, ``batches``, ``batch_size``, ``data``
 ``relaxed``, ``staleness``, ``failures`` (a :class:`FailurePlan` entry list),
 ``failure_seed``, ``until_plan_done`` (stop once every planned failure has
 happened), ``extend`` (train past ``batches``, up to 4x, until they have),
-``quiet``, ``dump`` (a folder) and ``out`` (the JSON record).
+``quiet``, ``dump`` (a folder), ``system`` (a rung of the ladder,
+:mod:`trainingcxl.host.systems`), ``checkpointing`` (false: no log, commits
+or snapshots), ``measure_from`` (first batch of the measured window, whose
+counter deltas go to ``window``) and ``out`` (the JSON record).
 """
 
 import json
@@ -63,7 +66,10 @@ async def train_job(dut):
                       check_every=args.get("check_every", 10), plan=plan,
                       until_plan_done=args.get("until_plan_done", False),
                       extend=args.get("extend", False),
-                      log=(lambda text: None) if args.get("quiet") else progress)
+                      log=(lambda text: None) if args.get("quiet") else progress,
+                      system=args.get("system", "cxl-b"),
+                      checkpointing=args.get("checkpointing", True),
+                      measure_from=args.get("measure_from"))
     wall0 = time.perf_counter()
     try:
         record = await run.run()

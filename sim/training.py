@@ -27,7 +27,9 @@ from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, e
 from trainingcxl.host.failures import PHASES
 from trainingcxl.host.fixed import from_fixed
 from trainingcxl.host.gpu import step_cost
-from .device_tb import PERIOD_NS
+from trainingcxl.host.systems import SYSTEMS
+from .device_tb import PERIOD_NS, LookupResult
+from .software_path import SoftwareEmbeddings
 
 __all__ = ["PHASES", "FailurePlan", "TrainingRun"]
 
@@ -149,10 +151,20 @@ class TrainingRun:
     """
 
     def __init__(self, tb, data, *, batches, seed, staleness, relaxed, check_every,
-                 plan=None, until_plan_done=False, extend=False, log=progress):
+                 plan=None, until_plan_done=False, extend=False, log=progress,
+                 system="cxl-b", checkpointing=True, measure_from=None):
         self.tb, self.cfg, self.data = tb, tb.config, data
         self.n, self.seed, self.k = batches, seed, staleness
-        self.relaxed, self.check_every = relaxed, check_every
+        self.system = SYSTEMS[system]
+        self.checkpointing = checkpointing
+        # Relaxed lookup order needs the engines; the host of ``pmem`` has nothing to overlap.
+        self.relaxed = relaxed and self.system.engines
+        self.check_every = check_every
+        self.soft = (SoftwareEmbeddings(tb, checkpointing=checkpointing, wait=self.wait)
+                     if not self.system.engines else None)
+        # Batches from ``measure_from`` on form the measured window (counters at both ends).
+        self.measure_from = measure_from
+        self.window = None
         self.plan = plan or FailurePlan([])
         self.until_plan_done = until_plan_done     # stop once every planned failure is behind
         # Train past ``batches`` (up to 4x) until every planned failure has happened.
@@ -168,8 +180,12 @@ class TrainingRun:
         self.durable = 0                # newest batch the host has seen durable
         self.record = {"batches": batches, "loss": {}, "loss_ref": {}, "cycles_per_batch": {},
                        "checks": [], "errors": [], "pooled_mismatches": 0, "failures": [],
-                       "relaxed": relaxed, "fallbacks": 0, "staleness": staleness,
+                       "relaxed": self.relaxed, "fallbacks": 0, "staleness": staleness,
+                       "system": system, "checkpointing": checkpointing,
                        "gpu_cycles_per_batch": self.gpu_cycles}
+        # What the host model did beside the device (modelled time, not simulated).
+        self.host_stats = {"gpu_busy_cycles": 0, "copy_cycles": 0, "copy_bytes_device_link": 0,
+                           "gpu_copy_bytes": 0}
         self.counters = {}
         self._epoch_counters = {}
 
@@ -209,21 +225,56 @@ class TrainingRun:
 
     # -- the run -------------------------------------------------------------------------
 
+    async def wait(self, cycles):
+        """Let ``cycles`` of modelled host-side time pass (the device runs on)."""
+        if cycles > 0:
+            await Timer(cycles * PERIOD_NS, "ns")
+
+    async def _copy(self, nbytes, hops=1):
+        """An explicit DMA copy of ``nbytes`` (``near-data``): ``hops`` copies through host
+        memory, the first over the device's link; the host waits for each."""
+        for hop in range(hops):
+            cycles = self.cfg.copy.cycles(nbytes)
+            self.host_stats["copy_cycles"] += cycles
+            if hop == 0:
+                self.host_stats["copy_bytes_device_link"] += nbytes
+            else:
+                self.host_stats["gpu_copy_bytes"] += nbytes
+            await self.wait(cycles)
+
+    async def _configure(self):
+        """The checkpoint and link registers, after a power-up."""
+        tb = self.tb
+        if self.soft is not None:
+            if self.checkpointing:
+                await self.soft.configure()
+            return
+        await tb.configure_checkpoints(self.k, enable=self.checkpointing)
+        if not self.system.coherent:
+            # Explicit copies put the engines' inputs and outputs in the device's own
+            # buffer: no CXL link between the engines and that memory.
+            await tb.local_host_memory()
+
     async def start(self):
         """Power-up, empty media: format the checkpoint state and remember batch 0."""
         tb, cfg = self.tb, self.cfg
-        await tb.configure_checkpoints(self.k)
-        error, *_ = await tb.recover()
-        assert error == ErrorCode.NO_CHECKPOINT, f"RECOVER on blank media gave {error!r}"
+        await self._configure()
+        if self.checkpointing and self.soft is None:
+            error, *_ = await tb.recover()
+            assert error == ErrorCode.NO_CHECKPOINT, f"RECOVER on blank media gave {error!r}"
         tables = initial_tables(cfg, seed=self.seed)
         await tb.load_tables(tables)
         self.golden = FixedPointTrainer(cfg, tables, seed=self.seed)
         self.reference = FloatTrainer(cfg, tables, seed=self.seed)
         self.gpu = Gpu(cfg, DenseModel(cfg, self.seed))
-        assert await tb.commit(0) == ErrorCode.NONE
-        tb.stage_mlp(self.gpu.model.parameters())
-        assert await tb.snapshot(0) == ErrorCode.NONE
-        await tb.wait_snapshot(0)
+        if self.checkpointing:
+            assert await self._commit(0) == ErrorCode.NONE
+            if self.soft is not None:
+                await self.soft.snapshot(0, self.gpu.model.parameters())
+            else:
+                tb.stage_mlp(self.gpu.model.parameters())
+                assert await tb.snapshot(0) == ErrorCode.NONE
+                await tb.wait_snapshot(0)
         self.history, self.mlp_history = {}, {}
         self._remember(0)
         self._epoch_counters = await tb.counters()
@@ -247,33 +298,103 @@ class TrainingRun:
             self.counters[k] += v - self._start_counters.get(k, 0)
         self.record["cycles"] = now() - self.t0
         self.record["failures_planned_left"] = self.plan.pending + int(self.plan.armed())
+        if self.soft is not None:
+            for k, v in self.soft.stats.items():
+                self.host_stats[k] = self.host_stats.get(k, 0) + v
+        self.record["host"] = self.host_stats
+        if self.window is not None:
+            self.record["window"] = self.window
         return self.record
+
+    async def _mark_window(self, edge):
+        """Counters and modelled host figures at an edge of the measured window."""
+        counters = await self.tb.counters()
+        host = dict(self.host_stats)
+        if self.soft is not None:
+            for k, v in self.soft.stats.items():
+                host[k] = host.get(k, 0) + v
+        mark = {"cycle": now(), "counters": counters, "host": host}
+        if edge == "start":
+            self._window_start = mark
+            return
+        a = self._window_start
+        self.window = {
+            "first_batch": self.measure_from, "last_batch": self.batch,
+            "batches": self.batch - self.measure_from + 1,
+            "cycles": mark["cycle"] - a["cycle"],
+            "counters": {k: v - a["counters"].get(k, 0) for k, v in counters.items()},
+            "host": {k: v - a["host"].get(k, 0) for k, v in host.items()},
+        }
+
+    # -- one batch, system by system -----------------------------------------------------------
+
+    async def _lookup(self, b, batch, *, relaxed=False):
+        tb, sysm = self.tb, self.system
+        if self.soft is not None:
+            pooled, old = await self.soft.lookup(batch)
+            looked = LookupResult(pooled, ErrorCode.NONE, 0)
+            looked.old = old
+            return looked
+        if not sysm.coherent:
+            await self._copy(4 * (len(batch.indices) + len(batch.offsets)))     # host -> device
+        looked = await tb.lookup(b, batch.indices, batch.offsets, relaxed=relaxed,
+                                 nolog=sysm.log_pass)
+        if not sysm.coherent:
+            await self._copy(batch.n_bags * self.cfg.dim * 4, hops=2)           # device -> host -> GPU
+        return looked
+
+    async def _update(self, b, batch, deltas, looked):
+        tb, sysm = self.tb, self.system
+        if self.soft is not None:
+            await self.soft.update(b, batch, deltas, looked.old)
+            return ErrorCode.NONE
+        if sysm.log_pass and self.checkpointing:
+            # Logging on the critical path: the batch's rows read again, this time logged;
+            # the UPDATE then waits until every record is persistent.
+            self.enter("log", b)
+            logged = await tb.lookup(b, batch.indices, batch.offsets)
+            if logged.error != ErrorCode.NONE:
+                return logged.error
+            self.enter("update", b)
+        if not sysm.coherent:
+            await self._copy(batch.n_bags * self.cfg.dim * 4, hops=2)           # GPU -> host -> device
+        error, _ = await tb.update(b, batch.indices, batch.offsets, deltas)
+        return error
+
+    async def _commit(self, b):
+        if self.soft is not None:
+            await self.soft.commit(b)
+            return ErrorCode.NONE
+        return await self.tb.commit(b)
 
     async def train_from(self, b):
         tb, rec = self.tb, self.record
         early = None
         while b <= self.limit:
+            if b == self.measure_from:
+                await self._mark_window("start")
             c0 = now()
             batch = self.batch_data(b)
             self.enter("lookup", b)
-            looked = early if early is not None else await tb.lookup(b, batch.indices, batch.offsets)
+            looked = early if early is not None else await self._lookup(b, batch)
             want = self.golden.step(batch)
             loss_ref = self.reference.step(batch).loss
             same = looked.error == ErrorCode.NONE and np.array_equal(looked.pooled, want.pooled)
             rec["pooled_mismatches"] += int(not same)
             self.enter("gpu", b)
             loss, deltas = self.gpu.step(batch, looked.pooled)
+            self.host_stats["gpu_busy_cycles"] += self.gpu_cycles
             nxt = self.batch_data(b + 1) if b < self.limit else None
             if self.relaxed and nxt is not None:
                 # The next batch's lookup runs while the GPU computes this one.
-                task = self.spawn(tb.lookup(b + 1, nxt.indices, nxt.offsets, relaxed=True))
-                await Timer(self.gpu_cycles * PERIOD_NS, "ns")
+                task = self.spawn(self._lookup(b + 1, nxt, relaxed=True))
+                await self.wait(self.gpu_cycles)
                 early = await task
             else:
-                await Timer(self.gpu_cycles * PERIOD_NS, "ns")
+                await self.wait(self.gpu_cycles)
                 early = None
             self.enter("update", b)
-            error, _ = await tb.update(b, batch.indices, batch.offsets, deltas)
+            error = await self._update(b, batch, deltas, looked)
             if early is not None:
                 if early.error == ErrorCode.DEFER_OVERFLOW:
                     rec["fallbacks"] += 1               # too many shared rows: strict order
@@ -287,9 +408,11 @@ class TrainingRun:
             self._remember(b)               # the golden state a recovery to b must find
             rec["loss"][b], rec["loss_ref"][b] = loss, loss_ref
             rec["cycles_per_batch"][b] = now() - c0
-            committed = await tb.commit(b)
-            self.enter("snapshot", b)
-            await self._snapshot(b)
+            committed = ErrorCode.NONE
+            if self.checkpointing:
+                committed = await self._commit(b)
+                self.enter("snapshot", b)
+                await self._snapshot(b)
             if looked.error != ErrorCode.NONE or error != ErrorCode.NONE or committed != ErrorCode.NONE:
                 rec["errors"].append({"batch": b, "lookup": looked.error.name,
                                       "update": error.name, "commit": committed.name})
@@ -298,6 +421,8 @@ class TrainingRun:
             note = ""
             plan_done = not self.plan.pending and not self.plan.armed()
             stopping = b >= self.limit or (plan_done and (self.until_plan_done or b >= self.n))
+            if self.measure_from is not None and stopping and b >= self.measure_from:
+                await self._mark_window("end")
             if b == 1 or b == self.n or b % self.check_every == 0 or stopping:
                 self.enter("check", b)
                 ok = await self._tables_match(self.golden.tables)
@@ -312,9 +437,14 @@ class TrainingRun:
             b += 1
 
     async def _snapshot(self, b):
-        """Stage the MLP after batch ``b`` for a snapshot if the pull engine is free; with a
-        pull in flight that would leave the snapshots more than K behind, wait for it."""
+        """Snapshot the MLP after batch ``b``. The device's pull is staged if the engine is
+        free; with a pull in flight that would leave the snapshots more than K behind, the
+        host waits for it. ``pmem`` copies it in software, stopping training meanwhile."""
         tb = self.tb
+        if self.soft is not None:
+            await self.soft.snapshot(b, self.gpu.model.parameters())
+            self.durable = b
+            return
         st = await tb.checkpoint_state()
         if st["snapshot_busy"] and self.pulling is not None and b - self.pulling > self.k:
             while st["snapshot_busy"]:
@@ -323,6 +453,8 @@ class TrainingRun:
         if st["durable"] is not None:
             self.durable = max(self.durable, st["durable"])
         if not st["snapshot_busy"]:
+            if not self.system.coherent:
+                await self._copy(self.cfg.mlp_params * 4, hops=2)       # GPU -> host -> device
             tb.stage_mlp(self.gpu.model.parameters())
             error = await tb.snapshot(b)
             assert error == ErrorCode.NONE, f"SNAPSHOT_MLP({b}) refused: {error!r}"
@@ -357,9 +489,9 @@ class TrainingRun:
         self.pulling = None
         nested = []
         while True:
-            await tb.configure_checkpoints(self.k)
+            await self._configure()
             self.enter("recovery", self.batch)
-            task = self.spawn(tb.recover())
+            task = self.spawn(self.soft.recover() if self.soft is not None else tb.recover())
             await First(task.complete, self.plan.fired.wait())
             if task.done():
                 error, d, m, rolled, cycles = task.result()
@@ -367,7 +499,7 @@ class TrainingRun:
             nested.append(self.plan.target)      # the power failed again, during recovery
             await self._cut_power()
         assert error == ErrorCode.NONE, f"RECOVER failed with {error!r} after {failure}"
-        st = await tb.checkpoint_state()
+        st = await tb.checkpoint_state() if self.soft is None else {"durable": d}
         tables_ok = await self._tables_match(self.history[d][0].tables) if d in self.history else False
         params = await tb.read_snapshot(m)
         mlp_ok = (params is not None and m in self.mlp_history

@@ -49,7 +49,10 @@ def descriptor_layout(config):
     ``checked`` is set by the device, never by the host: the batch's offsets
     and indices already passed every check in a ``LOOKUP`` of the same batch.
     ``relaxed`` (``LOOKUP`` only) defers the rows the previous batch's update
-    will change; ``FINISH`` adds them once that update is done.
+    will change; ``FINISH`` adds them once that update is done. ``nolog``
+    (``LOOKUP`` only) keeps the rows it reads out of the undo log: a system
+    that logs in a pass of its own (``cxl-d``, ``near-data``) pools without
+    logging, then repeats the ``LOOKUP`` with logging before the update.
     """
     return data.StructLayout({
         "op": Op,
@@ -61,6 +64,7 @@ def descriptor_layout(config):
         "vec_addr": ADDR_BITS,
         "checked": 1,
         "relaxed": 1,
+        "nolog": 1,
     })
 
 

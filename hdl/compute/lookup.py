@@ -70,6 +70,8 @@ class LookupEngine(wiring.Component):
     busy : Out(1)
         A descriptor has been taken and has not completed yet.
     busy_cycles, lines, bags, overflows : Out(32)
+    stall_cycles : Out(32)
+        Busy cycles in which no PMEM read went out.
         Cycles with a descriptor running, PMEM lines read, bags pooled, bags
         whose pooled vector overflowed.
     log : Out(UndoTapSignature)
@@ -91,6 +93,7 @@ class LookupEngine(wiring.Component):
             "out_mem": Out(host_sig),
             "busy": Out(1),
             "busy_cycles": Out(32),
+            "stall_cycles": Out(32),
             "lines": Out(32),
             "bags": Out(32),
             "overflows": Out(32),
@@ -158,8 +161,9 @@ class LookupEngine(wiring.Component):
         log = self.log
         first = pre.tag[:3] == 0
         cur_log = Signal()
-        hold = first & log.need & ~log.room
-        log_bit = Mux(first, log.need, cur_log)
+        need = log.need & ~desc.nolog
+        hold = first & need & ~log.room
+        log_bit = Mux(first, need, cur_log)
         m.d.comb += [
             log.addr.eq(pre.addr), log.batch.eq(desc.batch),
             self.pmem.req.valid.eq(pre_valid & ~hold),
@@ -168,9 +172,9 @@ class LookupEngine(wiring.Component):
             pre_ready.eq(self.pmem.req.ready & ~hold),
         ]
         req_fire = self.pmem.req.valid & self.pmem.req.ready
-        m.d.comb += log.take.eq(req_fire & first & log.need)
+        m.d.comb += log.take.eq(req_fire & first & need)
         with m.If(req_fire & first):
-            m.d.sync += cur_log.eq(log.need)
+            m.d.sync += cur_log.eq(need)
         with m.If(pre_valid & hold):
             m.d.sync += self.log_holds.eq(self.log_holds + 1)
 
@@ -306,6 +310,9 @@ class LookupEngine(wiring.Component):
         pooled_fire = pooled.valid & pooled.ready & ~abort
         m.d.sync += [
             self.busy_cycles.eq(self.busy_cycles + self.busy),
+            # Busy without a PMEM read going out: waiting for the host, the log or PMEM.
+            self.stall_cycles.eq(self.stall_cycles
+                                 + (self.busy & ~(self.pmem.req.valid & self.pmem.req.ready))),
             self.lines.eq(self.lines + (self.pmem.req.valid & self.pmem.req.ready)),
             self.bags.eq(self.bags + pooled_fire),
             self.overflows.eq(self.overflows + (pooled_fire & pooled.payload.overflow)),

@@ -168,6 +168,8 @@ class UpdateEngine(wiring.Component):
     off_mem, idx_mem, delta_mem : Out(LinePortSignature)
     busy : Out(1)
     busy_cycles, lines, forwarded : Out(32)
+    stall_cycles : Out(32)
+        Busy cycles in which neither a PMEM read nor a PMEM write went out.
     """
 
     def __init__(self, config):
@@ -184,6 +186,7 @@ class UpdateEngine(wiring.Component):
             "delta_mem": Out(host_sig),
             "busy": Out(1),
             "busy_cycles": Out(32),
+            "stall_cycles": Out(32),
             "lines": Out(32),
             "forwarded": Out(32),
         })
@@ -292,6 +295,9 @@ class UpdateEngine(wiring.Component):
 
         m.d.sync += [
             self.busy_cycles.eq(self.busy_cycles + self.busy),
+            self.stall_cycles.eq(self.stall_cycles + (self.busy & ~(
+                (self.pmem_rd.req.valid & self.pmem_rd.req.ready)
+                | (self.pmem_wr.req.valid & self.pmem_wr.req.ready)))),
             self.lines.eq(self.lines + (dp.rmw.pmem_wr.req.valid & dp.rmw.pmem_wr.req.ready)),
             self.forwarded.eq(self.forwarded + dp.rmw.forward_event),
         ]

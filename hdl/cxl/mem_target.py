@@ -2,7 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import data, enum, fifo, wiring
-from amaranth.lib.wiring import Out
+from amaranth.lib.wiring import In, Out
 
 from trainingcxl.host.config import LINE_BITS, LINE_BYTES
 from ..common.line_port import LineOp, LinePortSignature
@@ -52,6 +52,9 @@ class CxlMemTarget(wiring.Component):
     cxl : Out(CxlMemSignature)
     pmem : Out(LinePortSignature)
         Client port of the PMEM controller.
+    host_owns_checkpoints : In(1)
+        The host checkpoints in software: writes to the log, commit and
+        snapshot regions are allowed.
     errors : Out(32)
         Requests refused so far.
     last_error : Out(MemError), last_error_addr : Out(ADDR_BITS), last_error_tag : Out(TAG_BITS)
@@ -63,6 +66,7 @@ class CxlMemTarget(wiring.Component):
         super().__init__({
             "cxl": Out(CxlMemSignature()),
             "pmem": Out(LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=TAG_BITS)),
+            "host_owns_checkpoints": In(1),
             "errors": Out(32),
             "last_error": Out(MemError),
             "last_error_addr": Out(ADDR_BITS),
@@ -95,7 +99,8 @@ class CxlMemTarget(wiring.Component):
         offset = Signal(ADDR_BITS + 1)
         m.d.comb += offset.eq(r.addr - cfg.hdm_base)
         mapped = (r.addr >= cfg.hdm_base) & (offset < cfg.media_lines)
-        protected = offset >= cfg.table_lines
+        # Software checkpointing (the ``pmem`` system) hands the regions to the host.
+        protected = (offset >= cfg.table_lines) & ~self.host_owns_checkpoints
         is_read = ~r.write & r.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)
         is_inv = ~r.write & (r.opcode == M2SReqOpcode.MemInv)
         # MemSpecRd is a hint with no completion (its tag is reserved): taken, ignored.

@@ -11,7 +11,10 @@ from ..common.arbiter import RoundRobin
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.rate import RateLimiter
 
-__all__ = ["PmemController"]
+__all__ = ["PmemController", "REGIONS"]
+
+#: Regions the line counters tell apart, in the order of ``reads_by_region``.
+REGIONS = ("data", "log", "snapshot")
 
 _TS_BITS = 32
 
@@ -53,6 +56,9 @@ class PmemController(wiring.Component):
         Writes accepted and not yet persistent.
     lines_read, lines_written : Out(32)
         Media lines read and written since the last power failure.
+    reads_by_region, writes_by_region : Out(ArrayLayout(32, 3))
+        The same, by the region of the line: the tables, the undo log and
+        commit records, the MLP snapshot slots (:data:`REGIONS`).
     """
 
     def __init__(self, config, *, n_ports, tag_bits=16):
@@ -68,6 +74,8 @@ class PmemController(wiring.Component):
             "wpq_level": Out(range(config.pmem.wpq_depth + 1)),
             "lines_read": Out(32),
             "lines_written": Out(32),
+            "reads_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
+            "writes_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
         })
         super().__init__(members)
         self.media = Memory(shape=LINE_BITS, depth=config.media_lines, init=[])
@@ -236,6 +244,20 @@ class PmemController(wiring.Component):
             self.lines_read.eq(self.lines_read + issue_read),
             self.lines_written.eq(self.lines_written + drain),
         ]
+
+        def region(addr):
+            # data < log (with the commit records) < snapshot slots
+            return Mux(addr < self._config.table_lines, 0,
+                       Mux(addr < self._config.snapshot_base[0], 1, 2))
+        read_region = region(sel.addr[:abits])
+        write_region = region(wpq_head.addr)
+        for k in range(len(REGIONS)):
+            m.d.sync += [
+                self.reads_by_region[k].eq(self.reads_by_region[k]
+                                           + (issue_read & (read_region == k))),
+                self.writes_by_region[k].eq(self.writes_by_region[k]
+                                            + (drain & (write_region == k))),
+            ]
 
         # Power failure clears every register and FIFO pointer of the
         # controller; the media is a memory and keeps its contents.

@@ -1,0 +1,71 @@
+"""The configuration ladder of the evaluation (DESIGN section 8): five systems, one device.
+
+Every system runs on the same RTL, the same PMEM model and the same CXL link
+(:class:`~trainingcxl.host.config.Config`); they differ in who does the
+embedding work, how data reaches the engines and how checkpoints are taken.
+Each step up the ladder changes one thing:
+
+=============  ==================================================================
+``pmem``       no near-memory compute: the host reads every row the batch needs
+               over CXL.mem, the GPU pools and updates them, the host writes the
+               rows back; software checkpointing (undo records written and
+               fenced before the rows, stop-and-copy MLP snapshots)
+``near-data``  the device's engines pool and update, but over a non-coherent link:
+               indices, offsets, pooled vectors, deltas and the MLP move by explicit
+               DMA copies through host memory, each waited for; logging as in
+               ``cxl-d``
+``cxl-d``      the engines reach GPU memory through CXL.cache; checkpointing on the
+               critical path: the lookup does not log, a second logged pass over
+               the batch's rows runs after the GPU step and the update waits for it
+``cxl-b``      batch-aware logging: the lookup's own row reads are logged, the
+               records drain while the GPU computes
+``cxl``        ``cxl-b`` plus the relaxations: relaxed lookup (the next batch's
+               lookup overlaps this batch's GPU step) and relaxed MLP snapshots
+               (staleness K = 1: the snapshot pull runs beside the next batch)
+=============  ==================================================================
+"""
+
+from dataclasses import dataclass
+
+__all__ = ["System", "SYSTEMS", "system"]
+
+
+@dataclass(frozen=True)
+class System:
+    """How one rung of the ladder trains.
+
+    ``engines``: the device pools and updates (else the host and GPU do);
+    ``coherent``: engines reach GPU memory over CXL.cache (else explicit
+    copies); ``log_pass``: rows are logged in a pass of their own before the
+    update (else the lookup's reads are logged); ``relaxed``: relaxed lookup
+    order; ``staleness``: the default bound K of MLP snapshots.
+    """
+    name: str
+    engines: bool
+    coherent: bool
+    log_pass: bool
+    relaxed: bool
+    staleness: int
+    summary: str
+
+
+SYSTEMS = {s.name: s for s in (
+    System("pmem", engines=False, coherent=False, log_pass=False, relaxed=False, staleness=0,
+           summary="host pools and updates over CXL.mem; software checkpointing"),
+    System("near-data", engines=True, coherent=False, log_pass=True, relaxed=False, staleness=0,
+           summary="device engines, explicit copies over a non-coherent link"),
+    System("cxl-d", engines=True, coherent=True, log_pass=True, relaxed=False, staleness=0,
+           summary="CXL.cache; logging in its own pass on the critical path"),
+    System("cxl-b", engines=True, coherent=True, log_pass=False, relaxed=False, staleness=0,
+           summary="CXL.cache; batch-aware logging overlapped with the lookup"),
+    System("cxl", engines=True, coherent=True, log_pass=False, relaxed=True, staleness=1,
+           summary="cxl-b plus relaxed lookup and relaxed MLP snapshots (K = 1)"),
+)}
+
+
+def system(name):
+    """The :class:`System` called ``name``; ``ValueError`` names the choices."""
+    try:
+        return SYSTEMS[name]
+    except KeyError:
+        raise ValueError(f"unknown system {name!r}; choose one of {', '.join(SYSTEMS)}") from None

@@ -1,0 +1,203 @@
+"""The ``pmem`` system's host: embeddings and checkpoints in software, over CXL.mem.
+
+Nothing near the memory computes. For each batch the host reads every row
+the batch needs over CXL.mem, the GPU pools them (bit-exact with the device's
+arithmetic, :mod:`trainingcxl.host.golden`), and after the GPU step the host
+writes the updated rows back. Checkpointing is the software kind a
+PMEM-based system does, in the device's own on-media formats
+(:mod:`trainingcxl.host.records`), so that the same invariants can be checked:
+
+1. an undo record per row (its old lines, then a header) into the log ring,
+   then a fence (every write acknowledged, i.e. persistent);
+2. the new rows, fence;
+3. a commit record, fence;
+4. stop-and-copy MLP snapshot: the older slot's header zeroed, fence, the
+   parameters, fence, the header, fence.
+
+Recovery is software too: the host reads the commit records, the snapshot
+headers and the whole log ring, runs :func:`trainingcxl.host.recovery.recover`
+on them, writes back the rows it restores, fences, then the new commit record.
+
+Copies between host and GPU memory are charged with
+:class:`~trainingcxl.host.config.CopyTiming`; the GPU's pooling and updating
+with :func:`~trainingcxl.host.gpu.embedding_cycles`.
+"""
+
+import numpy as np
+from cocotb.triggers import Timer
+
+from trainingcxl.hdl.common.descriptor import ErrorCode
+from trainingcxl.hdl.control import Reg
+from trainingcxl.host.config import LINE_BYTES
+from trainingcxl.host.golden import embedding_bag_sum, embedding_update
+from trainingcxl.host.gpu import embedding_cycles
+from trainingcxl.host.recovery import recover
+from trainingcxl.host.records import COMMIT, SNAPSHOT, commit_record, snapshot_header, undo_record, valid_header
+
+__all__ = ["SoftwareEmbeddings"]
+
+
+def _row_lines(row):
+    raw = np.ascontiguousarray(row, dtype=np.int32).tobytes()
+    return [int.from_bytes(raw[i:i + LINE_BYTES], "little") for i in range(0, len(raw), LINE_BYTES)]
+
+
+def _param_lines(config, params):
+    raw = np.asarray(params, dtype=np.float32).tobytes()
+    raw += bytes(config.mlp_lines * LINE_BYTES - len(raw))
+    return [int.from_bytes(raw[i:i + LINE_BYTES], "little") for i in range(0, len(raw), LINE_BYTES)]
+
+
+class _Media(dict):
+    """The media lines the host has read; lines it has not read are zero."""
+
+    def __missing__(self, key):
+        return 0
+
+
+class SoftwareEmbeddings:
+    """The host side of the ``pmem`` system on a :class:`~trainingcxl.sim.device_tb.DeviceTB`.
+
+    ``wait(cycles)`` is how the caller charges modelled time (GPU work and
+    copies). Counts of what the host did go to :attr:`stats`.
+    """
+
+    def __init__(self, tb, *, checkpointing, wait):
+        self.tb, self.cfg = tb, tb.config
+        self.checkpointing = checkpointing
+        self.wait = wait
+        self.gen = 0
+        self.lsn = 0
+        self.commit_slot = 0            # where the next commit record goes
+        self.newest_slot = None         # the snapshot slot holding the newest snapshot
+        self.stats = {"host_line_ops": 0, "gpu_embedding_cycles": 0, "copy_cycles": 0,
+                      "gpu_copy_bytes": 0}
+
+    def _media_addr(self, table, row):
+        return self.cfg.table_base[table] + row * self.cfg.lines_per_row
+
+    async def configure(self):
+        """The host owns the checkpoint regions: the device's engine stays off."""
+        await self.tb.ctl.write(Reg.CKPT_CTRL, 0b10)
+
+    async def _copy(self, nbytes):
+        cycles = self.cfg.copy.cycles(nbytes)
+        self.stats["copy_cycles"] += cycles
+        self.stats["gpu_copy_bytes"] += nbytes
+        await self.wait(cycles)
+
+    async def _gpu(self, **work):
+        cycles = embedding_cycles(self.cfg, **work)
+        self.stats["gpu_embedding_cycles"] += cycles
+        await self.wait(cycles)
+
+    async def _fenced_write(self, lines):
+        """Write ``{media line: data}`` and wait until every line is persistent."""
+        base = self.cfg.hdm_base
+        result = await self.tb.mem.write_lines({base + a: v for a, v in lines.items()})
+        bad = [a for a, op in result.items() if op.name != "Cmp"]
+        assert not bad, f"{len(bad)} software checkpoint writes refused, first at {bad[0]:#x}"
+
+    async def _read(self, media_addrs):
+        base = self.cfg.hdm_base
+        got = await self.tb.mem.read_lines([base + a for a in media_addrs])
+        return {a: got[base + a][0] for a in media_addrs}
+
+    # -- embeddings ------------------------------------------------------------------------
+
+    def _rows_of(self, batch):
+        """The distinct ``(table, row)`` pairs of a batch, in a fixed order."""
+        cfg = self.cfg
+        lengths = np.diff(batch.offsets)
+        tables = np.repeat(np.arange(len(lengths)) % cfg.n_tables, lengths)
+        return sorted(set(zip(tables.tolist(), np.asarray(batch.indices).tolist())))
+
+    async def lookup(self, batch):
+        """Read the batch's rows over CXL.mem and pool them on the GPU.
+
+        Returns ``(pooled, old)``: ``old`` maps ``(table, row)`` to the row read."""
+        cfg = self.cfg
+        rows = self._rows_of(batch)
+        lpr = cfg.lines_per_row
+        addrs = [self._media_addr(t, r) + k for t, r in rows for k in range(lpr)]
+        got = await self._read(addrs)
+        old, sparse = {}, [np.zeros((n, cfg.dim), dtype=np.int32) for n in cfg.tables]
+        for t, r in rows:
+            raw = b"".join(got[self._media_addr(t, r) + k].to_bytes(LINE_BYTES, "little")
+                           for k in range(lpr))
+            old[t, r] = sparse[t][r] = np.frombuffer(raw, dtype=np.int32)
+        await self._copy(len(rows) * cfg.dim * 4)                   # host -> GPU
+        pooled = embedding_bag_sum(cfg, sparse, batch.indices, batch.offsets).pooled
+        await self._gpu(gathered=len(batch.indices), rows=len(rows), bags=batch.n_bags, update=False)
+        self.stats["host_line_ops"] += len(batch.indices) * lpr
+        return pooled, old
+
+    async def update(self, b, batch, deltas, old):
+        """Apply ``deltas`` on the GPU, log the old rows (if checkpointing), write the new ones."""
+        cfg = self.cfg
+        sparse = [np.zeros((n, cfg.dim), dtype=np.int32) for n in cfg.tables]
+        for (t, r), row in old.items():
+            sparse[t][r] = row
+        new = embedding_update(cfg, sparse, batch.indices, batch.offsets, deltas)
+        await self._gpu(gathered=len(batch.indices), rows=len(old), bags=batch.n_bags, update=True)
+        await self._copy(len(old) * cfg.dim * 4)                    # GPU -> host
+        self.stats["host_line_ops"] += len(old) * cfg.lines_per_row
+        if self.checkpointing:
+            records = {}
+            for (t, r), row in old.items():
+                slot = self.lsn % cfg.log_slots
+                at = cfg.log_base + slot * cfg.rec_lines
+                lines = undo_record(gen=self.gen, batch=b, lsn=self.lsn,
+                                    addr=self._media_addr(t, r), row_lines=_row_lines(row))
+                records.update({at + j: line for j, line in enumerate(lines)})
+                self.lsn += 1
+            await self._fenced_write(records)
+        rows = {}
+        for t, r in old:
+            for k, line in enumerate(_row_lines(new[t][r])):
+                rows[self._media_addr(t, r) + k] = line
+        await self._fenced_write(rows)
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    async def commit(self, b):
+        cfg = self.cfg
+        await self._fenced_write({cfg.commit_base + self.commit_slot:
+                                  commit_record(gen=self.gen, batch=b, staleness=0)})
+        self.commit_slot = (self.commit_slot + 1) % cfg.commit_lines
+
+    async def snapshot(self, b, params):
+        """Stop-and-copy: the MLP goes to the older slot before training goes on."""
+        cfg = self.cfg
+        slot = 0 if self.newest_slot is None else 1 - self.newest_slot
+        base = cfg.snapshot_base[slot]
+        await self._copy(cfg.mlp_params * 4)                        # GPU -> host
+        data = _param_lines(cfg, params)
+        await self._fenced_write({base: 0})
+        await self._fenced_write({base + 1 + k: line for k, line in enumerate(data)})
+        await self._fenced_write({base: snapshot_header(gen=self.gen, batch=b, data_lines=data)})
+        self.newest_slot = slot
+
+    async def recover(self):
+        """Software recovery; returns ``(error, D, m, rolled_back, cycles)`` like the device's RECOVER."""
+        cfg, tb = self.cfg, self.tb
+        t0 = await tb.cycles()
+        regions = [*range(cfg.commit_base, cfg.commit_base + cfg.commit_lines), *cfg.snapshot_base,
+                   *range(cfg.log_base, cfg.log_base + cfg.log_size)]
+        media = _Media(await self._read(regions))
+        result = recover(cfg, media, staleness=0)
+        if not result.found:
+            return ErrorCode.NO_CHECKPOINT, None, None, 0, await tb.cycles() - t0
+        seal = next(a for a in result.writes if cfg.commit_base <= a < cfg.commit_base + cfg.commit_lines)
+        rows = {a: v for a, v in result.writes.items() if a != seal}
+        if rows:
+            await self._fenced_write(rows)
+        await self._fenced_write({seal: result.writes[seal]})
+        self.gen, self.lsn = result.gen, 0
+        self.commit_slot = (seal - cfg.commit_base + 1) % cfg.commit_lines
+        for slot, base in enumerate(cfg.snapshot_base):
+            h = valid_header(media[base], SNAPSHOT)
+            if h is not None and h.batch == result.m:
+                self.newest_slot = slot
+        assert valid_header(result.writes[seal], COMMIT) is not None
+        return ErrorCode.NONE, result.d, result.m, result.rolled_back, await tb.cycles() - t0
