@@ -22,7 +22,7 @@ class Reg(enum.IntEnum):
     HDM_BASE = 0x02         # RO  host line address of device memory
     MEDIA = 0x03            # RO  media_lines | table_lines << 32
     LIMITS = 0x04           # RO  max_bags | desc_depth << 32
-    DESC_OP = 0x08          # RW  op | relaxed << 8 | nolog << 9 | batch << 32
+    DESC_OP = 0x08          # RW  op | relaxed << 8 | nolog << 9 | coalesced << 10 | batch << 32
     DESC_SIZE = 0x09        # RW  n_bags | n_indices << 32
     DESC_IDX = 0x0A         # RW  byte address of the indices (64-byte aligned)
     DESC_OFF = 0x0B         # RW  byte address of the offsets
@@ -186,7 +186,7 @@ class ControlWindow(wiring.Component):
 
         staged = Signal(descriptor_layout(cfg))
         m.d.comb += [
-            staged.op.eq(d_op[:4]), staged.relaxed.eq(d_op[8]), staged.nolog.eq(d_op[9]),
+            staged.op.eq(d_op[:4]), staged.relaxed.eq(d_op[8]), staged.nolog.eq(d_op[9]), staged.coalesced.eq(d_op[10]),
             staged.batch.eq(d_op[32:]),
             staged.n_bags.eq(d_size[:24]), staged.n_indices.eq(d_size[32:]),
             staged.idx_addr.eq(d_idx[6:]), staged.off_addr.eq(d_off[6:]),

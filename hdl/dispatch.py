@@ -29,7 +29,10 @@ class Dispatcher(wiring.Component):
     * an ``UPDATE`` must be of the batch the last clean ``LOOKUP`` of its
       parity read with logging on (so every row it changes has an undo record), and, if that
       lookup was relaxed, after its ``FINISH`` (which logs the rows it
-      deferred); otherwise it completes with ``NOT_LOGGED``, changing nothing;
+      deferred); otherwise it completes with ``NOT_LOGGED``, changing nothing.
+      A ``coalesced`` UPDATE (each row once) needs that LOOKUP of its batch but
+      not its arrays; that its rows are a subset of the lookup's is the host's
+      promise, not checked row by row;
     * an ``UPDATE`` waits until the undo logger is ``log_drained``: every
       record taken is persistent before any row is overwritten (write-ahead).
       ``barrier_cycles`` counts that wait.
@@ -78,7 +81,8 @@ class Dispatcher(wiring.Component):
         same = (seen_valid.bit_select(d.batch[0], 1) & (mine.batch == d.batch)
                 & (mine.n_bags == d.n_bags) & (mine.n_indices == d.n_indices)
                 & (mine.idx_addr == d.idx_addr) & (mine.off_addr == d.off_addr))
-        m.d.comb += [self.update.payload.eq(d), self.update.payload.checked.eq(same)]
+        m.d.comb += [self.update.payload.eq(d),
+                     self.update.payload.checked.eq(same & ~d.coalesced)]
         running = Signal(1)                       # parity of the lookup running
         clear_mask = Signal(2)
         set_mask = Signal(2)
@@ -88,7 +92,10 @@ class Dispatcher(wiring.Component):
         unfinished_clr = Signal(2)
         # Whether that LOOKUP logged its rows (logging on, and not ``nolog``).
         seen_logging = Signal(2)
-        logged = (same & ~unfinished.bit_select(d.batch[0], 1)
+        # A coalesced UPDATE names the batch's rows once each, not the lookup's bags:
+        # it needs a clean logged LOOKUP of its batch, not the same arrays.
+        of_batch = seen_valid.bit_select(d.batch[0], 1) & (mine.batch == d.batch)
+        logged = (Mux(d.coalesced, of_batch, same) & ~unfinished.bit_select(d.batch[0], 1)
                   & seen_logging.bit_select(d.batch[0], 1))
         with m.If(self.update.valid & self.update.ready):
             m.d.comb += clear_mask.eq(1 << d.batch[0])     # one update per lookup

@@ -69,7 +69,8 @@ class Device(wiring.Component):
         m = Module()
         cfg = self._config
 
-        m.submodules.pmem = pmem = PmemController(cfg, n_ports=7)
+        # The undo logger (4) and the snapshot pull (6) write in the background.
+        m.submodules.pmem = pmem = PmemController(cfg, n_ports=7, background=(4, 6))
         m.submodules.mem_target = target = CxlMemTarget(cfg)
         m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=7)
         m.submodules.lookup = lookup = LookupEngine(cfg)

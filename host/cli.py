@@ -409,6 +409,8 @@ def build_parser():
     add_failure_options(sp)
     sp.set_defaults(func=cmd_train)
     add_commands(sub, config_option)
+    from .bench import add_bench_command
+    add_bench_command(sub)
 
     sp = sub.add_parser("make-criteo-sample", help="write a small Criteo-format TSV with a learnable signal")
     sp.add_argument("output", help="file to write")

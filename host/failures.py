@@ -135,7 +135,7 @@ def _staleness(text):
 
 # -- running jobs in parallel ------------------------------------------------------------
 
-def _run_train(spec):
+def run_train(spec):
     """One training job in its own process; returns ``(spec, record or None, error text)``."""
     from trainingcxl.host.config import Config
     from trainingcxl.sim.runner import BenchFailure, run_bench
@@ -173,7 +173,7 @@ def _run_train(spec):
     return spec, record, error
 
 
-class _Progress:
+class Progress:
     def __init__(self, total, what):
         self.total, self.what, self.done, self.t0 = total, what, 0, time.monotonic()
 
@@ -193,18 +193,18 @@ class _Progress:
             print(text, file=sys.stderr, flush=True)     # a log file gets a line per tenth
 
 
-def _parallel(specs, jobs, progress_note):
+def parallel_runs(specs, jobs, progress_note):
     """Run ``specs`` on ``jobs`` processes; yields ``(spec, record, error)`` as they finish."""
-    bar = _Progress(len(specs), "runs")
+    bar = Progress(len(specs), "runs")
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_run_train, s) for s in specs]
+        futures = [pool.submit(run_train, s) for s in specs]
         for fut in as_completed(futures):
             result = fut.result()
             bar.step(progress_note(result))
             yield result
 
 
-def _prebuild(configs, sim="verilator"):
+def prebuild(configs, sim="verilator"):
     """Build each configuration once, before the parallel runs share the build."""
     from trainingcxl.sim.runner import build
     for cfg in configs:
@@ -244,6 +244,7 @@ def _reproducer(out_dir, spec, record, error):
              for c in [f["cycle"], *f.get("recovery_failure_cycles", [])]]
     a = spec["args"]
     command = (f"trainingcxl train --config {folder / 'config.json'} --seed {a['seed']} "
+               f"--system {a.get('system', 'cxl-b')} "
                f"--batches {a['batches']} --batch-size {a['batch_size']} "
                f"--staleness {a['staleness']}{' --relaxed' if a['relaxed'] else ''}"
                + (f" --fail-at {','.join(str(f['at']) for f in fired)}" if fired else ""))
@@ -252,7 +253,7 @@ def _reproducer(out_dir, spec, record, error):
              "error": error, "command": command}
     (folder / "repro.json").write_text(json.dumps(repro, indent=2))
     (folder / "config.json").write_text(json.dumps(spec["config"], indent=2))
-    _, _, _ = _run_train({**spec, "args": repro["args"], "waves": True,
+    _, _, _ = run_train({**spec, "args": repro["args"], "waves": True,
                           "waves_to": str(folder / "waves.vcd")})
     return folder
 
@@ -294,7 +295,7 @@ def cmd_campaign(args):
           f"K in {staleness}, {'/'.join(orders)} order, {args.batches} batches of "
           f"{args.batch_size}, on {jobs} processes", flush=True)
     t0 = time.monotonic()
-    _prebuild([base.replace(relaxed_lookup=False)])
+    prebuild([base.replace(relaxed_lookup=False)])
     results = []
     bad = 0
 
@@ -304,7 +305,7 @@ def cmd_campaign(args):
         if error or not rec or not rec.get("golden_match"):
             bad += 1
         return f", {bad} bad"
-    for result in _parallel(specs, jobs, note):
+    for result in parallel_runs(specs, jobs, note):
         results.append(result)
     summary = {"runs": runs, **_tally(results), "wall_s": time.monotonic() - t0,
                "config": base.to_dict(), "seed": args.seed, "jobs": jobs}
@@ -362,12 +363,12 @@ def cmd_sweep(args):
     jobs = args.jobs or os.cpu_count() or 1
     common = {"seed": args.seed, "batch_size": args.batch_size, "check_every": 1000,
               "relaxed": False, "staleness": args.staleness, "until_plan_done": True}
-    _prebuild([cfg])
+    prebuild([cfg])
     t0 = time.monotonic()
     # 1. Measure: a batch's length, and a recovery's after a failure in an update.
     spec = {"index": 0, "config": cfg.to_dict(),
             "args": {**common, "batches": 4, "failures": [{"phase": "update", "batch": 3, "offset": 20}]}}
-    _, probe, error = _run_train(spec)
+    _, probe, error = run_train(spec)
     if error or not probe:
         print(f"error: the measuring run failed: {error}", file=sys.stderr)
         return 1
@@ -399,7 +400,7 @@ def cmd_sweep(args):
     specs = [{"index": k, "config": cfg.to_dict(),
               "args": {**common, "batches": 3 + len(plan) + 2, "failures": plan}}
              for k, plan in enumerate(chunks)]
-    results = list(_parallel(specs, jobs, lambda r: ""))
+    results = list(parallel_runs(specs, jobs, lambda r: ""))
     summary = {"runs": len(specs), **_tally(results), "wall_s": time.monotonic() - t0,
                "batch_cycles": batch_len, "recovery_cycles_probe": rec_len,
                "batch_points": len(offsets), "recovery_points": len(rec_offsets),

@@ -6,7 +6,7 @@ import numpy as np
 
 from .fixed import fits32, wrap32
 
-__all__ = ["PoolResult", "embedding_bag_sum", "embedding_update", "check_batch"]
+__all__ = ["PoolResult", "embedding_bag_sum", "embedding_update", "check_batch", "coalesce_update"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +90,42 @@ def embedding_update(config, tables, indices, offsets, deltas):
         np.add.at(acc, idx[sel], deltas[bag_of[sel]])
         out.append(wrap32(np.asarray(table, dtype=np.int64) - acc))
     return out
+
+
+def coalesce_update(config, indices, offsets, deltas):
+    """The same update with every row once: ``(indices, offsets, deltas)`` of a coalesced batch.
+
+    A row's contributions are summed (wrapping int32, so the result of
+    :func:`embedding_update` does not change) and the rows are laid out in the
+    device's bag order: bag ``s * n_tables + t`` holds the ``s``-th distinct row
+    of table ``t`` (by row number), or nothing once table ``t`` has no more.
+    This is the sparse-gradient deduplication DLRM frameworks do before the
+    optimiser step; the device then reads and writes each row once.
+    """
+    check_batch(config, indices, offsets)
+    t_n = config.n_tables
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    bag_of = np.repeat(np.arange(len(lengths)), lengths)
+    table_of = bag_of % t_n
+    idx = np.asarray(indices, dtype=np.int64)
+    deltas = np.asarray(deltas, dtype=np.int64)
+    per_table = []
+    for t in range(t_n):
+        sel = table_of == t
+        rows, inverse = np.unique(idx[sel], return_inverse=True)
+        acc = np.zeros((len(rows), config.dim), dtype=np.int64)
+        np.add.at(acc, inverse, deltas[bag_of[sel]])
+        per_table.append((rows, wrap32(acc)))
+    depth = max(len(rows) for rows, _ in per_table)
+    n_bags = depth * t_n
+    counts = np.zeros(n_bags, dtype=np.int64)
+    out_deltas = np.zeros((n_bags, config.dim), dtype=np.int32)
+    out_idx = np.zeros(n_bags, dtype=np.int64)
+    for t, (rows, acc) in enumerate(per_table):
+        bags = np.arange(len(rows)) * t_n + t
+        counts[bags] = 1
+        out_idx[bags] = rows
+        out_deltas[bags] = acc
+    new_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint32)
+    return out_idx[counts == 1].astype(np.uint32), new_offsets, out_deltas

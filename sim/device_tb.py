@@ -173,12 +173,13 @@ class DeviceTB:
             if not self.dut.irq.value:
                 await First(RisingEdge(self.dut.irq), Timer(65536 * PERIOD_NS, "ns"))
 
-    async def _run(self, op, batch_id, n_bags, n_indices, vec_line, *, relaxed=False, nolog=False):
+    async def _run(self, op, batch_id, n_bags, n_indices, vec_line, *, relaxed=False, nolog=False,
+                   coalesced=False):
         k = batch_id % 2
         before = await self.ctl.read(Reg.COMPLETED)
         t0 = await self.cycles()
         await self.ctl.write(Reg.DESC_OP, op.value | int(relaxed) << 8 | int(nolog) << 9
-                             | batch_id << 32)
+                             | int(coalesced) << 10 | batch_id << 32)
         await self.ctl.write(Reg.DESC_SIZE, n_bags | n_indices << 32)
         await self.ctl.write(Reg.DESC_IDX, self.idx_lines[k] * LINE_BYTES)
         await self.ctl.write(Reg.DESC_OFF, self.off_lines[k] * LINE_BYTES)
@@ -217,12 +218,15 @@ class DeviceTB:
         """FINISH a relaxed lookup of ``batch_id``; returns ``(error, cycles)``."""
         return await self._run(Op.FINISH, batch_id, n_bags, 0, self.out_lines[batch_id % 2])
 
-    async def update(self, batch_id, indices, offsets, deltas):
-        """Run one UPDATE with ``deltas`` (n_bags, dim) int32; returns ``(error, cycles)``."""
+    async def update(self, batch_id, indices, offsets, deltas, *, coalesced=False):
+        """Run one UPDATE with ``deltas`` (n_bags, dim) int32; returns ``(error, cycles)``.
+
+        ``coalesced``: the arrays come from :func:`~trainingcxl.host.golden.coalesce_update`
+        (each row once), not from the batch's lookup."""
         self._stage_batch(batch_id, indices, offsets)
         self.host.write_array(self.delta_line * LINE_BYTES, np.asarray(deltas, np.int32))
         return await self._run(Op.UPDATE, batch_id, len(offsets) - 1, len(indices),
-                               self.delta_line)
+                               self.delta_line, coalesced=coalesced)
 
     # -- checkpointing -------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ Arguments (from the runner): ``seed``, ``batches``, ``batch_size``, ``data``
 ``relaxed``, ``staleness``, ``failures`` (a :class:`FailurePlan` entry list),
 ``failure_seed``, ``until_plan_done`` (stop once every planned failure has
 happened), ``extend`` (train past ``batches``, up to 4x, until they have),
-``quiet``, ``dump`` (a folder), ``system`` (a rung of the ladder,
+``quiet``, ``dump`` (a folder), ``min_pooling`` and ``zipf_alpha`` (of
+synthetic data), ``system`` (a rung of the ladder,
 :mod:`trainingcxl.host.systems`), ``checkpointing`` (false: no log, commits
 or snapshots), ``measure_from`` (first batch of the measured window, whose
 counter deltas go to ``window``) and ``out`` (the JSON record).
@@ -45,7 +46,9 @@ from .training import FailurePlan, TrainingRun, progress
 def dataset(cfg, args):
     data = args.get("data", "synthetic")
     if data == "synthetic":
-        return SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"])
+        return SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"],
+                                 min_pooling=args.get("min_pooling", 0),
+                                 zipf_alpha=args.get("zipf_alpha", 1.05))
     return CriteoDataset(cfg, data, batch_size=args["batch_size"],
                          on_error=args.get("on_bad_lines", "raise"))
 

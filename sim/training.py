@@ -25,6 +25,7 @@ from trainingcxl.hdl.common.descriptor import ErrorCode
 from trainingcxl.host.data import initial_tables
 from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, embedding_deltas
 from trainingcxl.host.failures import PHASES
+from trainingcxl.host.golden import coalesce_update
 from trainingcxl.host.fixed import from_fixed
 from trainingcxl.host.gpu import step_cost
 from trainingcxl.host.systems import SYSTEMS
@@ -173,6 +174,7 @@ class TrainingRun:
         self.gpu_cycles = step_cost(self.cfg, data.batch_size).cycles
         self.phase, self.batch = "format", 0
         self.phase_start = {}
+        self._accounted = 0
         self.phase_len = {}
         self.batch_cycles = None
         self.tasks = set()
@@ -193,12 +195,21 @@ class TrainingRun:
 
     def enter(self, phase, batch):
         t = now()
+        self._account()
         if self.phase in self.phase_start:
             self.phase_len[self.phase] = t - self.phase_start[self.phase]
         self.phase, self.batch = phase, batch
         self.phase_start[phase] = t
         self.plan.on_phase(phase, batch, phase_len=self.phase_len,
                            batch_cycles=self.batch_cycles, batches_left=self.n - batch + 1)
+
+    def _account(self):
+        """Add the time since the last call to the phase the host is in: where the host's
+        time goes (its critical path), phase by phase."""
+        t = now()
+        key = f"phase_{self.phase}"
+        self.host_stats[key] = self.host_stats.get(key, 0) + t - self._accounted
+        self._accounted = t
 
     def spawn(self, coro):
         task = cocotb.start_soon(coro)
@@ -308,6 +319,7 @@ class TrainingRun:
 
     async def _mark_window(self, edge):
         """Counters and modelled host figures at an edge of the measured window."""
+        self._account()
         counters = await self.tb.counters()
         host = dict(self.host_stats)
         if self.soft is not None:
@@ -356,9 +368,16 @@ class TrainingRun:
             if logged.error != ErrorCode.NONE:
                 return logged.error
             self.enter("update", b)
+        # The GPU sums each row's contributions (sparse-gradient deduplication), so the
+        # device reads and writes every row once; the bags' layout can hold that batch
+        # unless the tables have more distinct rows than max_bags allows.
+        indices, offsets, rows_deltas = coalesce_update(self.cfg, batch.indices, batch.offsets, deltas)
+        coalesced = len(offsets) - 1 <= self.cfg.max_bags
+        if not coalesced:
+            indices, offsets, rows_deltas = batch.indices, batch.offsets, deltas
         if not sysm.coherent:
-            await self._copy(batch.n_bags * self.cfg.dim * 4, hops=2)           # GPU -> host -> device
-        error, _ = await tb.update(b, batch.indices, batch.offsets, deltas)
+            await self._copy((len(offsets) - 1) * self.cfg.dim * 4, hops=2)   # GPU -> host -> device
+        error, _ = await tb.update(b, indices, offsets, rows_deltas, coalesced=coalesced)
         return error
 
     async def _commit(self, b):

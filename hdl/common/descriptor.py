@@ -53,6 +53,9 @@ def descriptor_layout(config):
     (``LOOKUP`` only) keeps the rows it reads out of the undo log: a system
     that logs in a pass of its own (``cxl-d``, ``near-data``) pools without
     logging, then repeats the ``LOOKUP`` with logging before the update.
+    ``coalesced`` (``UPDATE`` only): the batch's rows, each once, one per bag
+    with its summed delta (:func:`trainingcxl.host.golden.coalesce_update`),
+    instead of the lookup's bags; the rows are then read and written once each.
     """
     return data.StructLayout({
         "op": Op,
@@ -65,6 +68,7 @@ def descriptor_layout(config):
         "checked": 1,
         "relaxed": 1,
         "nolog": 1,
+        "coalesced": 1,
     })
 
 

@@ -46,6 +46,10 @@ class PmemController(wiring.Component):
         Number of client ports, ``port0`` ... ``port{n_ports-1}``.
     tag_bits : int
         Width of the tags the clients use.
+    background : set of int
+        Ports served only in cycles when no other port has a request that
+        could be served: checkpoint traffic (the undo log, snapshot pulls)
+        takes what the engines leave and never slows them down.
 
     Members
     -------
@@ -61,11 +65,14 @@ class PmemController(wiring.Component):
         commit records, the MLP snapshot slots (:data:`REGIONS`).
     """
 
-    def __init__(self, config, *, n_ports, tag_bits=16):
+    def __init__(self, config, *, n_ports, tag_bits=16, background=()):
         if n_ports < 1:
             raise ValueError(f"n_ports must be at least 1, not {n_ports}")
+        if not set(background) <= set(range(n_ports)):
+            raise ValueError(f"background ports {sorted(background)} are not all in 0..{n_ports - 1}")
         self._config = config
         self._n_ports = n_ports
+        self._background = frozenset(background)
         self._tag_bits = tag_bits
         self._port_sig = LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=tag_bits)
         members = {f"port{i}": In(self._port_sig) for i in range(n_ports)}
@@ -138,10 +145,16 @@ class PmemController(wiring.Component):
         can_read = read_rate.ok & (inflight < cfg.read_depth)
         can_write = wpq.w_rdy
         m.submodules.arb = arb = RoundRobin(n)
+        eligible = []
         for i, p in enumerate(ports):
             is_rd = p.req.payload.op == LineOp.READ
-            m.d.comb += arb.requests[i].eq(p.req.valid & Mux(
+            ok = Signal(name=f"eligible{i}")
+            m.d.comb += ok.eq(p.req.valid & Mux(
                 is_rd, can_read & ~hazard(p.req.payload.addr[:abits]), can_write))
+            eligible.append(ok)
+        foreground = Cat(ok for i, ok in enumerate(eligible) if i not in self._background).any()
+        for i, ok in enumerate(eligible):
+            m.d.comb += arb.requests[i].eq(ok & ~foreground if i in self._background else ok)
 
         sel = Signal.like(ports[0].req.payload)
         with m.Switch(arb.grant):

@@ -92,7 +92,7 @@ def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
     from trainingcxl.host import failures
     from trainingcxl.host.config import PRESETS, Config
     reruns = []
-    monkeypatch.setattr(failures, "_run_train", lambda spec: reruns.append(spec) or (spec, None, None))
+    monkeypatch.setattr(failures, "run_train", lambda spec: reruns.append(spec) or (spec, None, None))
     spec = {"index": 4, "config": PRESETS["tiny"].to_dict(), "args": {
         "seed": 9, "batches": 3, "batch_size": 4, "staleness": 1, "relaxed": True,
         "failures": [{"random": True}], "failure_seed": 2}}

@@ -132,3 +132,52 @@ def test_while_logging_updates_need_logged_rows_and_wait_for_the_log():
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
+
+
+def test_coalesced_and_nolog_updates():
+    """A coalesced UPDATE needs a clean logged LOOKUP of its batch but not its arrays,
+    and goes out unchecked; a ``nolog`` LOOKUP logs nothing, so it covers no update."""
+    dut = Dispatcher(PRESETS["tiny"])
+    update = {**LOOKUP, "op": Op.UPDATE, "vec_addr": 0x400}
+    coalesced = {**update, "coalesced": 1, "n_bags": 3, "n_indices": 2, "idx_addr": 0x900}
+
+    async def offer(ctx, desc, out):
+        ctx.set(out.ready, 1)
+        ctx.set(dut.done.ready, 1)
+        ctx.set(dut.desc.payload, desc)
+        ctx.set(dut.desc.valid, 1)
+        for _ in range(10):
+            if ctx.get(dut.desc.ready):
+                result = (ctx.get(out.valid), ctx.get(dut.done.payload.error),
+                          ctx.get(dut.update.payload.checked))
+                await ctx.tick()
+                ctx.set(dut.desc.valid, 0)
+                return result
+            await ctx.tick()
+        raise AssertionError("descriptor not taken")
+
+    async def complete(ctx, desc):
+        ctx.set(dut.lookup_done.payload, {"batch": desc["batch"], "op": desc["op"], "error": 0})
+        ctx.set(dut.lookup_done.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.lookup_done.valid, 0)
+        await ctx.tick()
+
+    async def tb(ctx):
+        ctx.set(dut.logging, 1)
+        ctx.set(dut.log_drained, 1)
+        await offer(ctx, {**LOOKUP, "nolog": 1}, dut.lookup)
+        await complete(ctx, LOOKUP)
+        to_engine, error, _ = await offer(ctx, coalesced, dut.update)
+        assert not to_engine and error == ErrorCode.NOT_LOGGED
+        await offer(ctx, LOOKUP, dut.lookup)
+        await complete(ctx, LOOKUP)
+        wrong_batch = await offer(ctx, {**coalesced, "batch": LOOKUP["batch"] + 2}, dut.update)
+        assert not wrong_batch[0] and wrong_batch[1] == ErrorCode.NOT_LOGGED
+        to_engine, _, checked = await offer(ctx, coalesced, dut.update)
+        assert to_engine and not checked
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()

@@ -87,3 +87,25 @@ def test_fixed_point_rounding_and_saturation():
     assert to_fixed([0.25, -0.25, 1.25, 0.2], 1).tolist() == [1, -1, 3, 0]   # halves away from zero
     assert to_fixed([1e12, -1e12], 16).tolist() == [2**31 - 1, -2**31]
     assert from_fixed(to_fixed(0.75, 16), 16) == 0.75
+
+
+def test_a_coalesced_update_changes_the_tables_as_the_batch_does():
+    from trainingcxl.host.config import PRESETS
+    from trainingcxl.host.golden import coalesce_update, embedding_update
+    cfg = PRESETS["small"]
+    rng = np.random.default_rng(3)
+    batch = SyntheticWorkload(cfg, seed=3, batch_size=32).batch(0)
+    tables = [rng.integers(-2**31, 2**31, (n, cfg.dim), dtype=np.int64).astype(np.int32)
+              for n in cfg.tables]
+    deltas = rng.integers(-2**31, 2**31, (batch.n_bags, cfg.dim), dtype=np.int64).astype(np.int32)
+    idx, off, summed = coalesce_update(cfg, batch.indices, batch.offsets, deltas)
+    want = embedding_update(cfg, tables, batch.indices, batch.offsets, deltas)
+    got = embedding_update(cfg, tables, idx, off, summed)
+    assert all(np.array_equal(w, g) for w, g in zip(want, got))
+    lengths = np.diff(off)
+    assert set(lengths.tolist()) <= {0, 1}
+    # Each (table, row) once, and exactly the rows the batch touches.
+    touched = {(k % cfg.n_tables, int(r)) for k, n in enumerate(np.diff(batch.offsets))
+               for r in batch.indices[batch.offsets[k]:batch.offsets[k + 1]]}
+    once = [(k % cfg.n_tables, int(idx[off[k]])) for k in range(len(lengths)) if lengths[k]]
+    assert len(once) == len(set(once)) and set(once) == touched

@@ -1,0 +1,391 @@
+"""``trainingcxl bench``: the configuration ladder, measured on the RTL (DESIGN section 8).
+
+Every system of :mod:`trainingcxl.host.systems` trains the same batches of
+each workload twice, with checkpointing and without. A run measures a window
+of batches (the first batch, which warms the device, and the table checks
+are outside it) with the device's counters and the host's modelled time.
+From the windows come cycles per batch, speedups over ``pmem``, checkpoint
+overhead, PMEM and link bytes, and energy (:mod:`trainingcxl.host.energy`).
+Separate runs measure the lookup and update engines against the PMEM
+model's bandwidth bound, the recovery time against the log size, and the
+simulators' speed on one run. Simulations are deterministic: the same seed
+gives the same cycle counts.
+"""
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .argtypes import nonneg, positive, write_json
+from .config import LINE_BYTES, Config, ModelShape
+from .energy import DEFAULT_ENERGY, Activity, link_bytes
+from .systems import SYSTEMS
+
+__all__ = ["Workload", "WORKLOADS", "add_bench_command", "analyse_run"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A device configuration and the synthetic data a benchmark trains on."""
+    name: str
+    summary: str
+    config: Config
+    batch_size: int
+    min_pooling: int
+    zipf_alpha: float = 1.05
+    args: dict = field(default_factory=dict)
+
+
+#: Like the paper's RM1/RM2 (embedding-dominated) and RM3/RM4 (MLP-dominated).
+WORKLOADS = {w.name: w for w in (
+    Workload("embedding-heavy",
+             "8 tables x 1024 rows, bags of 8-32 rows, small MLPs (13-64-16, 64-1)",
+             Config(tables=(1024,) * 8, max_pooling=32, max_bags=1024,
+                    model=ModelShape(bottom_hidden=(64,), top_hidden=(64,), batch_size=32)),
+             batch_size=32, min_pooling=8),
+    Workload("mlp-heavy",
+             "4 tables x 512 rows, bags of 1-4 rows, large MLPs (13-256-64-16, 256-128-1)",
+             Config(tables=(512,) * 4, max_pooling=4, max_bags=1024,
+                    model=ModelShape(bottom_hidden=(256, 64), top_hidden=(256, 128),
+                                     batch_size=64)),
+             batch_size=64, min_pooling=1),
+)}
+
+
+def _per_batch(value, batches):
+    return value / max(1, batches)
+
+
+def analyse_run(cfg, system_name, record, energy=DEFAULT_ENERGY):
+    """Figures per batch of one run's measured window."""
+    w = record["window"]
+    c, host, n = w["counters"], w["host"], w["batches"]
+    sysm = SYSTEMS[system_name]
+    data = c["link_to_device_data"] + c["link_to_host_data"]
+    other = c["link_to_device"] + c["link_to_host"] - data
+    if not sysm.coherent and sysm.engines:
+        # near-data: CXL.cache reaches the device's own buffer, not the link (a read is
+        # a request and a data message; a write a request, a pull and a data message).
+        data -= c["cache_reads"] + c["cache_writes"]
+        other -= c["cache_reads"] + 2 * c["cache_writes"]
+    link = link_bytes(max(0, data), max(0, other)) + host.get("copy_bytes_device_link", 0)
+    gpu_busy = host.get("gpu_busy_cycles", 0) + host.get("gpu_embedding_cycles", 0)
+    activity = Activity(
+        cycles=w["cycles"], gpu_busy_cycles=min(gpu_busy, w["cycles"]),
+        pmem_lines_read=c["pmem_reads"], pmem_lines_written=c["pmem_writes"],
+        link_bytes=link + host.get("gpu_copy_bytes", 0),
+        engine_line_ops=c["lookup_lines"] + c["update_lines"],
+        host_line_ops=host.get("host_line_ops", 0))
+    joules = energy.energy(activity)
+    phases = {k[len("phase_"):]: _per_batch(v, n) for k, v in host.items() if k.startswith("phase_")}
+    return {
+        "batches": n,
+        "cycles_per_batch": _per_batch(w["cycles"], n),
+        "phases_per_batch": phases,
+        "pmem_bytes_written_per_batch": {
+            "data": _per_batch(c["pmem_writes_data"] * LINE_BYTES, n),
+            "log": _per_batch(c["pmem_writes_log"] * LINE_BYTES, n),
+            "snapshot": _per_batch(c["pmem_writes_snapshot"] * LINE_BYTES, n),
+            "total": _per_batch(c["pmem_writes"] * LINE_BYTES, n)},
+        "pmem_bytes_read_per_batch": _per_batch(c["pmem_reads"] * LINE_BYTES, n),
+        "link_bytes_per_batch": _per_batch(link, n),
+        "gpu_copy_bytes_per_batch": _per_batch(host.get("gpu_copy_bytes", 0), n),
+        "energy_per_batch_j": _per_batch(joules.total, n),
+        "energy_breakdown_per_batch_j": {k: _per_batch(v, n) for k, v in joules.as_dict().items()},
+        "stalls_per_batch": {k: _per_batch(c[k], n) for k in (
+            "lookup_stalls", "update_stalls", "log_full", "ckpt_stalls", "log_barrier",
+            "lookup_log_holds")},
+        "busy_per_batch": {"lookup": _per_batch(c["lookup_busy"], n),
+                           "update": _per_batch(c["update_busy"], n)},
+        "undo_records_per_batch": _per_batch(c["log_records"], n),
+    }
+
+
+# -- the runs --------------------------------------------------------------------------
+
+def _train_spec(index, workload, system_name, checkpointing, args, *, failures=(), config=None):
+    sysm = SYSTEMS[system_name]
+    k = sysm.staleness if args.staleness is None else args.staleness
+    cfg = config or workload.config
+    return {
+        "index": index, "sim": "verilator", "config": cfg.to_dict(),
+        "workload": workload.name, "system": system_name, "checkpointing": checkpointing,
+        "args": {"seed": args.seed, "batches": args.batches, "batch_size": workload.batch_size,
+                 "min_pooling": workload.min_pooling, "zipf_alpha": workload.zipf_alpha,
+                 "check_every": 1 << 30, "relaxed": sysm.relaxed, "staleness": k,
+                 "system": system_name, "checkpointing": checkpointing,
+                 "measure_from": 2, "failures": list(failures)},
+    }
+
+
+def _ladder(args, workloads, systems, say):
+    from .failures import parallel_runs, prebuild
+    specs = []
+    for w in workloads:
+        for s in systems:
+            for ckpt in (True, False):
+                specs.append(_train_spec(len(specs), w, s, ckpt, args))
+    say(f"[ladder] {len(specs)} training runs ({len(workloads)} workloads x {len(systems)} "
+        f"systems x checkpointing on/off), {args.batches} batches each, {args.jobs} processes")
+    prebuild([w.config for w in workloads])
+    results, errors = {}, []
+    for spec, record, error in parallel_runs(specs, args.jobs, lambda r: ""):
+        key = (spec["workload"], spec["system"], spec["checkpointing"])
+        if error or not record or not record.get("golden_match"):
+            errors.append({"run": key, "error": error or (record or {}).get("aborted", "mismatch")})
+        results[key] = (spec, record)
+    return results, errors
+
+
+def _engine_efficiency(args, workload, say):
+    """The lookup and update engines against the PMEM model's bound, on the workload's
+    tables with large batches (the existing bandwidth jobs)."""
+    from .cli import _run_job
+    cfg = workload.config
+    big = max(1, cfg.max_bags // cfg.n_tables)
+    say(f"[engines] lookup and update bandwidth on {workload.name}, batches of {big} samples")
+    job = {"seed": args.seed, "batches": 2, "batch_size": big, "min_pooling": cfg.max_pooling // 2}
+    look = _run_job("verilator", cfg, job, job="lookup")
+    lines = sum(b["pmem_lines"] for b in look["batches"])
+    busy = sum(b["busy_cycles"] for b in look["batches"])
+    peak = cfg.pmem.read_rate[0] / cfg.pmem.read_rate[1]
+    upd = _run_job("verilator", cfg, {**job, "min_pooling": cfg.max_pooling // 4}, job="update")
+    return {"lookup_efficiency": lines / busy / peak, "lookup_lines": lines, "lookup_busy_cycles": busy,
+            "update_efficiency": upd["update_efficiency"], "update_lines": upd["lines"],
+            "update_busy_cycles": upd["busy_cycles"], "update_bound_cycles": upd["bound_cycles"],
+            "golden_match": bool(look["golden_match"] and upd["golden_match"])}
+
+
+def _recovery_vs_log(args, workload, say):
+    """Recovery cycles of the ``cxl`` system after a failure in an update, for log rings
+    of 1x, 2x and 4x the automatic size (each a device of its own)."""
+    from .failures import parallel_runs, prebuild
+    base = workload.config
+    sizes = [base.log_size * f for f in (1, 2, 4)]
+    configs = [base.replace(log_lines=n) for n in sizes]
+    say(f"[recovery] a power failure in an update, log rings of {', '.join(map(str, sizes))} lines")
+    prebuild(configs)
+    specs = []
+    for k, cfg in enumerate(configs):
+        spec = _train_spec(k, workload, "cxl", True, args, config=cfg,
+                           failures=[{"phase": "update", "batch": 3, "offset": 200}])
+        spec["args"].update({"batches": 4, "measure_from": None, "check_every": 2})
+        specs.append(spec)
+    out = []
+    for spec, record, error in parallel_runs(specs, args.jobs, lambda r: ""):
+        f = (record or {}).get("failures") or [{}]
+        out.append({"log_lines": spec["config"]["log_lines"], "recovery_cycles": f[0].get("recovery_cycles"),
+                    "rolled_back": f[0].get("rolled_back"), "consistent": f[0].get("consistent", False),
+                    "error": error})
+    return sorted(out, key=lambda r: r["log_lines"])
+
+
+def _sim_speed(args, say):
+    """Simulated cycles per wall-second of one short ``cxl`` run under both simulators."""
+    from .config import PRESETS
+    from .failures import run_train
+    cfg = PRESETS["tiny"]
+    speed = {}
+    for sim in ("verilator", "icarus"):
+        say(f"[speed] the same run (tiny, cxl, 3 batches of 8) on {sim}")
+        spec = {"index": f"speed-{sim}", "sim": sim, "config": cfg.to_dict(),
+                "args": {"seed": args.seed, "batches": 3, "batch_size": 8, "relaxed": True,
+                         "staleness": 1, "system": "cxl", "check_every": 1 << 30}}
+        from trainingcxl.sim.runner import build
+        build(sim, cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
+        t0 = time.monotonic()
+        _, record, error = run_train(spec)
+        wall = time.monotonic() - t0
+        if record is None:
+            raise RuntimeError(f"the speed run on {sim} failed: {error}")
+        speed[sim] = {"cycles": record["cycles"], "wall_s": wall, "sim_wall_s": record["wall_s"],
+                      "cycles_per_s": record["cycles"] / record["wall_s"]}
+    return speed
+
+
+# -- report ----------------------------------------------------------------------------
+
+def _summarise(results, workloads, systems):
+    out = {}
+    for w in workloads:
+        rows = {}
+        for s in systems:
+            on = results.get((w.name, s, True))
+            off = results.get((w.name, s, False))
+            if not on or not on[1] or "window" not in on[1]:
+                continue
+            fig = analyse_run(w.config, s, on[1])
+            if off and off[1] and "window" in off[1]:
+                base = analyse_run(w.config, s, off[1])
+                fig["cycles_per_batch_no_checkpoint"] = base["cycles_per_batch"]
+                fig["checkpoint_overhead"] = fig["cycles_per_batch"] / base["cycles_per_batch"] - 1
+            fig["golden_match"] = bool(on[1].get("golden_match")) and bool(off and off[1]
+                                                                        and off[1].get("golden_match"))
+            rows[s] = fig
+        pm = rows.get("pmem")
+        for s, fig in rows.items():
+            if pm:
+                fig["speedup_vs_pmem"] = pm["cycles_per_batch"] / fig["cycles_per_batch"]
+                fig["energy_saving_vs_pmem"] = 1 - fig["energy_per_batch_j"] / pm["energy_per_batch_j"]
+        out[w.name] = rows
+    return out
+
+
+def _table(name, rows, say):
+    say(f"\n  {name}")
+    say(f"  {'system':<10} {'cyc/batch':>10} {'speedup':>8} {'ckpt ovh':>9} {'PMEM wr B':>10} "
+        f"{'link B':>10} {'energy mJ':>10} {'saving':>7}")
+    for s, f in rows.items():
+        ovh = f.get("checkpoint_overhead")
+        say(f"  {s:<10} {f['cycles_per_batch']:>10,.0f} {f.get('speedup_vs_pmem', 0):>7.2f}x "
+            f"{(100 * ovh if ovh is not None else float('nan')):>8.2f}% "
+            f"{f['pmem_bytes_written_per_batch']['total']:>10,.0f} {f['link_bytes_per_batch']:>10,.0f} "
+            f"{1e3 * f['energy_per_batch_j']:>10.3f} {100 * f.get('energy_saving_vs_pmem', 0):>6.1f}%")
+
+
+def _plot(summary, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    phases = ("lookup", "gpu", "log", "update", "commit", "snapshot")
+    fig, axes = plt.subplots(1, len(summary), figsize=(6 * len(summary), 4.2), squeeze=False)
+    for ax, (name, rows) in zip(axes[0], summary.items()):
+        systems = list(rows)
+        bottom = [0.0] * len(systems)
+        for ph in phases:
+            vals = [rows[s]["phases_per_batch"].get(ph, 0.0) for s in systems]
+            ax.bar(systems, vals, bottom=bottom, label=ph)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        other = [rows[s]["cycles_per_batch"] - b for s, b in zip(systems, bottom)]
+        ax.bar(systems, [max(0.0, o) for o in other], bottom=bottom, label="other", color="0.8")
+        ax.set_title(f"{name}: where a batch's cycles go")
+        ax.set_ylabel("cycles per batch (host's critical path)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][-1].legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def cmd_bench(args):
+    def say(text):
+        print(text, flush=True)
+    workloads = [WORKLOADS[w] for w in args.workloads.split(",")]
+    systems = args.systems.split(",")
+    t0 = time.monotonic()
+    from trainingcxl.sim.runner import BenchFailure
+    try:
+        results, errors = _ladder(args, workloads, systems, say)
+        summary = _summarise(results, workloads, systems)
+        engines = {} if args.skip_engines else {w.name: _engine_efficiency(args, w, say) for w in workloads}
+        recovery = {} if args.skip_recovery else {workloads[0].name: _recovery_vs_log(args, workloads[0], say)}
+        speed = {} if args.skip_speed else _sim_speed(args, say)
+    except (BenchFailure, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    result = {
+        "workloads": {w.name: {"summary": w.summary, "config": w.config.to_dict(),
+                               "batch_size": w.batch_size, "min_pooling": w.min_pooling,
+                               "zipf_alpha": w.zipf_alpha} for w in workloads},
+        "batches": args.batches, "seed": args.seed,
+        "systems": {s: SYSTEMS[s].summary for s in systems},
+        "results": summary,
+        "speedup_vs_pmem": {w: {s: f.get("speedup_vs_pmem") for s, f in rows.items()}
+                            for w, rows in summary.items()},
+        "checkpoint_overhead": {w: {s: f.get("checkpoint_overhead") for s, f in rows.items()}
+                                for w, rows in summary.items()},
+        "energy_saving_vs_pmem": {w: {s: f.get("energy_saving_vs_pmem") for s, f in rows.items()}
+                                  for w, rows in summary.items()},
+        "lookup_efficiency": {w: e["lookup_efficiency"] for w, e in engines.items()},
+        "update_efficiency": {w: e["update_efficiency"] for w, e in engines.items()},
+        "engines": engines,
+        "recovery_vs_log_size": recovery,
+        "sim_cycles_per_s": {sim: v["cycles_per_s"] for sim, v in speed.items()},
+        "sim_speed": speed,
+        "errors": errors,
+        "wall_s": time.monotonic() - t0,
+    }
+    for name, rows in summary.items():
+        _table(name, rows, say)
+    for name, e in engines.items():
+        say(f"\n  engines on {name}: lookup {100 * e['lookup_efficiency']:.1f}% and update "
+            f"{100 * e['update_efficiency']:.1f}% of the PMEM model's bandwidth bound")
+    for name, series in recovery.items():
+        say(f"  recovery on {name} (cxl, failure in an update): " + ", ".join(
+            f"{r['recovery_cycles']} cycles with a {r['log_lines']}-line log" for r in series))
+    if speed:
+        v, i = speed["verilator"]["cycles_per_s"], speed["icarus"]["cycles_per_s"]
+        say(f"  simulation speed (the same run): Verilator {v:,.0f} cycles/s, Icarus {i:,.0f} "
+            f"cycles/s ({v / max(i, 1e-9):.0f}x)")
+    for e in errors:
+        say(f"  FAILED {e['run']}: {e['error'][:300]}")
+    say(f"  wall time {result['wall_s']:.0f} s")
+    if args.plot and summary:
+        _plot(summary, args.plot)
+        say(f"  plot  {args.plot}")
+    if args.json:
+        write_json(args.json, result)
+        say(f"  JSON  {args.json}")
+    return 1 if errors else 0
+
+
+def add_bench_command(sub):
+    sp = sub.add_parser(
+        "bench", help="run the configuration ladder (pmem ... cxl) and report speed, "
+                      "checkpoint overhead and energy",
+        description="Trains the same batches on every system of the ladder (pmem, near-data, "
+                    "cxl-d, cxl-b, cxl), with checkpointing and without, on an embedding-heavy "
+                    "and an MLP-heavy workload, all on Verilator with the same PMEM and link "
+                    "model. Prints per workload: cycles per batch, speedup over pmem, "
+                    "checkpoint overhead, PMEM bytes written and link bytes per batch, energy "
+                    "per batch and its saving over pmem; then the lookup and update engines' "
+                    "bandwidth against the PMEM bound, recovery cycles against the log size, "
+                    "and simulated cycles per second under Verilator and Icarus. Every run is "
+                    "checked against the golden model. Deterministic: the same seed prints the "
+                    "same cycle counts.")
+    sp.add_argument("--workloads", default=",".join(WORKLOADS), type=_choices(WORKLOADS),
+                    help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
+    sp.add_argument("--systems", default=",".join(SYSTEMS), type=_choices(SYSTEMS),
+                    help=f"comma-separated systems (default: all: {', '.join(SYSTEMS)})")
+    sp.add_argument("--batches", type=_at_least(3), default=12,
+                    help="batches per run; the window measured is batches 2..N (default: 12)")
+    sp.add_argument("--staleness", type=nonneg, default=None,
+                    help="staleness bound K for every system (default: each system's own)")
+    sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed (default: 0)")
+    sp.add_argument("--jobs", type=positive, default=2, help="simulations in parallel (default: 2)")
+    sp.add_argument("--skip-engines", action="store_true", help="leave out the engine bandwidth runs")
+    sp.add_argument("--skip-recovery", action="store_true", help="leave out the recovery-time series")
+    sp.add_argument("--skip-speed", action="store_true", help="leave out the simulator speed runs")
+    sp.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
+    sp.add_argument("--plot", metavar="OUT.png", help="draw each system's cycles per batch by phase")
+    sp.set_defaults(func=cmd_bench)
+
+
+def _choices(known):
+    import argparse
+
+    def parse(text):
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [n for n in names if n not in known]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {', '.join(bad) or 'empty list'}; choose from {', '.join(known)}")
+        return ",".join(names)
+    return parse
+
+
+def _at_least(low):
+    import argparse
+
+    def parse(text):
+        v = positive(text)
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}")
+        return v
+    return parse
