@@ -200,6 +200,9 @@ def cmd_train(args):
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     plan = failure_plan(fail_at=args.fail_at, fail_in=args.fail_in, random=args.inject_failures)
+    if any(e.get("phase") == "log" for e in plan) and not system.log_pass:
+        raise SystemExit(f"error: system {system.name} has no 'log' phase (only near-data and "
+                         f"cxl-d log in a pass of their own)")
     if args.no_checkpoint and plan:
         raise SystemExit("error: power failures need checkpointing; drop --no-checkpoint or the "
                          "failure options")

@@ -90,6 +90,7 @@ class DeviceTB:
                                period_ns=PERIOD_NS, delay=host_delay, seed=seed,
                                pause=backpressure)
         self.ctl = ControlDriver(dut, dut.clk)
+        self.submitted = 0              # descriptors the device has queued since power-up
         # Every stream the device drives must hold valid and payload until taken.
         self.monitors = []
         if protocol_checks:
@@ -98,6 +99,7 @@ class DeviceTB:
                 self.monitors.append(StreamMonitor(dut, prefix, shape, dut.clk))
 
     async def reset(self, cycles=4):
+        self.submitted = 0
         self.dut.rst.value = 1
         await ClockCycles(self.clock, cycles)
         self.dut.rst.value = 0
@@ -111,6 +113,7 @@ class DeviceTB:
         self.mem.forget_outstanding()
         self.ctl.forget()
         self.host.forget()
+        self.submitted = 0
         await RisingEdge(self.clock)
 
     async def cycles(self):
@@ -173,11 +176,11 @@ class DeviceTB:
             if not self.dut.irq.value:
                 await First(RisingEdge(self.dut.irq), Timer(65536 * PERIOD_NS, "ns"))
 
-    async def _run(self, op, batch_id, n_bags, n_indices, vec_line, *, relaxed=False, nolog=False,
-                   coalesced=False):
+    async def _submit(self, op, batch_id, n_bags, n_indices, vec_line, *, relaxed=False,
+                      nolog=False, coalesced=False):
+        """Stage and ring one descriptor without waiting for it; returns its sequence number
+        (the device's ``SUBMITTED`` count once it is queued)."""
         k = batch_id % 2
-        before = await self.ctl.read(Reg.COMPLETED)
-        t0 = await self.cycles()
         await self.ctl.write(Reg.DESC_OP, op.value | int(relaxed) << 8 | int(nolog) << 9
                              | int(coalesced) << 10 | batch_id << 32)
         await self.ctl.write(Reg.DESC_SIZE, n_bags | n_indices << 32)
@@ -185,8 +188,21 @@ class DeviceTB:
         await self.ctl.write(Reg.DESC_OFF, self.off_lines[k] * LINE_BYTES)
         await self.ctl.write(Reg.DESC_VEC, vec_line * LINE_BYTES)
         await self.ctl.write(Reg.DOORBELL, 1)
-        await self.wait_completed(before + 1)
+        seq = await self.ctl.read(Reg.SUBMITTED)
+        if seq == self.submitted:
+            error = ErrorCode(await self.ctl.read(Reg.ERROR) & 0xFF)
+            raise AssertionError(f"{op.name} of batch {batch_id} was not queued ({error.name})")
+        self.submitted = seq
+        return seq
+
+    async def _run(self, op, batch_id, n_bags, n_indices, vec_line, **flags):
+        """Submit one descriptor and wait for it; returns ``(error, cycles)``."""
+        t0 = await self.cycles()
+        seq = await self._submit(op, batch_id, n_bags, n_indices, vec_line, **flags)
+        done = await self.wait_completed(seq)
         cycles = await self.cycles() - t0
+        # Descriptors complete in order; nothing was submitted after this one.
+        assert done == seq, f"{done} descriptors completed while waiting for number {seq}"
         last = await self.ctl.read(Reg.LAST_DONE)
         assert last & 0xFFFFFFFF == batch_id & 0xFFFFFFFF, f"completion for batch {last & 0xFFFFFFFF}"
         return ErrorCode(last >> 40 & 0xFF), cycles
@@ -236,7 +252,11 @@ class DeviceTB:
         await self.ctl.write(Reg.MLP_LINES, self.config.mlp_lines)
         await self.ctl.write(Reg.CKPT_CTRL, int(enable) | staleness << 8)
 
-    async def commit(self, batch_id):
+    async def commit(self, batch_id, *, wait=True):
+        """COMMIT ``batch_id``; returns its error, or without ``wait`` its sequence number at
+        once (the device commits in order; ``COMMITTED`` and ``ERROR`` show the outcome)."""
+        if not wait:
+            return await self._submit(Op.COMMIT, batch_id, 0, 0, 0)
         return (await self._run(Op.COMMIT, batch_id, 0, 0, 0))[0]
 
     def stage_mlp(self, params):
@@ -244,8 +264,12 @@ class DeviceTB:
         params = np.asarray(params, dtype=np.float32)
         self.host.write_array(self.mlp_line * LINE_BYTES, params)
 
-    async def snapshot(self, batch_id):
-        """Start the pull of the staged copy as the snapshot of ``batch_id`` (returns at once)."""
+    async def snapshot(self, batch_id, *, wait=True):
+        """Start the pull of the staged copy as the snapshot of ``batch_id``; the descriptor
+        completes when the pull has started. Without ``wait``, returns its sequence number
+        at once."""
+        if not wait:
+            return await self._submit(Op.SNAPSHOT_MLP, batch_id, 0, 0, 0)
         return (await self._run(Op.SNAPSHOT_MLP, batch_id, 0, 0, 0))[0]
 
     async def checkpoint_state(self):

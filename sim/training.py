@@ -166,6 +166,7 @@ class TrainingRun:
         # Batches from ``measure_from`` on form the measured window (counters at both ends).
         self.measure_from = measure_from
         self.window = None
+        self._queued_snapshot = 0       # sequence number of a SNAPSHOT_MLP not waited for
         self.plan = plan or FailurePlan([])
         self.until_plan_done = until_plan_done     # stop once every planned failure is behind
         # Train past ``batches`` (up to 4x) until every planned failure has happened.
@@ -304,6 +305,14 @@ class TrainingRun:
                 break
             next_batch = await self._power_failure()
         self.plan.cancel()
+        if self.tb.submitted:
+            await self.tb.wait_completed(self.tb.submitted)     # commits not waited for
+        if self.checkpointing and self.soft is None:
+            last = max(self.record["loss"], default=0)
+            st = await self.tb.checkpoint_state()
+            if st["committed"] != last:
+                self.record["errors"].append({"batch": last, "commit": "NOT_COMMITTED",
+                                              "committed": st["committed"]})
         end = await self.tb.counters()
         for k, v in end.items():
             self.counters[k] += v - self._start_counters.get(k, 0)
@@ -358,6 +367,7 @@ class TrainingRun:
     async def _update(self, b, batch, deltas, looked):
         tb, sysm = self.tb, self.system
         if self.soft is not None:
+            self.enter("update", b)
             await self.soft.update(b, batch, deltas, looked.old)
             return ErrorCode.NONE
         if sysm.log_pass and self.checkpointing:
@@ -367,7 +377,7 @@ class TrainingRun:
             logged = await tb.lookup(b, batch.indices, batch.offsets)
             if logged.error != ErrorCode.NONE:
                 return logged.error
-            self.enter("update", b)
+        self.enter("update", b)
         # The GPU sums each row's contributions (sparse-gradient deduplication), so the
         # device reads and writes every row once; the bags' layout can hold that batch
         # unless the tables have more distinct rows than max_bags allows.
@@ -380,9 +390,16 @@ class TrainingRun:
         error, _ = await tb.update(b, indices, offsets, rows_deltas, coalesced=coalesced)
         return error
 
-    async def _commit(self, b):
+    async def _commit(self, b, *, wait=True):
+        """COMMIT ``b``. During training the host does not wait for the commit record to
+        persist (``wait=False``): the device commits in order, and :meth:`_snapshot`
+        checks that the commit before took effect. Checkpointing stays off the host's
+        critical path."""
         if self.soft is not None:
             await self.soft.commit(b)
+            return ErrorCode.NONE
+        if not wait:
+            await self.tb.commit(b, wait=False)
             return ErrorCode.NONE
         return await self.tb.commit(b)
 
@@ -412,7 +429,6 @@ class TrainingRun:
             else:
                 await self.wait(self.gpu_cycles)
                 early = None
-            self.enter("update", b)
             error = await self._update(b, batch, deltas, looked)
             if early is not None:
                 if early.error == ErrorCode.DEFER_OVERFLOW:
@@ -429,7 +445,7 @@ class TrainingRun:
             rec["cycles_per_batch"][b] = now() - c0
             committed = ErrorCode.NONE
             if self.checkpointing:
-                committed = await self._commit(b)
+                committed = await self._commit(b, wait=False)
                 self.enter("snapshot", b)
                 await self._snapshot(b)
             if looked.error != ErrorCode.NONE or error != ErrorCode.NONE or committed != ErrorCode.NONE:
@@ -464,7 +480,14 @@ class TrainingRun:
             await self.soft.snapshot(b, self.gpu.model.parameters())
             self.durable = b
             return
+        if self._queued_snapshot:
+            # The staged copy may change only once the pull queued before has started.
+            await tb.wait_completed(self._queued_snapshot)
+            self._queued_snapshot = 0
         st = await tb.checkpoint_state()
+        if st["committed"] is None or st["committed"] < b - 1:
+            self.record["errors"].append({"batch": b - 1, "commit": "NOT_COMMITTED",
+                                          "committed": st["committed"]})
         if st["snapshot_busy"] and self.pulling is not None and b - self.pulling > self.k:
             while st["snapshot_busy"]:
                 await Timer(64 * PERIOD_NS, "ns")
@@ -475,8 +498,13 @@ class TrainingRun:
             if not self.system.coherent:
                 await self._copy(self.cfg.mlp_params * 4, hops=2)       # GPU -> host -> device
             tb.stage_mlp(self.gpu.model.parameters())
-            error = await tb.snapshot(b)
-            assert error == ErrorCode.NONE, f"SNAPSHOT_MLP({b}) refused: {error!r}"
+            if self.k == 0:
+                error = await tb.snapshot(b)
+                assert error == ErrorCode.NONE, f"SNAPSHOT_MLP({b}) refused: {error!r}"
+            else:
+                # Relaxed snapshots: the pull is queued behind the commit and the host goes on;
+                # the SNAPSHOT register shows when it is done.
+                self._queued_snapshot = await tb.snapshot(b, wait=False)
             self.pulling = b
         if self.k == 0:
             st = await tb.wait_snapshot(b)
@@ -506,6 +534,7 @@ class TrainingRun:
             self.counters[k] += v - self._start_counters.get(k, 0)
         await self._cut_power()
         self.pulling = None
+        self._queued_snapshot = 0
         nested = []
         while True:
             await self._configure()

@@ -46,10 +46,11 @@ class PmemController(wiring.Component):
         Number of client ports, ``port0`` ... ``port{n_ports-1}``.
     tag_bits : int
         Width of the tags the clients use.
-    background : set of int
+    background : sequence of int
         Ports served only in cycles when no other port has a request that
-        could be served: checkpoint traffic (the undo log, snapshot pulls)
-        takes what the engines leave and never slows them down.
+        could be served, the first before the second and so on: checkpoint
+        traffic (the undo log, then snapshot pulls) takes what the engines
+        leave and never slows them down.
 
     Members
     -------
@@ -72,7 +73,7 @@ class PmemController(wiring.Component):
             raise ValueError(f"background ports {sorted(background)} are not all in 0..{n_ports - 1}")
         self._config = config
         self._n_ports = n_ports
-        self._background = frozenset(background)
+        self._background = tuple(background)
         self._tag_bits = tag_bits
         self._port_sig = LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=tag_bits)
         members = {f"port{i}": In(self._port_sig) for i in range(n_ports)}
@@ -152,9 +153,13 @@ class PmemController(wiring.Component):
             m.d.comb += ok.eq(p.req.valid & Mux(
                 is_rd, can_read & ~hazard(p.req.payload.addr[:abits]), can_write))
             eligible.append(ok)
-        foreground = Cat(ok for i, ok in enumerate(eligible) if i not in self._background).any()
+        busier = Cat(ok for i, ok in enumerate(eligible) if i not in self._background).any()
         for i, ok in enumerate(eligible):
-            m.d.comb += arb.requests[i].eq(ok & ~foreground if i in self._background else ok)
+            if i not in self._background:
+                m.d.comb += arb.requests[i].eq(ok)
+        for i in self._background:
+            m.d.comb += arb.requests[i].eq(eligible[i] & ~busier)
+            busier = busier | eligible[i]
 
         sel = Signal.like(ports[0].req.payload)
         with m.Switch(arb.grant):

@@ -220,3 +220,38 @@ def test_a_line_written_as_the_power_fails_is_torn_at_8_byte_granularity():
     # Every 8-byte word is wholly old or wholly new, and some line mixes both.
     assert all(w in (0x1111111111111111, 0x2222222222222222) for line in words for w in line)
     assert any(len(set(line)) == 2 for line in words)
+
+
+def test_background_port_takes_only_what_the_foreground_leaves():
+    """Port 1 is background: while port 0 keeps the write queue busy, port 1's writes wait;
+    they go through once port 0 stops. Region counters tell tables from the log."""
+    cfg = small_config(write_latency=4, write_rate=(1, 2), wpq_depth=4)
+    dut = PmemController(cfg, n_ports=2, background=(1,))
+    order = []
+
+    async def fg(ctx):
+        p = dut.port0
+        ctx.set(p.wack.ready, 1)
+        for i in range(12):
+            await stream_put(ctx, p.req, req(LineOp.WRITE, i % 4, tag=i, data=i))
+            order.append(("fg", i))
+
+    async def bg(ctx):
+        p = dut.port1
+        ctx.set(p.wack.ready, 1)
+        await ctx.tick().repeat(2)
+        for i in range(3):
+            await stream_put(ctx, p.req, req(LineOp.WRITE, cfg.log_base + i, tag=i, data=i))
+            order.append(("bg", i))
+
+    async def counts(ctx):
+        while len(order) < 15:
+            await ctx.tick()
+        await ctx.tick().repeat(30)             # the last writes reach the media
+        assert ctx.get(dut.writes_by_region[0]) == 12
+        assert ctx.get(dut.writes_by_region[1]) == 3
+        assert ctx.get(dut.lines_written) == 15
+
+    run(dut, fg, bg, counts)
+    first_bg = order.index(("bg", 0))
+    assert all(kind == "fg" for kind, _ in order[:first_bg]) and first_bg >= 10, order
