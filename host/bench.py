@@ -357,8 +357,8 @@ def add_bench_command(sub):
                     help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
     sp.add_argument("--systems", default=",".join(SYSTEMS), type=_choices(SYSTEMS),
                     help=f"comma-separated systems (default: all: {', '.join(SYSTEMS)})")
-    sp.add_argument("--batches", type=_at_least(3), default=12,
-                    help="batches per run; the window measured is batches 2..N (default: 12)")
+    sp.add_argument("--batches", type=_at_least(3), default=8,
+                    help="batches per run; the window measured is batches 2..N (default: 8)")
     sp.add_argument("--staleness", type=nonneg, default=None,
                     help="staleness bound K for every system (default: each system's own)")
     sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed (default: 0)")

@@ -1,0 +1,78 @@
+"""The ladder's command line and the analysis of a run's measured window."""
+
+import pytest
+
+from trainingcxl.host.bench import WORKLOADS, analyse_run
+from trainingcxl.host.cli import build_parser, main
+from trainingcxl.host.energy import DEFAULT_ENERGY, link_bytes
+from trainingcxl.host.systems import SYSTEMS, system
+
+COUNTERS = ("cycles lookup_busy lookup_lines lookup_bags lookup_overflows pmem_reads pmem_writes "
+            "cache_reads cache_writes mem_errors update_busy update_lines update_forwarded "
+            "lookup_log_holds log_records log_full ckpt_stalls log_barrier recover_cycles "
+            "snapshot_lines lookup_stalls update_stalls pmem_reads_data pmem_reads_log "
+            "pmem_reads_snapshot pmem_writes_data pmem_writes_log pmem_writes_snapshot "
+            "link_to_device link_to_device_data link_to_host link_to_host_data").split()
+
+
+def record(**counts):
+    c = dict.fromkeys(COUNTERS, 0)
+    c.update(counts)
+    host = {"gpu_busy_cycles": 4000, "copy_bytes_device_link": 0, "gpu_copy_bytes": 0,
+            "phase_gpu": 4000, "phase_update": 2000}
+    return {"window": {"batches": 2, "cycles": 10_000, "counters": c, "host": host}}
+
+
+def test_a_window_becomes_figures_per_batch():
+    cfg = WORKLOADS["embedding-heavy"].config
+    rec = record(pmem_reads=300, pmem_writes=100, pmem_writes_data=60, pmem_writes_log=30,
+                 pmem_writes_snapshot=10, link_to_device=50, link_to_device_data=20,
+                 link_to_host=70, link_to_host_data=40, lookup_lines=200, update_lines=60)
+    fig = analyse_run(cfg, "cxl", rec)
+    assert fig["cycles_per_batch"] == 5000
+    assert fig["pmem_bytes_written_per_batch"] == {"data": 60 * 32, "log": 30 * 32,
+                                                   "snapshot": 10 * 32, "total": 100 * 32}
+    assert fig["link_bytes_per_batch"] == link_bytes(60, 60) / 2
+    assert fig["phases_per_batch"] == {"gpu": 2000, "update": 1000}
+    assert fig["energy_per_batch_j"] == pytest.approx(fig["energy_breakdown_per_batch_j"]["total"])
+    e = fig["energy_breakdown_per_batch_j"]
+    assert e["pmem_write"] == pytest.approx(50 * DEFAULT_ENERGY.pmem_write_nj_per_line * 1e-9)
+
+
+def test_near_data_counts_its_copies_not_its_local_cache_traffic():
+    cfg = WORKLOADS["embedding-heavy"].config
+    rec = record(link_to_device=30, link_to_device_data=10, link_to_host=30, link_to_host_data=10,
+                 cache_reads=10, cache_writes=10)
+    rec["window"]["host"]["copy_bytes_device_link"] = 6400
+    near = analyse_run(cfg, "near-data", rec)
+    rec["window"]["host"]["copy_bytes_device_link"] = 0
+    cxl = analyse_run(cfg, "cxl-d", rec)
+    # The cache traffic (20 data lines, 30 requests and responses) stays on the device;
+    # 10 CXL.mem messages and the copies cross the link.
+    assert near["link_bytes_per_batch"] == (link_bytes(0, 10) + 6400) / 2
+    assert cxl["link_bytes_per_batch"] == link_bytes(20, 40) / 2
+
+
+def test_systems_are_named_and_ordered():
+    assert list(SYSTEMS) == ["pmem", "near-data", "cxl-d", "cxl-b", "cxl"]
+    with pytest.raises(ValueError, match="choose one of"):
+        system("dram")
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["bench", "--systems", "cxl,foo"], "unknown foo"),
+    (["bench", "--workloads", ""], "empty list"),
+    (["bench", "--batches", "2"], "at least 3"),
+    (["train", "--system", "cxl9"], "invalid choice"),
+])
+def test_bad_bench_and_system_options_are_refused(argv, why, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    assert why in capsys.readouterr().err
+
+
+def test_train_refuses_failures_it_cannot_inject():
+    with pytest.raises(SystemExit, match="need checkpointing"):
+        main(["train", "--config", "tiny", "--no-checkpoint", "--inject-failures", "1"])
+    with pytest.raises(SystemExit, match="has no 'log' phase"):
+        main(["train", "--config", "tiny", "--system", "cxl", "--fail-in", "log"])
