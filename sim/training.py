@@ -10,6 +10,13 @@ the MLP from the snapshot the device chose, and resumes at batch ``D + 1``.
 
 Batch ``b`` (device batch id) trains on data batch ``b - 1``; batch 0 is the
 initial state, committed and snapshotted before training starts.
+
+``system`` picks the rung of the configuration ladder
+(:mod:`trainingcxl.host.systems`): who pools and updates (the engines, or the
+host and GPU over CXL.mem with :mod:`.software_path`), how data moves
+(CXL.cache or modelled DMA copies) and how rows are logged. With
+``measure_from`` the run also reports a measured window: counters and
+modelled host time from that batch to the last (``record["window"]``).
 """
 
 import copy
@@ -350,6 +357,7 @@ class TrainingRun:
     # -- one batch, system by system -----------------------------------------------------------
 
     async def _lookup(self, b, batch, *, relaxed=False):
+        """Pool batch ``b`` the system's way; returns a :class:`LookupResult`."""
         tb, sysm = self.tb, self.system
         if self.soft is not None:
             pooled, old = await self.soft.lookup(batch)
@@ -365,6 +373,8 @@ class TrainingRun:
         return looked
 
     async def _update(self, b, batch, deltas, looked):
+        """Log (if the system logs in a pass of its own) and apply batch ``b``'s deltas;
+        returns the error code."""
         tb, sysm = self.tb, self.system
         if self.soft is not None:
             self.enter("update", b)
