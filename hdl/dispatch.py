@@ -31,8 +31,8 @@ class Dispatcher(wiring.Component):
       lookup was relaxed, after its ``FINISH`` (which logs the rows it
       deferred); otherwise it completes with ``NOT_LOGGED``, changing nothing.
       A ``coalesced`` UPDATE (each row once) needs that LOOKUP of its batch but
-      not its arrays; that its rows are a subset of the lookup's is the host's
-      promise, not checked row by row;
+      not its arrays; the update engine then checks each of its rows against
+      the logger before any row changes;
     * an ``UPDATE`` waits until the undo logger is ``log_drained``: every
       record taken is persistent before any row is overwritten (write-ahead).
       ``barrier_cycles`` counts that wait.

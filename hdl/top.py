@@ -120,6 +120,11 @@ class Device(wiring.Component):
             logger.durable.eq(ckpt.durable),
             logger.durable_valid.eq(ckpt.durable_valid),
             logger.restart.eq(ckpt.restart),
+            # A coalesced UPDATE checks each row against the logger's stamps.
+            update.logging.eq(ckpt.logging),
+            logger.query_addr.eq(update.log_addr),
+            logger.query_batch.eq(update.log_batch),
+            update.log_ok.eq(logger.query_logged),
             dispatch.logging.eq(ckpt.logging),
             dispatch.hold_lookup.eq(ckpt.hold_lookup),
             dispatch.log_drained.eq(logger.drained),

@@ -11,7 +11,7 @@ import numpy as np
 from trainingcxl.hdl.common.descriptor import ErrorCode
 from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.golden import embedding_update
+from trainingcxl.host.golden import coalesce_update, embedding_update
 from .device_tb import DeviceTB, bench_args, bench_config
 
 NONE = ErrorCode.NONE
@@ -109,9 +109,9 @@ async def test_recover_rolls_back_what_is_not_durable(dut):
 
 @cocotb.test()
 async def test_checkpoint_rules_refuse_bad_requests(dut):
-    """COMMIT before RECOVER, UPDATE of rows no lookup logged, COMMIT out of order,
-    SNAPSHOT of an uncommitted batch: each is refused and changes no row; the
-    protected regions refuse CXL.mem writes."""
+    """COMMIT before RECOVER, UPDATE of rows no lookup logged (a whole batch, or one
+    row of a coalesced update), COMMIT out of order, SNAPSHOT of an uncommitted batch:
+    each is refused and changes no row; the protected regions refuse CXL.mem writes."""
     tb = DeviceTB(dut, bench_config())
     await tb.reset()
     cfg = tb.config
@@ -128,7 +128,30 @@ async def test_checkpoint_rules_refuse_bad_requests(dut):
     deltas = np.ones((batch.n_bags, cfg.dim), np.int32)
     error, _ = await tb.update(1, batch.indices, batch.offsets, deltas)
     assert error == ErrorCode.NOT_LOGGED
+    # A coalesced update after a logged lookup of its batch: refused, before any row
+    # changes, if it names a single row the lookup did not log. (With K = 0 the lookup
+    # waits for batch 0's snapshot.)
+    tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
+    assert await tb.snapshot(0) == NONE
+    await tb.wait_snapshot(0)
+    assert (await tb.lookup(1, batch.indices, batch.offsets)).error == NONE
+    idx, off, summed = coalesce_update(cfg, batch.indices, batch.offsets, deltas)
+    lengths = np.diff(batch.offsets.astype(np.int64))
+    table_of = np.repeat(np.arange(batch.n_bags) % cfg.n_tables, lengths)
+    stranger = min(set(range(cfg.tables[0])) - set(batch.indices[table_of == 0].tolist()))
+    # One more sample: table 0's bag holds a row the lookup did not read, the others none.
+    forged = np.concatenate([idx, [stranger]]).astype(np.uint32)
+    forged_off = np.concatenate([off, [off[-1] + 1] * cfg.n_tables]).astype(np.uint32)
+    forged_deltas = np.concatenate([summed, np.ones((cfg.n_tables, cfg.dim), np.int32)])
+    error, _ = await tb.update(1, forged, forged_off, forged_deltas, coalesced=True)
+    assert error == ErrorCode.NOT_LOGGED, error
     await assert_tables(tb, tables, "after refused requests")
+    # A lookup covers one update, even a refused one: look up again, then update.
+    assert (await tb.lookup(1, batch.indices, batch.offsets)).error == NONE
+    error, _ = await tb.update(1, idx, off, summed, coalesced=True)
+    assert error == NONE, error
+    await assert_tables(tb, embedding_update(cfg, tables, batch.indices, batch.offsets, deltas),
+                        "after the coalesced update")
     for base in (cfg.log_base, cfg.commit_base, *cfg.snapshot_base):
         for at in (base, base + 1):
             before = (await tb.read_media(at, 1))[0]

@@ -92,6 +92,10 @@ class UndoLogger(wiring.Component):
     live : Out(32)
         Records in the ring not yet reclaimed.
     records, full_cycles : Out(32)
+    query_addr : In(media_addr_bits), query_batch : In(32), query_logged : Out(1)
+        Whether batch ``query_batch`` took the row at ``query_addr`` (its record is
+        in the ring or on its way there): how a coalesced ``UPDATE`` checks, row by
+        row, that it changes only rows its lookup logged.
     """
 
     def __init__(self, config, *, tag_bits=16):
@@ -110,6 +114,9 @@ class UndoLogger(wiring.Component):
             "live": Out(32),
             "records": Out(32),
             "full_cycles": Out(32),
+            "query_addr": In(abits),
+            "query_batch": In(32),
+            "query_logged": Out(1),
         })
 
     def elaborate(self, platform):
@@ -123,10 +130,15 @@ class UndoLogger(wiring.Component):
         # -- stamps: the batch that last logged each row (indexed by media line)
         m.submodules.stamps = stamps = Memory(shape=32, depth=cfg.table_lines, init=[])
         st_r = stamps.read_port(domain="comb")
+        st_q = stamps.read_port(domain="comb")
         st_w = stamps.write_port()
         scrubbing = Signal(init=1)
         scrub_at = Signal(range(cfg.table_lines))
-        m.d.comb += self.ready.eq(~scrubbing)
+        m.d.comb += [
+            self.ready.eq(~scrubbing),
+            st_q.addr.eq(self.query_addr),
+            self.query_logged.eq(~scrubbing & (st_q.data == self.query_batch)),
+        ]
 
         row_layout = data.StructLayout({"addr": abits, "batch": 32})
         row_q = fifo.SyncFIFOBuffered(width=row_layout.size, depth=cfg.log_buffer)

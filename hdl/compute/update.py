@@ -35,6 +35,8 @@ class RowScatter(wiring.Component):
     stop : In(1)
     validate : In(1)
     range_error : Out(1)
+    validated : Out(1), validated_addr : Out(media_addr_bits)
+        With ``validate``: a row was checked in range last cycle, and its first line.
     bags_done : Out(24)
         Bags whose every request has been issued.
     """
@@ -49,6 +51,8 @@ class RowScatter(wiring.Component):
             "stop": In(1),
             "validate": In(1),
             "range_error": Out(1),
+            "validated": Out(1),
+            "validated_addr": Out(config.media_addr_bits),
             "bags_done": Out(24),
         })
 
@@ -104,6 +108,8 @@ class RowScatter(wiring.Component):
             m.d.sync += j.eq(Mux(last_line, 0, j + 1))
         with m.If(row_done):
             m.d.sync += row_valid.eq(0)
+        m.d.sync += self.validated.eq(took & in_range & self.validate)
+        m.d.comb += self.validated_addr.eq(row_addr)
         with m.If(took):
             with m.If(in_range):
                 m.d.sync += [row_valid.eq(~self.validate),
@@ -167,6 +173,11 @@ class UpdateEngine(wiring.Component):
     pmem_rd, pmem_wr : Out(LinePortSignature)
     off_mem, idx_mem, delta_mem : Out(LinePortSignature)
     busy : Out(1)
+    logging : In(1)
+        Undo logging is on: a ``coalesced`` batch may only change rows its
+        lookup logged, checked against the logger (``log_addr``, ``log_batch``,
+        ``log_ok``) before any row changes, else ``NOT_LOGGED``.
+    log_addr : Out(media_addr_bits), log_batch : Out(32), log_ok : In(1)
     busy_cycles, lines, forwarded : Out(32)
     stall_cycles : Out(32)
         Busy cycles in which neither a PMEM read nor a PMEM write went out.
@@ -185,6 +196,10 @@ class UpdateEngine(wiring.Component):
             "idx_mem": Out(host_sig),
             "delta_mem": Out(host_sig),
             "busy": Out(1),
+            "logging": In(1),
+            "log_addr": Out(config.media_addr_bits),
+            "log_batch": Out(32),
+            "log_ok": In(1),
             "busy_cycles": Out(32),
             "stall_cycles": Out(32),
             "lines": Out(32),
@@ -223,10 +238,14 @@ class UpdateEngine(wiring.Component):
         ]
 
         found = Signal(ErrorCode)
+        m.d.comb += [self.log_addr.eq(dp.scatter.validated_addr), self.log_batch.eq(desc.batch)]
+        unlogged = dp.scatter.validated & desc.coalesced & self.logging & ~self.log_ok
         with m.If(dp.bags.error != ErrorCode.NONE):
             m.d.comb += found.eq(dp.bags.error)
         with m.Elif(dp.scatter.range_error):
             m.d.comb += found.eq(ErrorCode.ROW_RANGE)
+        with m.Elif(unlogged):
+            m.d.comb += found.eq(ErrorCode.NOT_LOGGED)
         with m.Elif(dp.off_reader.error | dp.idx_reader.error | dp.delta_reader.error):
             m.d.comb += found.eq(ErrorCode.HOST_POISON)
 
