@@ -186,8 +186,8 @@ class ControlWindow(wiring.Component):
 
         staged = Signal(descriptor_layout(cfg))
         m.d.comb += [
-            staged.op.eq(d_op[:4]), staged.relaxed.eq(d_op[8]), staged.nolog.eq(d_op[9]), staged.coalesced.eq(d_op[10]),
-            staged.batch.eq(d_op[32:]),
+            staged.op.eq(d_op[:4]), staged.relaxed.eq(d_op[8]), staged.nolog.eq(d_op[9]),
+            staged.coalesced.eq(d_op[10]), staged.batch.eq(d_op[32:]),
             staged.n_bags.eq(d_size[:24]), staged.n_indices.eq(d_size[32:]),
             staged.idx_addr.eq(d_idx[6:]), staged.off_addr.eq(d_off[6:]),
             staged.vec_addr.eq(d_vec[6:]), staged.checked.eq(0),

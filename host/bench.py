@@ -288,7 +288,8 @@ def cmd_bench(args):
         results, errors = _ladder(args, workloads, systems, say)
         summary = _summarise(results, workloads, systems)
         engines = {} if args.skip_engines else {w.name: _engine_efficiency(args, w, say) for w in workloads}
-        recovery = {} if args.skip_recovery else {workloads[0].name: _recovery_vs_log(args, workloads[0], say)}
+        recovery = ({} if args.skip_recovery
+                    else {workloads[0].name: _recovery_vs_log(args, workloads[0], say)})
         speed = {} if args.skip_speed else _sim_speed(args, say)
     except (BenchFailure, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -32,7 +32,8 @@ from trainingcxl.host.config import LINE_BYTES
 from trainingcxl.host.golden import embedding_bag_sum, embedding_update
 from trainingcxl.host.gpu import embedding_cycles
 from trainingcxl.host.recovery import recover
-from trainingcxl.host.records import COMMIT, SNAPSHOT, commit_record, snapshot_header, undo_record, valid_header
+from trainingcxl.host.records import (COMMIT, SNAPSHOT, commit_record, snapshot_header,
+                                      undo_record, valid_header)
 
 __all__ = ["SoftwareEmbeddings"]
 

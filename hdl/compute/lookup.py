@@ -70,10 +70,10 @@ class LookupEngine(wiring.Component):
     busy : Out(1)
         A descriptor has been taken and has not completed yet.
     busy_cycles, lines, bags, overflows : Out(32)
-    stall_cycles : Out(32)
-        Busy cycles in which no PMEM read went out.
         Cycles with a descriptor running, PMEM lines read, bags pooled, bags
         whose pooled vector overflowed.
+    stall_cycles : Out(32)
+        Busy cycles in which no PMEM read went out.
     log : Out(UndoTapSignature)
         Rows read, to the undo logger (``LOOKUP`` and ``FINISH`` both log).
     log_holds : Out(32)
