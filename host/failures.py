@@ -23,8 +23,9 @@ from pathlib import Path
 
 from .argtypes import nonneg as _nonneg, positive as _positive, write_json as _write_json
 
-__all__ = ["PHASES", "failure_plan", "check_log_capacity", "failure_summary",
-           "add_failure_options", "add_commands"]
+__all__ = ["PHASES", "BATCH_PHASES", "failure_plan", "check_log_capacity", "failure_summary",
+           "add_failure_options", "add_commands", "run_train", "parallel_runs", "prebuild",
+           "Progress"]
 
 #: The host's phases, as failures report them. ``snapshot`` is the host staging
 #: the MLP and, with K = 0, waiting for the pull; ``check`` is the golden
@@ -176,6 +177,8 @@ def run_train(spec):
 
 
 class Progress:
+    """A progress bar on stderr (a line per tenth when stderr is not a terminal)."""
+
     def __init__(self, total, what):
         self.total, self.what, self.done, self.t0 = total, what, 0, time.monotonic()
 
