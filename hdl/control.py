@@ -77,6 +77,8 @@ class Reg(enum.IntEnum):
     LINK_TO_HOST = 0x4A          # RO  messages the link carried device -> host
     LINK_TO_HOST_DATA = 0x4B     # RO  of those, data lines
     LINK_LATENCY = 0x4C     # RW  one-way link latency in cycles: CXL.mem (bits 0-11) | CXL.cache << 16
+    LOG_BUSY = 0x4D         # RO  cycles the undo logger held records not yet persistent
+    SNAPSHOT_BUSY = 0x4E    # RO  cycles a snapshot pull was in progress
 
 
 class ControlBusSignature(wiring.Signature):
@@ -134,7 +136,8 @@ class ControlWindow(wiring.Component):
                 Reg.SNAPSHOT_LINES, Reg.LOOKUP_STALLS, Reg.UPDATE_STALLS, Reg.PMEM_READS_DATA,
                 Reg.PMEM_READS_LOG, Reg.PMEM_READS_SNAPSHOT, Reg.PMEM_WRITES_DATA,
                 Reg.PMEM_WRITES_LOG, Reg.PMEM_WRITES_SNAPSHOT, Reg.LINK_TO_DEVICE,
-                Reg.LINK_TO_DEVICE_DATA, Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA)
+                Reg.LINK_TO_DEVICE_DATA, Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA,
+                Reg.LOG_BUSY, Reg.SNAPSHOT_BUSY)
 
     def __init__(self, config):
         self._config = config

@@ -179,4 +179,11 @@ class Device(wiring.Component):
                 target.last_error.as_value(), Const(0, 5), target.last_error_tag,
                 target.last_error_addr)),
         ]
+        # Busy cycles of the checkpoint engines: records waiting to persist, a pull running.
+        log_busy = Signal(32)
+        snapshot_busy = Signal(32)
+        m.d.sync += [log_busy.eq(log_busy + ~logger.drained),
+                     snapshot_busy.eq(snapshot_busy + ckpt.snap_busy)]
+        m.d.comb += [control.counter(Reg.LOG_BUSY).eq(log_busy),
+                     control.counter(Reg.SNAPSHOT_BUSY).eq(snapshot_busy)]
         return ResetInserter(self.power_fail)(m)

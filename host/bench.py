@@ -102,7 +102,9 @@ def analyse_run(cfg, system_name, record, energy=DEFAULT_ENERGY):
             "lookup_stalls", "update_stalls", "log_full", "ckpt_stalls", "log_barrier",
             "lookup_log_holds")},
         "busy_per_batch": {"lookup": _per_batch(c["lookup_busy"], n),
-                           "update": _per_batch(c["update_busy"], n)},
+                           "update": _per_batch(c["update_busy"], n),
+                           "log": _per_batch(c.get("log_busy", 0), n),
+                           "snapshot": _per_batch(c.get("snapshot_busy", 0), n)},
         "undo_records_per_batch": _per_batch(c["log_records"], n),
     }
 

@@ -343,7 +343,7 @@ class DeviceTB:
                 Reg.LOOKUP_STALLS, Reg.UPDATE_STALLS, Reg.PMEM_READS_DATA, Reg.PMEM_READS_LOG,
                 Reg.PMEM_READS_SNAPSHOT, Reg.PMEM_WRITES_DATA, Reg.PMEM_WRITES_LOG,
                 Reg.PMEM_WRITES_SNAPSHOT, Reg.LINK_TO_DEVICE, Reg.LINK_TO_DEVICE_DATA,
-                Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA]
+                Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA, Reg.LOG_BUSY, Reg.SNAPSHOT_BUSY]
         return {r.name.lower(): await self.ctl.read(r) for r in regs}
 
     async def local_host_memory(self):

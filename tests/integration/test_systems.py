@@ -47,6 +47,7 @@ def test_every_system_trains_and_recovers(name, tmp_path):
     else:
         assert c["lookup_lines"] > 0 and c["update_lines"] > 0 and c["log_records"] > 0
         assert c["link_to_device_data"] > 0 and c["link_to_host_data"] > 0
+        assert c["log_busy"] > 0 and c["snapshot_busy"] > 0
     assert (host.get("phase_log", 0) > 0) == s.log_pass
     assert (host["copy_bytes_device_link"] > 0) == (s.engines and not s.coherent)
     assert rec["relaxed"] == s.relaxed and rec["staleness"] == s.staleness
@@ -61,6 +62,7 @@ def test_without_checkpointing_nothing_is_logged_or_snapshotted(tmp_path):
     c = rec["counters"]
     assert c["log_records"] == 0 and c["snapshot_lines"] == 0
     assert c["pmem_writes_log"] == 0 and c["pmem_writes_snapshot"] == 0
+    assert c["log_busy"] == 0 and c["snapshot_busy"] == 0
     assert c["update_lines"] > 0
 
 
