@@ -134,8 +134,8 @@ class LinkTiming:
       each way (CXL 2.0 specification, 68-byte flits on PCIe 5.0), one
       64-byte line per 4 ns cycle.
 
-    The host memory behind CXL.cache adds its own access time (see
-    :class:`trainingcxl.sim.host_memory.HostMemory`).
+    The host memory behind CXL.cache adds its own access time
+    (``trainingcxl.sim.device_tb.DeviceTB.HOST_DELAY``).
     """
     latency: int = 10
     rate: tuple[int, int] = (1, 1)
