@@ -5,6 +5,8 @@ under ``.cache/verilog``; simulator builds under ``.cache/sim/<sim>-<key>``, so
 a suite that runs many benches on one configuration converts and compiles once.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -67,10 +69,31 @@ def _prune_stale(folder, prefix, keep):
                 old.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def _exclusive(name):
+    """Hold a lock file under the cache while building ``name``: processes running in
+    parallel then build a configuration once, one after the other, instead of racing."""
+    folder = repo_cache() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def verilog_for(config, *, log=print):
     """Path of the device's Verilog for ``config``, converting it if not cached."""
     out = repo_cache() / "verilog" / f"device-{design_key(config)}.v"
     if out.exists():
+        return out
+    with _exclusive(out.name):
+        return _convert(config, out, log)
+
+
+def _convert(config, out, log):
+    if out.exists():                    # another process converted it meanwhile
         return out
     _prune_stale(out.parent, f"device-{config.hardware_digest()}-", out.name)
     from trainingcxl.hdl.export import convert
@@ -131,8 +154,15 @@ def build(sim, config, *, waves=False, log=print):
     bdir = build_dir(sim, config)
     if waves:
         bdir = bdir.with_name(bdir.name + "-waves")
+    if (bdir / ".built").exists():
+        return bdir
+    with _exclusive(bdir.name):
+        return _compile(sim, config, source, bdir, waves, log)
+
+
+def _compile(sim, config, source, bdir, waves, log):
     stamp = bdir / ".built"
-    if stamp.exists():
+    if stamp.exists():                  # another process built it meanwhile
         return bdir
     # Builds of this configuration from older HDL are of no further use.
     _prune_stale(bdir.parent, f"{sim}-{_BUILD_FLAVOUR}-{config.hardware_digest()}-",
