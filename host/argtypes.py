@@ -1,10 +1,10 @@
-"""Small helpers the command-line modules share: argument types and atomic JSON output."""
+"""Small helpers the command-line modules share: argument types, atomic JSON and figure output."""
 
 import argparse
 import json
 from pathlib import Path
 
-__all__ = ["nonneg", "positive", "write_json"]
+__all__ = ["nonneg", "positive", "write_json", "save_figure"]
 
 
 def nonneg(text):
@@ -32,4 +32,15 @@ def write_json(path, record):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def save_figure(fig, path):
+    """Save a matplotlib figure atomically (complete or untouched), then close it."""
+    import matplotlib.pyplot as plt
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
     tmp.replace(path)

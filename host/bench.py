@@ -12,13 +12,11 @@ simulators' speed on one run. Simulations are deterministic: the same seed
 gives the same cycle counts.
 """
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from .argtypes import nonneg, positive, write_json
+from .argtypes import nonneg, positive, save_figure, write_json
 from .config import LINE_BYTES, Config, ModelShape
 from .energy import DEFAULT_ENERGY, Activity, link_bytes
 from .systems import SYSTEMS
@@ -271,12 +269,7 @@ def _plot(summary, path):
         ax.grid(axis="y", alpha=0.3)
     axes[0][-1].legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def cmd_bench(args):

@@ -8,7 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .argtypes import nonneg as _nonneg, positive as _positive, write_json as _write_json
+from .argtypes import (nonneg as _nonneg, positive as _positive, save_figure,
+                       write_json as _write_json)
 from .config import PRESETS, ConfigError, load_config
 
 __all__ = ["main"]
@@ -167,12 +168,7 @@ def _plot_losses(record, path):
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def cmd_train(args):

@@ -24,7 +24,6 @@ with :func:`~trainingcxl.host.gpu.embedding_cycles`.
 """
 
 import numpy as np
-from cocotb.triggers import Timer
 
 from trainingcxl.hdl.common.descriptor import ErrorCode
 from trainingcxl.hdl.control import Reg
