@@ -1,6 +1,6 @@
 """Stream helpers for unit tests in ``amaranth.sim`` (async testbenches)."""
 
-__all__ = ["stream_put", "stream_get", "Timeout", "wait_until"]
+__all__ = ["stream_put", "stream_get", "Timeout", "wait_until", "simulate"]
 
 
 class Timeout(AssertionError):
@@ -38,3 +38,15 @@ async def wait_until(ctx, signal, *, timeout=10_000):
             return
         await ctx.tick()
     raise Timeout(f"wait_until: {signal!r} stayed low for {timeout} cycles")
+
+
+def simulate(dut, *testbenches, background=(), period=1e-8):
+    """Run ``testbenches`` (and ``background`` ones) on ``dut`` with a clock until they end."""
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_clock(period)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+    for tb in background:
+        sim.add_testbench(tb, background=True)
+    sim.run()

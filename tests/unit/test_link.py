@@ -8,14 +8,13 @@ from amaranth.back import verilog
 from amaranth.hdl import ResetInserter
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.sim import Simulator
 
 from trainingcxl.hdl.cxl.link import LATENCY_BITS, MIN_LATENCY, CxlLink, LinkDirection, link_depth
 from trainingcxl.hdl.cxl.messages import (CxlCacheSignature, CxlMemSignature, D2HReqOpcode,
                                           H2DRspOpcode, M2SReqOpcode, M2SRwDOpcode,
                                           S2MDrsOpcode)
 from trainingcxl.host.config import Config, LinkTiming
-from trainingcxl.sim.amaranth_streams import stream_get, stream_put
+from trainingcxl.sim.amaranth_streams import simulate as run, stream_get, stream_put
 
 
 class Msg(data.Struct):
@@ -24,14 +23,6 @@ class Msg(data.Struct):
     val: 24
 
 
-def run(dut, *testbenches, background=()):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    for tb in background:
-        sim.add_testbench(tb, background=True)
-    sim.run()
 
 
 def direction(n=1, *, depth=8, rate=(1, 1), data_channels=()):

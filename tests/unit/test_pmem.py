@@ -3,12 +3,11 @@
 import random
 
 import pytest
-from amaranth.sim import Simulator
 
 from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.host.config import Config, PmemTiming
-from trainingcxl.sim.amaranth_streams import stream_get, stream_put
+from trainingcxl.sim.amaranth_streams import simulate as run, stream_get, stream_put
 
 FULL = (1 << 64) - 1
 
@@ -25,14 +24,6 @@ def line(seed):
     return random.Random(seed).getrandbits(512)
 
 
-def run(dut, *testbenches, background=()):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    for tb in background:
-        sim.add_testbench(tb, background=True)
-    sim.run()
 
 
 def req(op, addr, tag=0, data=0, be=FULL):
