@@ -116,6 +116,8 @@ class ControlWindow(wiring.Component):
     desc : Out(stream.Signature(descriptor_layout))
     done : In(stream.Signature(completion_layout))
     busy : In(1)
+    error : Out(1)
+        ``ERROR`` holds an error code.
     irq : Out(1)
         Level interrupt: descriptors completed that the host has not acknowledged
         by writing ``COMPLETED`` to ``IRQ_ACK``.
@@ -147,6 +149,7 @@ class ControlWindow(wiring.Component):
             "done": In(stream.Signature(completion_layout)),
             "busy": In(1),
             "irq": Out(1),
+            "error": Out(1),
             "ckpt_ctrl": Out(64),
             "mlp_addr": Out(64),
             "mlp_lines": Out(64),
@@ -185,7 +188,8 @@ class ControlWindow(wiring.Component):
         cycles = Signal(64)
         m.d.sync += cycles.eq(cycles + 1)
         irq_ack = Signal(32)
-        m.d.comb += self.irq.eq(completed != irq_ack)
+        m.d.comb += [self.irq.eq(completed != irq_ack),
+                     self.error.eq(first_error != ErrorCode.NONE)]
 
         staged = Signal(descriptor_layout(cfg))
         m.d.comb += [

@@ -2,7 +2,7 @@
 
 from amaranth import *
 from amaranth.hdl import ResetInserter
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .compute.lookup import LookupEngine
@@ -17,7 +17,16 @@ from .cxl.messages import CxlCacheSignature, CxlMemSignature
 from .dispatch import Dispatcher
 from .pmem.controller import PmemController
 
-__all__ = ["Device"]
+__all__ = ["Device", "DeviceState"]
+
+
+class DeviceState(data.Struct):
+    """Status lines of the device (a board shows them on LEDs)."""
+    busy: 1             # a lookup or update engine is working
+    logging: 1          # checkpointing is on: lookups log the rows they read
+    recovering: 1       # a RECOVER is running
+    unrecovered: 1      # powered up, no RECOVER yet: PMEM may hold an unfinished batch
+    error: 1            # the control window's ERROR register holds an error
 
 
 class Device(wiring.Component):
@@ -49,6 +58,8 @@ class Device(wiring.Component):
     power_fail : In(1)
     irq : Out(1)
         Level interrupt for descriptor completions (see ``Reg.IRQ_ACK``).
+    state : Out(DeviceState)
+        What the device is doing, for LEDs.
     """
 
     cxl_mem: Out(CxlMemSignature())
@@ -56,6 +67,7 @@ class Device(wiring.Component):
     control: Out(ControlBusSignature())
     power_fail: In(1)
     irq: Out(1)
+    state: Out(DeviceState)
 
     def __init__(self, config):
         self._config = config
@@ -146,6 +158,11 @@ class Device(wiring.Component):
             control.counter(Reg.SNAPSHOT_LINES).eq(ckpt.snapshot_lines),
             pmem.power_fail.eq(self.power_fail),
             self.irq.eq(control.irq),
+            self.state.busy.eq(lookup.busy | update.busy),
+            self.state.logging.eq(ckpt.logging),
+            self.state.recovering.eq(ckpt.recovering),
+            self.state.unrecovered.eq(~ckpt.ready),
+            self.state.error.eq(control.error),
             control.busy.eq(dispatch.busy | lookup.busy | update.busy),
             control.counter(Reg.UPDATE_BUSY).eq(update.busy_cycles),
             control.counter(Reg.UPDATE_LINES).eq(update.lines),

@@ -502,6 +502,18 @@ PRESETS = {
     "kaggle-like": Config(tables=(512,) * 26, max_pooling=4, max_bags=4096,
                           model=ModelShape(bottom_hidden=(512, 256, 64), top_hidden=(512, 256),
                                            lr=0.1, batch_size=128)),
+    # FPGA boards (boards/): block RAM is the PMEM media and the GPU's memory,
+    # so bags, queues and in-flight windows are sized for one batch of 16.
+    "ulx3s": Config(tables=(32, 48), max_pooling=8, max_bags=32, log_buffer=128,
+                    defer_depth=64, cache_ids=16, host_window=4,
+                    pmem=PmemTiming(read_latency=24, write_latency=48, read_depth=16, wpq_depth=8),
+                    link=LinkTiming(latency=4),
+                    model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
+    "ulx3s-12f": Config(tables=(16, 24), max_pooling=4, max_bags=16, log_buffer=32,
+                        defer_depth=16, cache_ids=4, host_window=2, desc_depth=2,
+                        pmem=PmemTiming(read_latency=8, write_latency=16, read_depth=4, wpq_depth=4),
+                        link=LinkTiming(latency=2),
+                        model=ModelShape(bottom_hidden=(8,), top_hidden=(8,), batch_size=8)),
 }
 
 

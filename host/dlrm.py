@@ -26,7 +26,7 @@ import numpy as np
 from .fixed import from_fixed, to_fixed
 from .golden import embedding_bag_sum, embedding_update
 
-__all__ = ["DenseModel", "embedding_deltas", "StepResult", "FixedPointTrainer", "FloatTrainer"]
+__all__ = ["DenseModel", "embedding_deltas", "StepResult", "FixedPointTrainer", "FloatTrainer", "Gpu"]
 
 
 def _relu(x):
@@ -206,3 +206,20 @@ class FloatTrainer:
             sel = table_of == t
             np.subtract.at(self.tables[t], idx[sel], step[bag_of[sel]])
         return StepResult(loss=loss, pooled=pooled, deltas=None)
+
+
+class Gpu:
+    """The GPU: runs the dense model on the pooled vectors the device produced."""
+
+    def __init__(self, cfg, model):
+        self.cfg = cfg
+        self.model = model
+
+    def step(self, batch, pooled):
+        cfg = self.cfg
+        x = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
+        logits, cache = self.model.forward(batch.dense, x.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        loss = self.model.loss(logits, batch.labels)
+        grads, d_pooled = self.model.backward(cache, logits, batch.labels)
+        self.model.sgd(grads, cfg.model.lr)
+        return loss, embedding_deltas(cfg, d_pooled)

@@ -12,6 +12,7 @@ from trainingcxl.hdl.common.descriptor import ErrorCode, Op
 from trainingcxl.hdl.control import DEVICE_ID, Reg
 from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
 from trainingcxl.host.config import LINE_BYTES, NOMINAL_CLOCK_MHZ, Config
+from trainingcxl.host.host_layout import HostLayout
 from trainingcxl.host.records import SNAPSHOT, checksum, valid_header
 from .control_driver import ControlDriver
 from .cxl_mem_master import CxlMemMaster
@@ -47,12 +48,11 @@ class LookupResult:
 class DeviceTB:
     """Owns the clock and the host-side models of one simulated device.
 
-    Host memory for descriptors sits at host line ``HOST_BASE``: indices, then
-    offsets, then the pooled vectors, then the update deltas, each region
-    sized for the largest batch the configuration allows.
+    Host memory for descriptors is laid out by :class:`HostLayout` from host
+    line ``HOST_BASE``.
     """
 
-    HOST_BASE = 0x40000             # byte address 16 MiB
+    HOST_BASE = HostLayout.BASE
     #: Cycles host memory takes to answer a CXL.cache request, beyond the link:
     #: a DRAM access of about 80 ns, with jitter so that answers overtake each other.
     HOST_DELAY = (16, 32)
@@ -67,26 +67,17 @@ class DeviceTB:
         dut.rst.value = 1
         dut.power_fail.value = 0
         cfg = config
-        idx_lines = -(-cfg.max_bags * cfg.max_pooling * 4 // LINE_BYTES)
-        off_lines = -(-(cfg.max_bags + 1) * 4 // LINE_BYTES)
-        out_lines = cfg.max_bags * cfg.lines_per_row
-        # Two slots, by batch parity, so that batch n+1 can be looked up while
-        # batch n's arrays are still needed by its update (relaxed order).
-        slot = idx_lines + off_lines + out_lines
-        self.idx_lines = [self.HOST_BASE + k * slot for k in range(2)]
-        self.off_lines = [a + idx_lines for a in self.idx_lines]
-        self.out_lines = [a + off_lines for a in self.off_lines]
-        self.delta_line = self.HOST_BASE + 2 * slot
-        # The GPU's staged copy of the MLP parameters, pulled by SNAPSHOT_MLP.
-        self.mlp_line = self.delta_line + out_lines
+        layout = HostLayout(cfg, base=self.HOST_BASE)
+        self.idx_lines, self.off_lines, self.out_lines = (
+            layout.idx_lines, layout.off_lines, layout.out_lines)
+        self.delta_line, self.mlp_line = layout.delta_line, layout.mlp_line
         self.idx_line, self.off_line, self.out_line = (
             self.idx_lines[0], self.off_lines[0], self.out_lines[0])
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
         # The link's latency is in the RTL; host memory adds its own access time.
         if host_delay is None:
             host_delay = self.HOST_DELAY
-        self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE,
-                               lines=2 * slot + out_lines + cfg.mlp_lines,
+        self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE, lines=layout.lines,
                                period_ns=PERIOD_NS, delay=host_delay, seed=seed,
                                pause=backpressure)
         self.ctl = ControlDriver(dut, dut.clk)

@@ -26,6 +26,20 @@ CONFIG_ENV = "TRAININGCXL_CONFIG"
 # Part of every build folder's name: change it when the build flags change.
 _BUILD_FLAVOUR = "b2"
 ARGS_ENV = "TRAININGCXL_BENCH_ARGS"
+#: UART clock cycles per bit of the simulated board top (fast, and exact at any clock).
+BOARD_SIM_DIVISOR = 8
+
+
+def _top(kind, config):
+    """The component a simulation is built from: ``device`` (the device's own ports) or
+    ``board`` (:class:`~trainingcxl.hdl.bridge.system.BoardSystem`: UART pins, button, LEDs)."""
+    if kind == "device":
+        from trainingcxl.hdl.top import Device
+        return Device(config)
+    if kind == "board":
+        from trainingcxl.hdl.bridge.system import BoardSystem
+        return BoardSystem(config, divisor=BOARD_SIM_DIVISOR, debounce_cycles=16, stretch_bits=4)
+    raise ValueError(f"unknown simulation top {kind!r}; the tops are device, board")
 
 
 class BenchFailure(AssertionError):
@@ -83,24 +97,23 @@ def _exclusive(name):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def verilog_for(config, *, log=print):
-    """Path of the device's Verilog for ``config``, converting it if not cached."""
-    out = repo_cache() / "verilog" / f"device-{design_key(config)}.v"
+def verilog_for(config, *, top="device", log=print):
+    """Path of the Verilog of ``top`` for ``config``, converting it if not cached."""
+    out = repo_cache() / "verilog" / f"{top}-{design_key(config)}.v"
     if out.exists():
         return out
     with _exclusive(out.name):
-        return _convert(config, out, log)
+        return _convert(config, top, out, log)
 
 
-def _convert(config, out, log):
+def _convert(config, top, out, log):
     if out.exists():                    # another process converted it meanwhile
         return out
-    _prune_stale(out.parent, f"device-{config.hardware_digest()}-", out.name)
+    _prune_stale(out.parent, f"{top}-{config.hardware_digest()}-", out.name)
     from trainingcxl.hdl.export import convert
-    from trainingcxl.hdl.top import Device
     t0 = time.monotonic()
-    log(f"[build] converting the device to Verilog ({config.media_lines} media lines)")
-    text = convert(Device(config), name=TOPLEVEL)
+    log(f"[build] converting the {top} to Verilog ({config.media_lines} media lines)")
+    text = convert(_top(top, config), name=TOPLEVEL)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text)
@@ -131,9 +144,10 @@ def _runner(sim):
     return PortsOnlyVerilator()
 
 
-def build_dir(sim, config):
+def build_dir(sim, config, top="device"):
     suffix = "-public" if sim == "verilator" and os.environ.get("TRAININGCXL_PUBLIC") == "1" else ""
-    return repo_cache() / "sim" / f"{sim}-{_BUILD_FLAVOUR}-{design_key(config)}{suffix}"
+    kind = "" if top == "device" else f"{top}-"
+    return repo_cache() / "sim" / f"{sim}-{_BUILD_FLAVOUR}-{kind}{design_key(config)}{suffix}"
 
 
 def _waves_requested(waves):
@@ -147,26 +161,27 @@ def waves_file(sim, config, work_dir=None):
     return bdir / ("dump.vcd" if sim == "verilator" else f"{TOPLEVEL}.fst")
 
 
-def build(sim, config, *, waves=False, log=print):
-    """Compile the device for ``sim`` (with tracing when ``waves`` or ``$WAVES``); returns the build folder."""
+def build(sim, config, *, top="device", waves=False, log=print):
+    """Compile ``top`` for ``sim`` (with tracing when ``waves`` or ``$WAVES``); returns the build folder."""
     waves = _waves_requested(waves)
-    source = verilog_for(config, log=log)
-    bdir = build_dir(sim, config)
+    source = verilog_for(config, top=top, log=log)
+    bdir = build_dir(sim, config, top)
     if waves:
         bdir = bdir.with_name(bdir.name + "-waves")
     if (bdir / ".built").exists():
         return bdir
     with _exclusive(bdir.name):
-        return _compile(sim, config, source, bdir, waves, log)
+        return _compile(sim, config, top, source, bdir, waves, log)
 
 
-def _compile(sim, config, source, bdir, waves, log):
+def _compile(sim, config, top, source, bdir, waves, log):
     stamp = bdir / ".built"
     if stamp.exists():                  # another process built it meanwhile
         return bdir
     # Builds of this configuration from older HDL are of no further use.
-    _prune_stale(bdir.parent, f"{sim}-{_BUILD_FLAVOUR}-{config.hardware_digest()}-",
-                 f"{sim}-{_BUILD_FLAVOUR}-{design_key(config)}")
+    kind = "" if top == "device" else f"{top}-"
+    _prune_stale(bdir.parent, f"{sim}-{_BUILD_FLAVOUR}-{kind}{config.hardware_digest()}-",
+                 f"{sim}-{_BUILD_FLAVOUR}-{kind}{design_key(config)}")
     runner = _runner(sim)
     t0 = time.monotonic()
     log(f"[build] compiling for {sim} in {bdir}")
@@ -197,7 +212,7 @@ def _compile(sim, config, source, bdir, waves, log):
 
 
 def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log=print,
-              results_name=None, quiet=False, work_dir=None):
+              results_name=None, quiet=False, work_dir=None, top="device"):
     """Run cocotb ``module`` (an importable module name) on the device built for ``sim``.
 
     ``args`` (JSON-serialisable) reach the bench through the environment
@@ -205,11 +220,11 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
     warnings, so the bench's own progress lines stand out. Raises :class:`BenchFailure`
     unless every test of the run passed; returns the number of tests. ``work_dir``
     (default: the build folder) is where the simulator runs; give each of several
-    concurrent runs its own.
+    concurrent runs its own. ``top`` picks the design (see :func:`_top`).
     """
     from cocotb_tools.check_results import get_results
     waves = _waves_requested(waves)
-    bdir = build(sim, config, waves=waves, log=log)
+    bdir = build(sim, config, top=top, waves=waves, log=log)
     runner = _runner(sim)
     name = results_name or (testcase if isinstance(testcase, str) else module.rsplit(".", 1)[-1])
     results = Path(work_dir or bdir) / f"results-{name}-{os.getpid()}.xml"

