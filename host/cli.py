@@ -173,6 +173,14 @@ def _plot_losses(record, path):
 
 def cmd_train(args):
     from trainingcxl.sim.runner import BenchFailure
+    if args.target != "sim":
+        from .board_cli import cmd_train_board
+        return cmd_train_board(args)
+    if args.config is None:
+        args.config = PRESETS["small"]
+    for flag, value in (("--port", args.port), ("--baud", args.baud)):
+        if value is not None:
+            raise SystemExit(f"error: {flag} is for --target board")
     cfg = args.config
     if args.batch_size is None:
         args.batch_size = cfg.model.batch_size
@@ -380,8 +388,12 @@ def build_parser():
                                     "the golden model, and training resumes.")
     sp.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
                     help="simulator (default: verilator; icarus is about 30x slower, use --config tiny)")
-    config_option(sp, "small")
+    sp.add_argument("--config", type=_config_arg, default=None,
+                    help=f"a preset ({', '.join(PRESETS)}) or a .json/.toml file of configuration "
+                         f"fields (default: small; on board targets the board's own)")
     workload_options(sp, 50, None)
+    from .board_cli import add_target_options
+    add_target_options(sp)
     sp.add_argument("--data", default="synthetic",
                     help="'synthetic' (Zipf rows, a learnable signal) or a Criteo-format TSV file "
                          "(default: synthetic)")
@@ -410,6 +422,8 @@ def build_parser():
     add_commands(sub, config_option)
     from .bench import add_bench_command
     add_bench_command(sub)
+    from .board_cli import add_build_command
+    add_build_command(sub)
 
     sp = sub.add_parser("make-criteo-sample", help="write a small Criteo-format TSV with a learnable signal")
     sp.add_argument("output", help="file to write")

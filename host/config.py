@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
-    "NOMINAL_CLOCK_MHZ", "LINE_BYTES", "LINE_BITS", "ConfigError",
+    "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ConfigError",
     "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "ModelShape", "GpuTiming", "Config",
     "PRESETS", "load_config",
 ]
 
 #: Nominal device clock used to turn the published nanosecond figures into cycles.
 NOMINAL_CLOCK_MHZ = 250
+#: The device's optional blocks (``Config.blocks``).
+BLOCKS = ("link", "update", "checkpoint")
 LINE_BYTES = 64
 LINE_BITS = 8 * LINE_BYTES
 
@@ -266,6 +268,12 @@ class Config:
         Rows a relaxed lookup can defer (docs/relaxed-lookup.md).
     relaxed_lookup : bool
         Train in relaxed order (host side only).
+    blocks : tuple of str
+        The optional blocks the device is built with (:data:`BLOCKS`): the
+        CXL link timing model, the update engine, the checkpoint engine with
+        its undo logger. The CXL.mem target, PMEM controller, lookup engine
+        and control window are always there. A small FPGA board leaves the
+        rest out; descriptors for a missing engine complete with ``BAD_OP``.
     model, gpu, copy :
         The DLRM dense part, the GPU's timing and the cost of explicit DMA
         copies; host side only (they do not change the device, see
@@ -288,6 +296,7 @@ class Config:
     hdm_base: int = 1 << 28          # byte address 16 GiB
     defer_depth: int = 1024
     relaxed_lookup: bool = False
+    blocks: tuple[str, ...] = ("link", "update", "checkpoint")
     model: ModelShape = field(default_factory=ModelShape)
     gpu: GpuTiming = field(default_factory=GpuTiming)
     copy: CopyTiming = field(default_factory=CopyTiming)
@@ -307,6 +316,12 @@ class Config:
                f"not {self.max_pooling!r}")
         _check(isinstance(self.max_bags, int) and 1 <= self.max_bags <= (1 << 20),
                f"max_bags must be in [1, 2**20], not {self.max_bags!r}")
+        _check(isinstance(self.blocks, tuple) and set(self.blocks) <= set(BLOCKS)
+               and len(set(self.blocks)) == len(self.blocks),
+               f"blocks must be a list of distinct names among {', '.join(BLOCKS)}, "
+               f"not {self.blocks!r}")
+        _check("checkpoint" not in self.blocks or "update" in self.blocks,
+               "the checkpoint block needs the update block (it logs what updates change)")
         _check(isinstance(self.relaxed_lookup, bool),
                f"relaxed_lookup must be true or false, not {self.relaxed_lookup!r}")
         for name in ("cache_ids", "host_window", "desc_depth", "defer_depth"):
@@ -463,8 +478,9 @@ class Config:
                     if isinstance(x, list):
                         v[k] = tuple(x)
                 d[key] = klass(**v)
-        if "tables" in d:
-            d["tables"] = tuple(d["tables"])
+        for key in ("tables", "blocks"):
+            if key in d:
+                d[key] = tuple(d[key])
         return cls(**d)
 
     @classmethod
@@ -504,15 +520,18 @@ PRESETS = {
                                            lr=0.1, batch_size=128)),
     # FPGA boards (boards/): block RAM is the PMEM media and the GPU's memory,
     # so bags, queues and in-flight windows are sized for one batch of 16.
+    # A board's link is the UART: the link timing model is left out.
     "ulx3s": Config(tables=(32, 48), max_pooling=8, max_bags=32, log_buffer=128,
-                    defer_depth=64, cache_ids=16, host_window=4,
+                    defer_depth=64, cache_ids=16, host_window=4, blocks=("update", "checkpoint"),
                     pmem=PmemTiming(read_latency=24, write_latency=48, read_depth=16, wpq_depth=8),
-                    link=LinkTiming(latency=4),
                     model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
+    # The LFE5U-12F holds the pooling device only: the lookup engine with
+    # its PMEM, CXL.mem target and control window (no update or checkpoint
+    # engine, no link model).
     "ulx3s-12f": Config(tables=(16, 24), max_pooling=4, max_bags=16, log_buffer=32,
                         defer_depth=16, cache_ids=4, host_window=2, desc_depth=2,
                         pmem=PmemTiming(read_latency=8, write_latency=16, read_depth=4, wpq_depth=4),
-                        link=LinkTiming(latency=2),
+                        blocks=(),
                         model=ModelShape(bottom_hidden=(8,), top_hidden=(8,), batch_size=8)),
 }
 

