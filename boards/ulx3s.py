@@ -1,4 +1,4 @@
-"""The ULX3S top level: clock, UART to the FTDI chip, the FIRE 1 button, eight LEDs."""
+"""The ULX3S top level: clock, UART to the FTDI chip, the FIRE 2 button, eight LEDs."""
 
 from amaranth import *
 from amaranth.lib import io

@@ -90,6 +90,10 @@ class HostBridge(wiring.Component):
             lo = W - 8 * length + 8 * offset
             return buf[lo:lo + 8 * nbytes]
 
+        lost = Signal()
+        timed_out = Signal()
+        m.d.sync += [lost.eq(self.lost), timed_out.eq(wait == ANSWER_TIMEOUT - 1)]
+
         rx, tx = self.rx, self.tx
         byte = rx.payload
         m.d.comb += self.power_fail.eq(fail_timer != 0)
@@ -185,12 +189,13 @@ class HostBridge(wiring.Component):
                         with m.Else():
                             m.next = "HOST"
 
-            # Waits for the device: a power failure or the timeout end them too.
+            # Waits for the device: a power failure or the timeout end them too. Both are
+            # registered first, so that no device handshake depends on the wait counter.
             def waiting(state_body):
                 m.d.sync += wait.eq(wait + 1)
-                with m.If(self.lost):
+                with m.If(lost):
                     respond(Status.POWER_LOST, rsp_len[cmd[:4]])
-                with m.Elif(wait == ANSWER_TIMEOUT):
+                with m.Elif(timed_out):
                     respond(Status.TIMEOUT, rsp_len[cmd[:4]])
                 with m.Else():
                     state_body()
