@@ -59,7 +59,7 @@ def prepare(board, out_dir, *, baud=None, seed=1):
     plan = platform.build(
         b.make_top(baud), name=name, do_build=False,
         script_after_synth=f"tee -q -o {name}.stat.json stat -json",
-        nextpnr_opts=f"--report {name}.report.json --seed {seed}")
+        nextpnr_opts=f"--report {name}.report.json --seed {seed} --router router2")
     plan.extract(str(out_dir))
     commands = _script_commands(Path(out_dir) / f"{plan.script}.sh", env)
     if len(commands) != len(STAGES):
