@@ -49,11 +49,12 @@ def toolchain_env():
     return env
 
 
-def prepare(board, out_dir, *, baud=None, seed=1):
+def prepare(board, out_dir, *, baud=None, seed=None):
     """Write the build files of ``board`` into ``out_dir``; returns ``(name, commands)``:
     each command a ``(stage, argv)`` of the platform's build script."""
     env = toolchain_env()
     b = find_board(board) if isinstance(board, str) else board
+    seed = b.seed if seed is None else seed
     name = f"trainingcxl_{b.name.replace('-', '_')}"
     platform = b.platform()
     plan = platform.build(
@@ -118,7 +119,7 @@ def _synthesis_stat(out_dir, name):
     return json.loads(text[text.index("{"):])
 
 
-def build(board, out_dir, *, baud=None, seed=1, dry_run=False, synth_only=False, program=False,
+def build(board, out_dir, *, baud=None, seed=None, dry_run=False, synth_only=False, program=False,
           log=print):
     """Build ``board``'s bitstream in ``out_dir``; returns the report (a dict).
 
@@ -133,7 +134,7 @@ def build(board, out_dir, *, baud=None, seed=1, dry_run=False, synth_only=False,
     platform = b.platform()
     result = {
         "board": b.name, "device": platform.device, "package": platform.package,
-        "preset": b.preset, "baud": baud or b.baud,
+        "preset": b.preset, "baud": baud or b.baud, "seed": b.seed if seed is None else seed,
         "clock_mhz": platform.default_clk_frequency / 1e6,
         "build_dir": str(out_dir), "plan": [{"stage": s, "command": a} for s, a in commands],
     }

@@ -15,7 +15,8 @@ class Board:
     """One supported board.
 
     ``preset`` names the device configuration (``host/config.py``), which the
-    host driver reads too; ``baud`` is the UART rate of the host bridge.
+    host driver reads too; ``baud`` is the UART rate of the host bridge;
+    ``seed`` the nextpnr placement seed the README's figures were built with.
     """
     name: str
     platform: type
@@ -23,6 +24,7 @@ class Board:
     preset: str
     baud: int
     description: str
+    seed: int = 1
 
     @property
     def config(self):
@@ -37,8 +39,8 @@ BOARDS = {
                    "Radiona ULX3S, ECP5 LFE5U-85F: the device with two tables of 32 and 48 rows, "
                    "batches of 16"),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
-                       "Radiona ULX3S, ECP5 LFE5U-12F: a reduced device (tables of 16 and 24 "
-                       "rows, batches of 8, shallow queues)"),
+                       "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
+                       "no update or checkpoint engine; tables of 16 and 24 rows)", seed=2),
 }
 
 

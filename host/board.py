@@ -23,7 +23,7 @@ from .bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, RSP_LEN, RSP_SYNC,
                               FrameError, Status, decode_response, encode_request)
 from .config import LINE_BYTES
 from .host_layout import HostLayout
-from .records import SNAPSHOT, checksum, valid_header
+from .device_regs import decode_checkpoint_state, desc_op_word, geometry_word, read_snapshot
 
 __all__ = ["BridgeError", "SerialTransport", "BridgeClient", "BoardDevice"]
 
@@ -163,9 +163,7 @@ class BoardDevice:
         if ident != DEVICE_ID:
             raise ValueError(f"ID register reads {ident:#x}, expected {DEVICE_ID:#x}")
         geo = await self.bridge.read_reg(Reg.GEOMETRY)
-        cfg = self.config
-        want = (cfg.n_tables | cfg.dim << 8 | cfg.lines_per_row << 24
-                | cfg.fixed.frac_bits << 32 | cfg.max_pooling << 40)
+        want = geometry_word(self.config)
         if geo != want:
             raise ValueError(f"device geometry {geo:#x} does not match the configuration {want:#x}")
 
@@ -220,7 +218,7 @@ class BoardDevice:
         ctl = self.bridge
         k = batch_id % 2
         lay = self.layout
-        await ctl.write_reg(Reg.DESC_OP, op.value | int(coalesced) << 10 | batch_id << 32)
+        await ctl.write_reg(Reg.DESC_OP, desc_op_word(op, batch_id, coalesced=coalesced))
         await ctl.write_reg(Reg.DESC_SIZE, n_bags | n_indices << 32)
         await ctl.write_reg(Reg.DESC_IDX, lay.idx_lines[k] * LINE_BYTES)
         await ctl.write_reg(Reg.DESC_OFF, lay.off_lines[k] * LINE_BYTES)
@@ -297,15 +295,8 @@ class BoardDevice:
 
     async def checkpoint_state(self):
         rd = self.bridge.read_reg
-
-        def batch(value):
-            return value & 0xFFFFFFFF if value >> 32 & 1 else None
-        state = await rd(Reg.CKPT_STATE)
-        return {"ready": bool(state & 1), "logging": bool(state >> 1 & 1),
-                "snapshot_busy": bool(state >> 2 & 1), "snapshot_failed": bool(state >> 3 & 1),
-                "committed": batch(await rd(Reg.COMMITTED)),
-                "snapshot": batch(await rd(Reg.SNAPSHOT)),
-                "durable": batch(await rd(Reg.DURABLE))}
+        return decode_checkpoint_state(await rd(Reg.CKPT_STATE), await rd(Reg.COMMITTED),
+                                       await rd(Reg.SNAPSHOT), await rd(Reg.DURABLE))
 
     async def wait_snapshot(self, batch_id):
         for _ in range(self.polls):
@@ -330,17 +321,7 @@ class BoardDevice:
 
     async def read_snapshot(self, slot_batch):
         """The MLP parameters of the valid snapshot of ``slot_batch``, checksum-checked."""
-        cfg = self.config
-        for base in cfg.snapshot_base:
-            header = valid_header((await self.read_media(base, 1))[0], SNAPSHOT)
-            if header is None or header.batch != slot_batch:
-                continue
-            lines = await self.read_media(base + 1, header.a)
-            if checksum(lines) != header.b:
-                raise RuntimeError(f"snapshot of batch {slot_batch}: valid header, torn data")
-            raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in lines)
-            return np.frombuffer(raw, dtype=np.float32)[:cfg.mlp_params].copy()
-        return None
+        return await read_snapshot(self.config, self.read_media, slot_batch)
 
     async def counters(self, regs=(Reg.CYCLES, Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS,
                                    Reg.CACHE_WRITES, Reg.LOG_RECORDS, Reg.RECOVER_CYCLES)):

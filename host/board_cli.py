@@ -183,7 +183,8 @@ def add_build_command(sub):
                     help="write the build files and print the plan; run no tool")
     sp.add_argument("--synth-only", action="store_true",
                     help="stop after synthesis (what CI checks; no bitstream)")
-    sp.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (default: 1)")
+    sp.add_argument("--seed", type=int, default=None,
+                    help="nextpnr placement seed (default: the board's, see the README's table)")
     sp.add_argument("--baud", type=int, default=None,
                     help="UART rate of the host bridge (default: the board's, 1000000)")
     sp.add_argument("--program", action="store_true",

@@ -12,8 +12,9 @@ from trainingcxl.hdl.common.descriptor import ErrorCode, Op
 from trainingcxl.hdl.control import DEVICE_ID, Reg
 from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
 from trainingcxl.host.config import LINE_BYTES, NOMINAL_CLOCK_MHZ, Config
+from trainingcxl.host.device_regs import (decode_checkpoint_state, desc_op_word, geometry_word,
+                                          read_snapshot)
 from trainingcxl.host.host_layout import HostLayout
-from trainingcxl.host.records import SNAPSHOT, checksum, valid_header
 from .control_driver import ControlDriver
 from .cxl_mem_master import CxlMemMaster
 from .host_memory import HostMemory
@@ -114,9 +115,7 @@ class DeviceTB:
         ident = await self.ctl.read(Reg.ID)
         assert ident == DEVICE_ID, f"ID register reads {ident:#x}, expected {DEVICE_ID:#x}"
         geo = await self.ctl.read(Reg.GEOMETRY)
-        cfg = self.config
-        want = (cfg.n_tables | cfg.dim << 8 | cfg.lines_per_row << 24
-                | cfg.fixed.frac_bits << 32 | cfg.max_pooling << 40)
+        want = geometry_word(self.config)
         assert geo == want, f"device geometry {geo:#x} does not match the configuration {want:#x}"
 
     # -- embedding tables through CXL.mem -------------------------------------------
@@ -146,7 +145,7 @@ class DeviceTB:
     # -- descriptors -------------------------------------------------------------------
 
     async def submit(self, op, batch, *, n_bags, n_indices, idx_addr, off_addr, vec_addr):
-        await self.ctl.write(Reg.DESC_OP, op.value | batch << 32)
+        await self.ctl.write(Reg.DESC_OP, desc_op_word(op, batch))
         await self.ctl.write(Reg.DESC_SIZE, n_bags | n_indices << 32)
         await self.ctl.write(Reg.DESC_IDX, idx_addr)
         await self.ctl.write(Reg.DESC_OFF, off_addr)
@@ -172,8 +171,8 @@ class DeviceTB:
         """Stage and ring one descriptor without waiting for it; returns its sequence number
         (the device's ``SUBMITTED`` count once it is queued)."""
         k = batch_id % 2
-        await self.ctl.write(Reg.DESC_OP, op.value | int(relaxed) << 8 | int(nolog) << 9
-                             | int(coalesced) << 10 | batch_id << 32)
+        await self.ctl.write(Reg.DESC_OP, desc_op_word(op, batch_id, relaxed=relaxed, nolog=nolog,
+                                                       coalesced=coalesced))
         await self.ctl.write(Reg.DESC_SIZE, n_bags | n_indices << 32)
         await self.ctl.write(Reg.DESC_IDX, self.idx_lines[k] * LINE_BYTES)
         await self.ctl.write(Reg.DESC_OFF, self.off_lines[k] * LINE_BYTES)
@@ -265,19 +264,9 @@ class DeviceTB:
 
     async def checkpoint_state(self):
         """The checkpoint registers, decoded."""
-        state = await self.ctl.read(Reg.CKPT_STATE)
-
-        def batch(reg_value):
-            return reg_value & 0xFFFFFFFF if reg_value >> 32 & 1 else None
-        return {
-            "ready": bool(state & 1), "logging": bool(state >> 1 & 1),
-            "snapshot_busy": bool(state >> 2 & 1), "snapshot_failed": bool(state >> 3 & 1),
-            "staleness": state >> 8 & 0xFF, "gen": state >> 16 & 0xFFFF,
-            "live_records": state >> 32,
-            "committed": batch(await self.ctl.read(Reg.COMMITTED)),
-            "snapshot": batch(await self.ctl.read(Reg.SNAPSHOT)),
-            "durable": batch(await self.ctl.read(Reg.DURABLE)),
-        }
+        rd = self.ctl.read
+        return decode_checkpoint_state(await rd(Reg.CKPT_STATE), await rd(Reg.COMMITTED),
+                                       await rd(Reg.SNAPSHOT), await rd(Reg.DURABLE))
 
     async def wait_snapshot(self, batch_id, *, timeout_cycles=5_000_000):
         """Wait until the newest valid snapshot is of ``batch_id`` or later."""
@@ -313,17 +302,7 @@ class DeviceTB:
     async def read_snapshot(self, slot_batch):
         """The MLP parameters in the valid snapshot slot of batch ``slot_batch``, checked
         against the slot header's checksums; ``None`` if no slot holds a valid one."""
-        cfg = self.config
-        for base in cfg.snapshot_base:
-            header = valid_header((await self.read_media(base, 1))[0], SNAPSHOT)
-            if header is None or header.batch != slot_batch:
-                continue
-            lines = await self.read_media(base + 1, header.a)
-            if checksum(lines) != header.b:
-                raise AssertionError(f"snapshot of batch {slot_batch}: valid header, torn data")
-            raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in lines)
-            return np.frombuffer(raw, dtype=np.float32)[:cfg.mlp_params].copy()
-        return None
+        return await read_snapshot(self.config, self.read_media, slot_batch)
 
     async def counters(self):
         regs = [Reg.CYCLES, Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS,

@@ -1,0 +1,99 @@
+"""The board's host side without hardware: bridge client, failure options, register helpers."""
+
+import argparse
+import asyncio
+
+import pytest
+
+from trainingcxl.hdl.common.descriptor import Op
+from trainingcxl.hdl.control import Reg
+from trainingcxl.host.board import BridgeClient, BridgeError
+from trainingcxl.host.board_cli import board_failures
+from trainingcxl.host.board_training import BOARD_PHASES
+from trainingcxl.host.bridge_protocol import Command, FrameError, Status, crc8, encode_request
+from trainingcxl.host.config import PRESETS
+from trainingcxl.host.device_regs import decode_checkpoint_state, desc_op_word, geometry_word
+from trainingcxl.host.failures import parse_fail_in
+from trainingcxl.host.host_layout import HostLayout
+
+
+def response(status, payload):
+    body = bytes([status]) + payload
+    return bytes([0xA5]) + body + bytes([crc8(body)])
+
+
+class ScriptedTransport:
+    """Answers each request with the next scripted response; records what was sent."""
+
+    def __init__(self, responses):
+        self.responses = list(responses)
+        self.sent, self.pending, self.resyncs = [], b"", 0
+
+    async def send(self, data):
+        self.sent.append(bytes(data))
+        self.pending += self.responses.pop(0)
+
+    async def recv(self, n):
+        if len(self.pending) < n:
+            raise TimeoutError("nothing more to read")
+        out, self.pending = self.pending[:n], self.pending[n:]
+        return out
+
+    async def resync(self):
+        self.resyncs += 1
+        self.pending = b""
+
+    async def pause(self):
+        pass
+
+
+def test_client_reads_a_register_and_retries_a_damaged_response():
+    good = response(Status.OK, (0x1234).to_bytes(8, "little"))
+    damaged = good[:-1] + bytes([good[-1] ^ 0x55])
+    t = ScriptedTransport([damaged, good])
+    client = BridgeClient(t)
+    assert asyncio.run(client.read_reg(Reg.COMPLETED)) == 0x1234
+    assert t.sent == [encode_request(Command.REG_READ, bytes([Reg.COMPLETED]))] * 2
+    assert t.resyncs == 1 and client.frames == 1
+
+
+def test_client_raises_the_bridges_error_status_and_gives_up_on_garbage():
+    t = ScriptedTransport([response(Status.REG_ERROR, bytes(8))])
+    with pytest.raises(BridgeError, match="REG_READ answered REG_ERROR") as e:
+        asyncio.run(BridgeClient(t).read_reg(0xEE))
+    assert e.value.status == Status.REG_ERROR
+    junk = bytes(11)
+    with pytest.raises(FrameError):
+        asyncio.run(BridgeClient(ScriptedTransport([junk] * 3)).read_reg(Reg.ID))
+
+
+def _args(**kw):
+    base = {"fail_at": [], "fail_in": [], "inject_failures": 0, "seed": 0, "failure_seed": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_board_failure_options():
+    assert board_failures(_args(fail_in=[parse_fail_in("update@2")]), 5, BOARD_PHASES) == [(2, "update")]
+    drawn = board_failures(_args(inject_failures=3, failure_seed=4), 5, BOARD_PHASES)
+    assert len(drawn) == 3 and all(1 <= b <= 5 and p in BOARD_PHASES for b, p in drawn)
+    for bad in (_args(fail_at=[100]), _args(fail_in=[parse_fail_in("gpu@1")]),
+                _args(fail_in=[parse_fail_in("update@9")]),
+                _args(fail_in=[parse_fail_in("update@1+5")]),
+                _args(fail_in=[parse_fail_in("commit@1"), parse_fail_in("commit@1")])):
+        with pytest.raises(SystemExit):
+            board_failures(bad, 5, BOARD_PHASES)
+
+
+def test_register_words_and_host_layout():
+    cfg = PRESETS["ulx3s"]
+    assert geometry_word(cfg) & 0xFF == 2 and geometry_word(cfg) >> 8 & 0xFFFF == 16
+    assert desc_op_word(Op.UPDATE, 7, coalesced=True) == Op.UPDATE.value | 1 << 10 | 7 << 32
+    st = decode_checkpoint_state(0b1011 | 3 << 8 | 5 << 16 | 9 << 32, 1 << 32 | 4, 2, 0)
+    assert st["ready"] and st["logging"] and st["snapshot_failed"] and not st["snapshot_busy"]
+    assert (st["staleness"], st["gen"], st["live_records"]) == (3, 5, 9)
+    assert (st["committed"], st["snapshot"], st["durable"]) == (4, None, None)
+    lay = HostLayout(cfg)
+    # Two slots, deltas, the MLP copy: every region inside the window, none overlapping.
+    assert lay.mlp_line + cfg.mlp_lines == lay.base + lay.lines
+    assert lay.idx_lines[1] > lay.out_lines[0] and lay.delta_line > lay.out_lines[1]
+    assert lay.base in lay and lay.base + lay.lines not in lay
