@@ -8,10 +8,9 @@ every byte between the sync byte and the CRC.
 
 A request with a bad CRC is answered ``BAD_CRC`` and not executed. An unknown
 command is answered ``BAD_COMMAND`` at once and the bridge hunts for the next
-sync byte; so does a request that stops for more than ``IDLE_TIMEOUT`` bit
-times. The host resynchronizes by sending ``FLUSH`` (zero bytes, which no
-parser state takes for a sync byte once it has timed out) and reading what
-comes back.
+sync byte; a request that stops for more than :data:`IDLE_TIMEOUT_BITS` bit
+times is dropped without an answer. The host resynchronizes after a garbled
+response by staying silent for longer than that and discarding what arrived.
 """
 
 import enum
