@@ -32,6 +32,7 @@ from .dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
 from .config import LINE_BYTES
 from .fixed import wrap32
 from .golden import coalesce_update
+from .resume import recovered_state_matches, resume_models
 
 __all__ = ["BOARD_PHASES", "BoardTraining"]
 
@@ -141,7 +142,7 @@ class BoardTraining:
             await dev.wait_snapshot(b)
 
     async def _batch(self, b):
-        dev, rec = self.dev, self.record
+        rec = self.record
         batch = self.data.batch(b - 1)
         await self._check_power()
         error, pooled = await self._guarded(self._lookup(b, batch))
@@ -224,11 +225,9 @@ class BoardTraining:
         if error != ErrorCode.NONE:
             raise RuntimeError(f"RECOVER after a power failure ({cause}) failed: {error.name}")
         tables = await dev.read_tables()
-        tables_ok = d in self.history and all(
-            np.array_equal(g, w) for g, w in zip(tables, self.history[d][0].tables))
         params = await dev.read_snapshot(m)
-        mlp_ok = (params is not None and m in self.mlp_history
-                  and np.array_equal(params.view(np.uint32), self.mlp_history[m].view(np.uint32)))
+        tables_ok, mlp_ok = recovered_state_matches(self.history, self.mlp_history, d, m,
+                                                    tables, params)
         failure = {"batch": b, "cause": cause, "recovered_batch": d, "recovered_mlp_batch": m,
                    "recovery_cycles": cycles, "rolled_back": rolled,
                    "invariants": {"tables_equal_golden_at_D": tables_ok,
@@ -243,14 +242,6 @@ class BoardTraining:
                  f"{'consistent' if failure['consistent'] else 'INCONSISTENT'}")
         if not failure["consistent"]:
             raise AssertionError(f"recovery broke an invariant: {failure}")
-        golden, reference = copy.deepcopy(self.history[d][0]), copy.deepcopy(self.history[d][1])
-        golden.dense.load_parameters(self.mlp_history[m])
-        reference.dense.load_parameters(self.history[m][1].dense.parameters())
-        self.golden, self.reference = golden, reference
-        model = DenseModel(cfg, self.seed)
-        model.load_parameters(params)
-        self.gpu = Gpu(cfg, model)
-        for later in [x for x in self.history if x > d]:
-            del self.history[later]
-            self.mlp_history.pop(later, None)
+        self.golden, self.reference, self.gpu = resume_models(
+            cfg, self.seed, self.history, self.mlp_history, d, m, params)
         return d + 1

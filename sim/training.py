@@ -33,6 +33,7 @@ from trainingcxl.host.data import initial_tables
 from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
 from trainingcxl.host.failures import PHASES
 from trainingcxl.host.golden import coalesce_update
+from trainingcxl.host.resume import recovered_state_matches, resume_models
 from trainingcxl.host.gpu import step_cost
 from trainingcxl.host.systems import SYSTEMS
 from .device_tb import PERIOD_NS, LookupResult
@@ -540,10 +541,9 @@ class TrainingRun:
             await self._cut_power()
         assert error == ErrorCode.NONE, f"RECOVER failed with {error!r} after {failure}"
         st = await tb.checkpoint_state() if self.soft is None else {"durable": d}
-        tables_ok = await self._tables_match(self.history[d][0].tables) if d in self.history else False
         params = await tb.read_snapshot(m)
-        mlp_ok = (params is not None and m in self.mlp_history
-                  and np.array_equal(params.view(np.uint32), self.mlp_history[m].view(np.uint32)))
+        tables_ok, mlp_ok = recovered_state_matches(self.history, self.mlp_history, d, m,
+                                                    await self.tb.read_tables(), params)
         failure.update({
             "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
             "rolled_back": rolled, "failures_during_recovery": len(nested),
@@ -564,17 +564,9 @@ class TrainingRun:
         if not failure["consistent"]:
             raise AssertionError(f"recovery broke an invariant: {failure}")
         # Resume from D with the MLP of m: the golden model does the same.
-        golden, reference = copy.deepcopy(self.history[d][0]), copy.deepcopy(self.history[d][1])
-        golden.dense.load_parameters(self.mlp_history[m])
-        reference.dense.load_parameters(self.history[m][1].dense.parameters())
-        self.golden, self.reference = golden, reference
-        model = DenseModel(cfg, self.seed)
-        model.load_parameters(params)
-        self.gpu = Gpu(cfg, model)
+        self.golden, self.reference, self.gpu = resume_models(
+            cfg, self.seed, self.history, self.mlp_history, d, m, params)
         self.durable = st["durable"] if st["durable"] is not None else d
-        for later in [x for x in self.history if x > d]:
-            del self.history[later]
-            self.mlp_history.pop(later, None)
         self._epoch_counters = await tb.counters()
         self._start_counters = dict(self._epoch_counters)
         return d + 1
