@@ -57,8 +57,12 @@ def prepare(board, out_dir, *, baud=None, seed=None):
     seed = b.seed if seed is None else seed
     name = f"trainingcxl_{b.name.replace('-', '_')}"
     platform = b.platform()
+    # Each selection must match: a renamed memory fails the build instead of
+    # silently going back to the default mapping.
+    styles = "\n".join(f"select -assert-min 1 {sel}\nsetattr -set ram_style \"{style}\" {sel}"
+                       for sel, style in b.memory_styles)
     plan = platform.build(
-        b.make_top(baud), name=name, do_build=False,
+        b.make_top(baud), name=name, do_build=False, script_after_read=styles,
         script_after_synth=f"tee -q -o {name}.stat.json stat -json",
         nextpnr_opts=f"--report {name}.report.json --seed {seed} --router router2")
     plan.extract(str(out_dir))

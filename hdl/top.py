@@ -15,6 +15,7 @@ from .cxl.link import CxlLink
 from .cxl.mem_target import CxlMemTarget
 from .cxl.messages import CxlCacheSignature, CxlMemSignature
 from .common.absent import AbsentEngine
+from .common.register_slice import LinePortSlice
 from .dispatch import Dispatcher
 from .pmem.controller import PmemController
 
@@ -114,10 +115,15 @@ class Device(wiring.Component):
             cache_ports += [ckpt.snap_host]
         m.submodules.pmem = pmem = PmemController(cfg, n_ports=len(pmem_ports), background=background)
         m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=len(cache_ports))
-        for k, client in enumerate(pmem_ports):
-            wiring.connect(m, client, getattr(pmem, f"port{k}"))
-        for k, client in enumerate(cache_ports):
-            wiring.connect(m, client, getattr(agent, f"port{k}"))
+        for name, ports, server in (("pmem", pmem_ports, pmem), ("cache", cache_ports, agent)):
+            for k, client in enumerate(ports):
+                port = getattr(server, f"port{k}")
+                if cfg.register_slices:
+                    cut = LinePortSlice(port.signature.flip())
+                    m.submodules[f"{name}_slice{k}"] = cut
+                    wiring.connect(m, client, cut.up)
+                    client = cut.down
+                wiring.connect(m, client, port)
 
         if has_link:
             # Every CXL.mem and CXL.cache message crosses the link model.

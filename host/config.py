@@ -274,6 +274,18 @@ class Config:
         its undo logger. The CXL.mem target, PMEM controller, lookup engine
         and control window are always there. A small FPGA board leaves the
         rest out; descriptors for a missing engine complete with ``BAD_OP``.
+    register_slices : bool
+        A register slice in front of every PMEM and CXL.cache port and after
+        the CXL.mem target's request merge. Each access takes one cycle more;
+        the long combinational paths from an engine's request through the
+        arbiters are cut in two, which an FPGA's clock needs (README, "FPGA
+        boards"). Off in the simulation presets, so their cycle counts stay
+        comparable.
+    crc_folds : int
+        Cycles the checkpoint blocks take to checksum a line (1, 2, 4 or 8):
+        each cycle feeds ``512 / crc_folds`` bits through an XOR network that
+        much smaller. The undo logger, the snapshot copy and recovery each hold
+        a line for those cycles; 1 in the simulation presets.
     model, gpu, copy :
         The DLRM dense part, the GPU's timing and the cost of explicit DMA
         copies; host side only (they do not change the device, see
@@ -297,6 +309,8 @@ class Config:
     defer_depth: int = 1024
     relaxed_lookup: bool = False
     blocks: tuple[str, ...] = ("link", "update", "checkpoint")
+    register_slices: bool = False
+    crc_folds: int = 1
     model: ModelShape = field(default_factory=ModelShape)
     gpu: GpuTiming = field(default_factory=GpuTiming)
     copy: CopyTiming = field(default_factory=CopyTiming)
@@ -322,8 +336,11 @@ class Config:
                f"not {self.blocks!r}")
         _check("checkpoint" not in self.blocks or "update" in self.blocks,
                "the checkpoint block needs the update block (it logs what updates change)")
-        _check(isinstance(self.relaxed_lookup, bool),
-               f"relaxed_lookup must be true or false, not {self.relaxed_lookup!r}")
+        _check(self.crc_folds in (1, 2, 4, 8),
+               f"crc_folds must be 1, 2, 4 or 8 (cycles per line checksum), not {self.crc_folds!r}")
+        for name in ("relaxed_lookup", "register_slices"):
+            _check(isinstance(getattr(self, name), bool),
+                   f"{name} must be true or false, not {getattr(self, name)!r}")
         for name in ("cache_ids", "host_window", "desc_depth", "defer_depth"):
             v = getattr(self, name)
             limit = 65536 if name == "defer_depth" else 256
@@ -520,9 +537,11 @@ PRESETS = {
                                            lr=0.1, batch_size=128)),
     # FPGA boards (boards/): block RAM is the PMEM media and the GPU's memory,
     # so bags, queues and in-flight windows are sized for one batch of 16.
-    # A board's link is the UART: the link timing model is left out.
+    # A board's link is the UART: the link timing model is left out. Register
+    # slices at the ports let the full device's arbiters meet the board's clock.
     "ulx3s": Config(tables=(32, 48), max_pooling=8, max_bags=32, log_buffer=128,
                     defer_depth=64, cache_ids=16, host_window=4, blocks=("update", "checkpoint"),
+                    register_slices=True, crc_folds=4,
                     pmem=PmemTiming(read_latency=24, write_latency=48, read_depth=16, wpq_depth=8),
                     model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
     # The LFE5U-12F holds the pooling device only: the lookup engine with

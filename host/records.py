@@ -64,12 +64,13 @@ def _byte_table():
 _TABLE = _byte_table()
 
 
-def crc_update(state, line):
-    """The CRC register after feeding one 512-bit line (no initial value or final XOR).
+def crc_update(state, line, nbytes=LINE_BYTES):
+    """The CRC register after feeding one 512-bit line (no initial value or final XOR),
+    most significant byte first; ``nbytes`` feeds a narrower value instead.
 
     Linear in ``(state, line)`` over GF(2), which is what lets the hardware
-    compute it as an XOR network."""
-    for k in range(LINE_BYTES - 1, -1, -1):
+    compute it as an XOR network, a line at once or a part per cycle."""
+    for k in range(nbytes - 1, -1, -1):
         byte = (line >> (8 * k)) & 0xFF
         state = ((state << 8) & _MASK) ^ _TABLE[((state >> 24) ^ byte) & 0xFF]
     return state

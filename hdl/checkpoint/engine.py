@@ -9,7 +9,7 @@ from trainingcxl.host.records import COMMIT, SNAPSHOT, UNDO
 from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LineOp, LinePortSignature
 from ..cxl.messages import ADDR_BITS
-from .crc import CRC_INIT, CRC_XOR, crc_line
+from .crc import CRC_INIT, CRC_XOR, crc_part
 from .layouts import header_layout, sealed_header
 from .snapshot import SnapshotPuller
 
@@ -265,17 +265,23 @@ class CheckpointEngine(wiring.Component):
         with m.If(is_header):
             m.d.comb += zeroed[_CSUM].eq(0)
         crc = Signal(32)
-        crc_in = Mux(single | (rcv_j == 0), CRC_INIT, crc)
+        # A line is taken once its checksum has taken all its parts; decisions are
+        # made on the last one.
+        fold = Signal(range(cfg.crc_folds))
+        last_fold = fold == cfg.crc_folds - 1
+        crc_in = Mux((single | (rcv_j == 0)) & (fold == 0), CRC_INIT, crc)
         crc_next = Signal(32)
-        m.d.comb += crc_next.eq(crc_line(crc_in, zeroed))
+        m.d.comb += crc_next.eq(crc_part(crc_in, zeroed, fold, cfg.crc_folds))
         intact = (crc_next ^ CRC_XOR) == hdr.csum
         undo_live = (intact & (hdr.magic == UNDO) & (hdr.gen == best_gen)
                      & (hdr.batch > d_batch))
 
-        m.d.comb += port.rdata.ready.eq(reading & ~writing)
+        m.d.comb += port.rdata.ready.eq(reading & ~writing & last_fold)
+        with m.If(port.rdata.valid & reading & ~writing & ~last_fold):
+            m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
         rcv = port.rdata.valid & port.rdata.ready
         with m.If(rcv):
-            m.d.sync += [rcv_left.eq(rcv_left - 1), crc.eq(crc_next)]
+            m.d.sync += [rcv_left.eq(rcv_left - 1), crc.eq(crc_next), fold.eq(0)]
             with m.If(~single):
                 m.d.sync += rcv_j.eq(Mux(rcv_j == rec - 1, 0, rcv_j + 1))
                 with m.If(rcv_j != rec - 1):

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.host.config import LINE_BITS, LINE_BYTES
 from trainingcxl.host.records import UNDO
 from ..common.line_port import LineOp, LinePortSignature
-from .crc import CRC_INIT, crc_line
+from .crc import CRC_INIT, crc_part
 from .layouts import sealed_header
 
 __all__ = ["UndoTapSignature", "UndoLogger"]
@@ -186,6 +186,8 @@ class UndoLogger(wiring.Component):
         cur = Signal(row_layout)
         j = Signal(range(max(2, lpr)))
         crc = Signal(32)
+        fold = Signal(range(cfg.crc_folds))
+        last_fold = fold == cfg.crc_folds - 1
         idle = Signal()
 
         push = Signal()
@@ -204,17 +206,21 @@ class UndoLogger(wiring.Component):
                     m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
                 with m.If(can & ~self.restart):
                     m.d.comb += [row_q.r_en.eq(1), push.eq(new_batch)]
-                    m.d.sync += [cur.eq(row), j.eq(0), crc.eq(CRC_INIT)]
+                    m.d.sync += [cur.eq(row), j.eq(0), crc.eq(CRC_INIT), fold.eq(0)]
                     m.next = "DATA"
             with m.State("DATA"):
+                # The line is written once its checksum has taken all its parts.
                 m.d.comb += [
-                    self.pmem.req.valid.eq(buf.r_rdy),
+                    self.pmem.req.valid.eq(buf.r_rdy & last_fold),
                     self.pmem.req.payload.addr.eq(slot_addr + j),
                     self.pmem.req.payload.data.eq(buf.r_data),
-                    buf.r_en.eq(self.pmem.req.ready),
+                    buf.r_en.eq(self.pmem.req.ready & last_fold),
                 ]
+                crc_next = crc_part(crc, buf.r_data, fold, cfg.crc_folds)
+                with m.If(buf.r_rdy & ~last_fold):
+                    m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
                 with m.If(wfire):
-                    m.d.sync += [crc.eq(crc_line(crc, buf.r_data)), j.eq(j + 1)]
+                    m.d.sync += [crc.eq(crc_next), fold.eq(0), j.eq(j + 1)]
                     with m.If(j == lpr - 1):
                         m.next = "HEADER"
                 with m.If(self.restart):

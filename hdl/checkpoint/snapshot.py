@@ -9,7 +9,7 @@ from trainingcxl.host.records import SNAPSHOT
 from ..common.line_port import LineOp, LinePortSignature
 from ..compute.host_reader import HostLineReader
 from ..cxl.messages import ADDR_BITS
-from .crc import CRC_INIT, CRC_XOR, crc_line
+from .crc import CRC_INIT, CRC_XOR, crc_part
 from .layouts import sealed_header
 
 __all__ = ["SnapshotPuller"]
@@ -75,6 +75,8 @@ class SnapshotPuller(wiring.Component):
         gen = Signal(16)
         at = Signal(32)
         crc = Signal(32)
+        fold = Signal(range(cfg.crc_folds))
+        last_fold = fold == cfg.crc_folds - 1
         outstanding = Signal(range(cfg.pmem.wpq_depth * 4 + 1))
         wfire = self.pmem.req.valid & self.pmem.req.ready
         m.d.sync += outstanding.eq(outstanding + wfire - self.pmem.wack.valid)
@@ -93,7 +95,7 @@ class SnapshotPuller(wiring.Component):
                     m.d.sync += [
                         batch.eq(self.batch), count.eq(self.count), gen.eq(self.gen),
                         slot_base.eq(Mux(self.slot, cfg.snapshot_base[1], cfg.snapshot_base[0])),
-                        at.eq(0), crc.eq(CRC_INIT),
+                        at.eq(0), crc.eq(CRC_INIT), fold.eq(0),
                     ]
                     m.d.comb += reader.start.eq(1)
                     m.next = "INVALIDATE"
@@ -110,14 +112,19 @@ class SnapshotPuller(wiring.Component):
                     m.next = "COPY"
             with m.State("COPY"):
                 m.d.comb += [self.busy.eq(1), reader.stop.eq(reader.error)]
+                # A line is copied once its checksum has taken all its parts.
+                line_in = reader.lines.valid & ~reader.error
                 m.d.comb += [
-                    self.pmem.req.valid.eq(reader.lines.valid & ~reader.error),
+                    self.pmem.req.valid.eq(line_in & last_fold),
                     self.pmem.req.payload.addr.eq(slot_base + 1 + at),
                     self.pmem.req.payload.data.eq(reader.lines.payload),
-                    reader.lines.ready.eq(self.pmem.req.ready & ~reader.error),
+                    reader.lines.ready.eq(self.pmem.req.ready & ~reader.error & last_fold),
                 ]
+                crc_next = crc_part(crc, reader.lines.payload, fold, cfg.crc_folds)
+                with m.If(line_in & ~last_fold):
+                    m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
                 with m.If(wfire):
-                    m.d.sync += [at.eq(at + 1), crc.eq(crc_line(crc, reader.lines.payload)),
+                    m.d.sync += [at.eq(at + 1), crc.eq(crc_next), fold.eq(0),
                                  self.lines.eq(self.lines + 1)]
                     with m.If(at + 1 == count):
                         m.next = "DATA"

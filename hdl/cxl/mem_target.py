@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.host.config import LINE_BITS, LINE_BYTES
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
+from ..common.register_slice import RegisterSlice
 from .messages import (ADDR_BITS, TAG_BITS, CxlMemSignature, M2SReqOpcode, M2SRwDOpcode,
                        S2MDrsOpcode, S2MNdrOpcode)
 
@@ -93,7 +94,13 @@ class CxlMemTarget(wiring.Component):
                                        rwd.payload.be, (1 << LINE_BYTES) - 1)),
             merge.i1.payload.data.eq(rwd.payload.data),
         ]
-        r = merge.o.payload
+        head = merge.o
+        if cfg.register_slices:
+            # Decode from registers: the host's valid does not reach the PMEM arbiter.
+            m.submodules.cut = cut = RegisterSlice(_Unified)
+            wiring.connect(m, merge.o, cut.i)
+            head = cut.o
+        r = head.payload
 
         # Decode.
         offset = Signal(ADDR_BITS + 1)
@@ -128,22 +135,22 @@ class CxlMemTarget(wiring.Component):
         to_now_drs = (error != MemError.NONE) & ~r.write
         to_now_ndr = ~to_pmem & ~to_now_drs & ~is_spec
         m.d.comb += [
-            self.pmem.req.valid.eq(merge.o.valid & to_pmem),
+            self.pmem.req.valid.eq(head.valid & to_pmem),
             self.pmem.req.payload.op.eq(Mux(r.write, LineOp.WRITE, LineOp.READ)),
             self.pmem.req.payload.addr.eq(offset),
             self.pmem.req.payload.tag.eq(r.tag),
             self.pmem.req.payload.data.eq(r.data),
             self.pmem.req.payload.be.eq(r.be),
             now_drs.w_data.eq(r.tag),
-            now_drs.w_en.eq(merge.o.valid & to_now_drs),
+            now_drs.w_en.eq(head.valid & to_now_drs),
             now_ndr.w_data.eq(Cat(Mux(error == MemError.NONE, S2MNdrOpcode.Cmp,
                                       S2MNdrOpcode.CmpErr), r.tag)),
-            now_ndr.w_en.eq(merge.o.valid & to_now_ndr),
-            merge.o.ready.eq(Mux(to_pmem, self.pmem.req.ready,
+            now_ndr.w_en.eq(head.valid & to_now_ndr),
+            head.ready.eq(Mux(to_pmem, self.pmem.req.ready,
                                  Mux(to_now_drs, now_drs.w_rdy,
                                      Mux(to_now_ndr, now_ndr.w_rdy, 1)))),
         ]
-        refused = merge.o.valid & merge.o.ready & (error != MemError.NONE)
+        refused = head.valid & head.ready & (error != MemError.NONE)
         with m.If(refused):
             m.d.sync += [
                 self.errors.eq(self.errors + 1),

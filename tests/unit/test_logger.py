@@ -2,6 +2,9 @@
 a full ring stalls without overwriting, reclaim by durable batch, write-ahead drain."""
 
 import random
+from dataclasses import replace
+
+import pytest
 
 from amaranth import Module
 from amaranth.lib import wiring
@@ -73,8 +76,10 @@ def slot_record(ctx, pmem, s):
     return decode_undo([ctx.get(pmem.media.data[at + j]) for j in range(CFG.rec_lines)])
 
 
-def test_records_once_per_row_and_batch_and_a_full_ring_stalls():
-    dut = Harness(CFG)
+@pytest.mark.parametrize("folds", [1, 4])
+def test_records_once_per_row_and_batch_and_a_full_ring_stalls(folds):
+    # crc_folds = 4 checksums each line in four parts; the records must not change.
+    dut = Harness(replace(CFG, crc_folds=folds))
     log = dut.logger
     slots = CFG.log_slots
     assert slots == 3
