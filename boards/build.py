@@ -57,14 +57,11 @@ def prepare(board, out_dir, *, baud=None, seed=None):
     seed = b.seed if seed is None else seed
     name = f"trainingcxl_{b.name.replace('-', '_')}"
     platform = b.platform()
-    # Each selection must match: a renamed memory fails the build instead of
-    # silently going back to the default mapping.
-    styles = "\n".join(f"select -assert-min 1 {sel}\nsetattr -set ram_style \"{style}\" {sel}"
-                       for sel, style in b.memory_styles)
     plan = platform.build(
-        b.make_top(baud), name=name, do_build=False, script_after_read=styles,
+        b.make_top(baud), name=name, do_build=False,
         script_after_synth=f"tee -q -o {name}.stat.json stat -json",
-        nextpnr_opts=f"--report {name}.report.json --seed {seed} --router router2")
+        nextpnr_opts=f"--report {name}.report.json --seed {seed} --placer {b.placer} "
+                     f"--router router2")
     plan.extract(str(out_dir))
     commands = _script_commands(Path(out_dir) / f"{plan.script}.sh", env)
     if len(commands) != len(STAGES):
@@ -139,6 +136,7 @@ def build(board, out_dir, *, baud=None, seed=None, dry_run=False, synth_only=Fal
     result = {
         "board": b.name, "device": platform.device, "package": platform.package,
         "preset": b.preset, "baud": baud or b.baud, "seed": b.seed if seed is None else seed,
+        "placer": b.placer,
         "clock_mhz": platform.default_clk_frequency / 1e6,
         "build_dir": str(out_dir), "plan": [{"stage": s, "command": a} for s, a in commands],
     }

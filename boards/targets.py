@@ -16,12 +16,9 @@ class Board:
 
     ``preset`` names the device configuration (``host/config.py``), which the
     host driver reads too; ``baud`` is the UART rate of the host bridge;
-    ``seed`` the nextpnr placement seed the README's figures were built with.
-    ``memory_styles`` pairs a Yosys selection of memories with the ``ram_style``
-    they are built in, where the default choice (LUT RAM for anything shallow)
-    hurts the board: ``"block"`` puts wide, shallow FIFOs into block RAM, which
-    the ECP5 has to spare, instead of spreading hundreds of LUT RAM cells over
-    the chip.
+    ``seed`` the nextpnr placement seed the README's figures were built with;
+    ``placer`` nextpnr's placer: ``"static"`` (electrostatic) spreads a large
+    design so that it routes where the default ``"heap"`` leaves it congested.
     """
     name: str
     platform: type
@@ -30,7 +27,7 @@ class Board:
     baud: int
     description: str
     seed: int = 1
-    memory_styles: tuple = ()
+    placer: str = "heap"
 
     @property
     def config(self):
@@ -40,21 +37,13 @@ class Board:
         return self.top(self.config, baud=baud or self.baud)
 
 
-#: The full device's line-wide FIFOs with a registered read port: the PMEM
-#: write-pending queue and read queue, the update engine's pending writes, the
-#: CXL.cache agent's write buffer and the control window's descriptor queue.
-FULL_DEVICE_BLOCK_RAMS = tuple((sel, "block") for sel in (
-    "*.pmem.wpq/m:storage", "*.pmem.rq/m:storage", "*.rmw.pending/m:storage",
-    "*.cache_agent/m:wbuf", "*.control.queue/m:storage"))
-
 BOARDS = {
     "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device (tables of 32 and 48 rows, "
-                   "batches of 16); it synthesizes but does not yet route at 25 MHz (README)",
-                   memory_styles=FULL_DEVICE_BLOCK_RAMS),
+                   "batches of 16)", placer="static"),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
-                       "no update or checkpoint engine; tables of 16 and 24 rows)", seed=2),
+                       "no update or checkpoint engine; tables of 16 and 24 rows)"),
 }
 
 
