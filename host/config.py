@@ -538,7 +538,8 @@ PRESETS = {
     # FPGA boards (boards/): block RAM is the PMEM media and the GPU's memory,
     # so bags, queues and in-flight windows are sized for one batch of 16.
     # A board's link is the UART: the link timing model is left out. Register
-    # slices at the ports let the full device's arbiters meet the board's clock.
+    # slices at the ports shorten the arbiters' paths for the board's clock, and
+    # checksums in four parts shrink the CRC networks.
     "ulx3s": Config(tables=(32, 48), max_pooling=8, max_bags=32, log_buffer=128,
                     defer_depth=64, cache_ids=16, host_window=4, blocks=("update", "checkpoint"),
                     register_slices=True, crc_folds=4,
