@@ -79,6 +79,18 @@ class Reg(enum.IntEnum):
     LINK_LATENCY = 0x4C     # RW  one-way link latency in cycles: CXL.mem (bits 0-11) | CXL.cache << 16
     LOG_BUSY = 0x4D         # RO  cycles the undo logger held records not yet persistent
     SNAPSHOT_BUSY = 0x4E    # RO  cycles a snapshot pull was in progress
+    CACHE_STRAYS = 0x4F     # RO  CXL.cache messages dropped: they named no outstanding transaction
+    # The CXL.mem error log, newest refusal first (hdl/cxl/mem_target.py):
+    # record k at 0x50 + 2k (its line address) and 0x51 + 2k (kind | tag << 8 |
+    # its number among all refusals << 32, 0 when the record is empty).
+    MEM_ERROR_LOG0_ADDR = 0x50
+    MEM_ERROR_LOG0 = 0x51
+    MEM_ERROR_LOG1_ADDR = 0x52
+    MEM_ERROR_LOG1 = 0x53
+    MEM_ERROR_LOG2_ADDR = 0x54
+    MEM_ERROR_LOG2 = 0x55
+    MEM_ERROR_LOG3_ADDR = 0x56
+    MEM_ERROR_LOG3 = 0x57
 
 
 class ControlBusSignature(wiring.Signature):
@@ -139,7 +151,10 @@ class ControlWindow(wiring.Component):
                 Reg.PMEM_READS_LOG, Reg.PMEM_READS_SNAPSHOT, Reg.PMEM_WRITES_DATA,
                 Reg.PMEM_WRITES_LOG, Reg.PMEM_WRITES_SNAPSHOT, Reg.LINK_TO_DEVICE,
                 Reg.LINK_TO_DEVICE_DATA, Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA,
-                Reg.LOG_BUSY, Reg.SNAPSHOT_BUSY)
+                Reg.LOG_BUSY, Reg.SNAPSHOT_BUSY, Reg.CACHE_STRAYS,
+                Reg.MEM_ERROR_LOG0_ADDR, Reg.MEM_ERROR_LOG0, Reg.MEM_ERROR_LOG1_ADDR,
+                Reg.MEM_ERROR_LOG1, Reg.MEM_ERROR_LOG2_ADDR, Reg.MEM_ERROR_LOG2,
+                Reg.MEM_ERROR_LOG3_ADDR, Reg.MEM_ERROR_LOG3)
 
     def __init__(self, config):
         self._config = config

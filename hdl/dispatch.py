@@ -100,46 +100,60 @@ class Dispatcher(wiring.Component):
         with m.If(self.update.valid & self.update.ready):
             m.d.comb += clear_mask.eq(1 << d.batch[0])     # one update per lookup
 
-        refuse = Signal(ErrorCode)
+        # What IDLE offers for the descriptor at the head: a hand-off to an
+        # engine or a refusal. Once offered and not taken, the same offer stands
+        # in the next cycle whatever the status lines do (the stream rule).
+        lookup_ops = d.op.as_value().matches(Op.LOOKUP, Op.FINISH)
+        ckpt_ops = d.op.as_value().matches(Op.COMMIT, Op.SNAPSHOT_MLP, Op.RECOVER)
+        is_update = d.op == Op.UPDATE
+        fresh_refuse = Signal(ErrorCode)
+        with m.If(is_update & self.logging & ~logged):
+            m.d.comb += fresh_refuse.eq(ErrorCode.NOT_LOGGED)
+        with m.Elif(~(lookup_ops | ckpt_ops | is_update)):
+            m.d.comb += fresh_refuse.eq(ErrorCode.BAD_OP)
+        held = self.hold_lookup & (d.op == Op.LOOKUP)
+        barrier = is_update & self.logging & ~self.log_drained & (fresh_refuse == ErrorCode.NONE)
+        fresh = Cat(lookup_ops & ~held,
+                    is_update & ~barrier & (fresh_refuse == ErrorCode.NONE),
+                    ckpt_ops,
+                    fresh_refuse != ErrorCode.NONE)
+        standing = Signal(4)            # lookup, update, ckpt, refusal offered and not taken
+        standing_refuse = Signal(ErrorCode)
+        pick = Mux(standing.any(), standing, fresh)
+        refuse = Mux(standing.any(), standing_refuse, fresh_refuse)
+        offer = Signal(4)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.desc.valid):
-                    with m.Switch(d.op):
-                        with m.Case(Op.LOOKUP, Op.FINISH):
-                            held = self.hold_lookup & (d.op == Op.LOOKUP)
-                            m.d.comb += [self.lookup.valid.eq(~held),
-                                         self.desc.ready.eq(self.lookup.ready & ~held)]
-                            with m.If(held):
-                                m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
-                            with m.If(self.lookup.ready & ~held):
-                                m.d.sync += running.eq(d.batch[0])
-                                with m.If(d.op == Op.LOOKUP):
-                                    m.d.sync += [seen[d.batch[0]].eq(d),
-                                                 seen_logging.bit_select(d.batch[0], 1).eq(
-                                                     self.logging & ~d.nolog)]
-                                    m.d.comb += clear_mask.eq(1 << d.batch[0])
-                                m.next = "LOOKUP"
-                        with m.Case(Op.UPDATE):
-                            with m.If(self.logging & ~logged):
-                                m.d.comb += refuse.eq(ErrorCode.NOT_LOGGED)
-                            with m.Elif(self.logging & ~self.log_drained):
-                                m.d.sync += self.barrier_cycles.eq(self.barrier_cycles + 1)
-                            with m.Else():
-                                m.d.comb += [self.update.valid.eq(1),
-                                             self.desc.ready.eq(self.update.ready)]
-                                with m.If(self.update.ready):
-                                    m.next = "UPDATE"
-                        with m.Case(Op.COMMIT, Op.SNAPSHOT_MLP, Op.RECOVER):
-                            m.d.comb += [self.ckpt.valid.eq(1), self.desc.ready.eq(self.ckpt.ready)]
-                            with m.If(self.ckpt.ready):
-                                m.next = "CKPT"
-                                with m.If(d.op == Op.RECOVER):
-                                    # Lookups before a recovery logged for a generation
-                                    # it ends: no update may lean on them.
-                                    m.d.comb += clear_mask.eq(0b11)
-                        with m.Default():
-                            m.d.comb += refuse.eq(ErrorCode.BAD_OP)
-                    with m.If(refuse != ErrorCode.NONE):
+                    m.d.comb += offer.eq(pick)
+                    with m.If(~standing.any()):
+                        with m.If(held & lookup_ops):
+                            m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
+                        with m.If(barrier):
+                            m.d.sync += self.barrier_cycles.eq(self.barrier_cycles + 1)
+                    with m.If(offer[0]):
+                        m.d.comb += [self.lookup.valid.eq(1), self.desc.ready.eq(self.lookup.ready)]
+                        with m.If(self.lookup.ready):
+                            m.d.sync += running.eq(d.batch[0])
+                            with m.If(d.op == Op.LOOKUP):
+                                m.d.sync += [seen[d.batch[0]].eq(d),
+                                             seen_logging.bit_select(d.batch[0], 1).eq(
+                                                 self.logging & ~d.nolog)]
+                                m.d.comb += clear_mask.eq(1 << d.batch[0])
+                            m.next = "LOOKUP"
+                    with m.If(offer[1]):
+                        m.d.comb += [self.update.valid.eq(1), self.desc.ready.eq(self.update.ready)]
+                        with m.If(self.update.ready):
+                            m.next = "UPDATE"
+                    with m.If(offer[2]):
+                        m.d.comb += [self.ckpt.valid.eq(1), self.desc.ready.eq(self.ckpt.ready)]
+                        with m.If(self.ckpt.ready):
+                            m.next = "CKPT"
+                            with m.If(d.op == Op.RECOVER):
+                                # Lookups before a recovery logged for a generation
+                                # it ends: no update may lean on them.
+                                m.d.comb += clear_mask.eq(0b11)
+                    with m.If(offer[3]):
                         m.d.comb += [
                             self.done.valid.eq(1),
                             self.done.payload.batch.eq(d.batch),
@@ -147,6 +161,8 @@ class Dispatcher(wiring.Component):
                             self.done.payload.error.eq(refuse),
                             self.desc.ready.eq(self.done.ready),
                         ]
+                m.d.sync += [standing.eq(Mux(self.desc.ready, 0, offer)),
+                             standing_refuse.eq(refuse)]
             for name, source in (("LOOKUP", self.lookup_done), ("UPDATE", self.update_done),
                                  ("CKPT", self.ckpt_done)):
                 with m.State(name):

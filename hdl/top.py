@@ -170,6 +170,7 @@ class Device(wiring.Component):
             control.counter(Reg.CACHE_READS).eq(agent.lines_read),
             control.counter(Reg.CACHE_WRITES).eq(agent.lines_written),
             control.counter(Reg.MEM_ERRORS).eq(target.errors),
+            control.counter(Reg.CACHE_STRAYS).eq(agent.strays),
             control.counter(Reg.PMEM_READS_DATA).eq(pmem.reads_by_region[0]),
             control.counter(Reg.PMEM_READS_LOG).eq(pmem.reads_by_region[1]),
             control.counter(Reg.PMEM_READS_SNAPSHOT).eq(pmem.reads_by_region[2]),
@@ -182,6 +183,12 @@ class Device(wiring.Component):
                 target.last_error.as_value(), Const(0, 5), target.last_error_tag,
                 target.last_error_addr)),
         ]
+        for k, record in enumerate(target.log):
+            m.d.comb += [
+                control.counter(Reg[f"MEM_ERROR_LOG{k}_ADDR"]).eq(record.addr),
+                control.counter(Reg[f"MEM_ERROR_LOG{k}"]).eq(Cat(
+                    record.kind.as_value(), Const(0, 5), record.tag, Const(0, 8), record.seq)),
+            ]
         if has_update:
             m.d.comb += [
                 control.counter(Reg.UPDATE_BUSY).eq(update.busy_cycles),

@@ -58,7 +58,11 @@ class CxlMemMaster:
             # Wait in line: a freed tag wakes exactly one waiter.
             turn = Event()
             self._waiters.append(turn)
-            await with_timeout(turn.wait(), self.timeout_ns, "ns")
+            try:
+                await with_timeout(turn.wait(), self.timeout_ns, "ns")
+            except Exception:
+                raise TimeoutError(f"CXL.mem {what}: no tag came free within "
+                                   f"{self.timeout_ns} ns (responses stopped)") from None
         tag = self._free.popleft()
         done, box = Event(), []
         self._pending[tag] = (done, box)

@@ -14,7 +14,7 @@ import random
 
 import cocotb
 import cocotb.utils
-from cocotb.triggers import Event, ReadOnly, RisingEdge, ValueChange
+from cocotb.triggers import Event, ReadOnly, RisingEdge, ValueChange, with_timeout
 
 from .layouts import pack, unpack
 
@@ -66,8 +66,13 @@ class StreamSource:
         self._idle.clear()
         self._wake.set()
 
-    async def wait_idle(self):
-        await self._idle.wait()
+    async def wait_idle(self, timeout_ns=10_000_000):
+        """Wait until the DUT took everything queued; fail after ``timeout_ns``."""
+        try:
+            await with_timeout(self._idle.wait(), timeout_ns, "ns")
+        except Exception:
+            raise TimeoutError(f"stream source: {len(self.queue)} payloads not taken "
+                               f"within {timeout_ns} ns") from None
 
     def kill(self):
         self._task.cancel()
@@ -127,10 +132,15 @@ class StreamSink:
         self.ready.value = 0 if pause is not None else 1
         self._task = cocotb.start_soon(self._run())
 
-    async def recv(self):
+    async def recv(self, timeout_ns=10_000_000):
+        """The next payload; fail after ``timeout_ns`` without one."""
         while not self.queue:
             self._got.clear()
-            await self._got.wait()
+            try:
+                await with_timeout(self._got.wait(), timeout_ns, "ns")
+            except Exception:
+                raise TimeoutError(f"stream sink: nothing received within {timeout_ns} ns") \
+                    from None
         return self.queue.popleft()
 
     def kill(self):

@@ -41,6 +41,9 @@ from .software_path import SoftwareEmbeddings
 
 __all__ = ["PHASES", "FailurePlan", "TrainingRun"]
 
+#: A snapshot pull the GPU waits for must end within this many cycles (a hang otherwise).
+SNAPSHOT_WAIT_CYCLES = 5_000_000
+
 
 def progress(text):
     print(text, file=sys.stderr, flush=True)
@@ -482,8 +485,13 @@ class TrainingRun:
             self.record["errors"].append({"batch": b - 1, "commit": "NOT_COMMITTED",
                                           "committed": st["committed"]})
         if st["snapshot_busy"] and self.pulling is not None and b - self.pulling > self.k:
+            waited = 0
             while st["snapshot_busy"]:
+                if waited > SNAPSHOT_WAIT_CYCLES:
+                    raise TimeoutError(f"batch {b}: the MLP snapshot pull of batch "
+                                       f"{self.pulling} still runs after {waited} cycles")
                 await Timer(64 * PERIOD_NS, "ns")
+                waited += 64
                 st = await tb.checkpoint_state()
         if st["durable"] is not None:
             self.durable = max(self.durable, st["durable"])

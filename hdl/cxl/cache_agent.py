@@ -42,6 +42,10 @@ class CacheAgent(wiring.Component):
     outstanding : Out
         CQIDs in use.
     lines_read, lines_written : Out(32)
+    strays : Out(32)
+        Host messages dropped because they named no outstanding transaction of
+        their kind: read data for an idle or write CQID, a write pull for an
+        idle or read CQID.
     """
 
     def __init__(self, config, *, n_ports, tag_bits=8):
@@ -55,6 +59,7 @@ class CacheAgent(wiring.Component):
             "outstanding": Out(range(config.cache_ids + 1)),
             "lines_read": Out(32),
             "lines_written": Out(32),
+            "strays": Out(32),
         })
         super().__init__(members)
 
@@ -69,6 +74,7 @@ class CacheAgent(wiring.Component):
         ports = self.ports
         cache = self.cache
         client_bits = max(1, (n - 1).bit_length())
+        id_bits = max(1, (q - 1).bit_length())
 
         m.submodules.merge = merge = StreamMerge(ports[0].req.payload.shape(), n)
         for i, p in enumerate(ports):
@@ -81,7 +87,7 @@ class CacheAgent(wiring.Component):
             with m.If(~busy[k]):
                 m.d.comb += [free_id.eq(k), have_free.eq(1)]
 
-        info_layout = data.StructLayout({"client": client_bits, "tag": self._tag_bits})
+        info_layout = data.StructLayout({"client": client_bits, "tag": self._tag_bits, "write": 1})
         info = Array(Signal(info_layout, name=f"info{k}") for k in range(q))
         m.submodules.wbuf = wbuf = Memory(shape=LINE_BITS, depth=q, init=[])
         wbuf_w = wbuf.write_port()
@@ -111,22 +117,32 @@ class CacheAgent(wiring.Component):
                 out.addr.eq(merge.o.payload.addr),
                 info[free_id].client.eq(merge.index),
                 info[free_id].tag.eq(merge.o.payload.tag),
+                info[free_id].write.eq(merge.o.payload.op == LineOp.WRITE),
             ]
 
+        def known(cqid, write):
+            # The host names a CQID this agent has outstanding, for the right kind
+            # of transaction; anything else is dropped and counted (``strays``).
+            idx = cqid[:id_bits]
+            return (cqid < q) & busy.bit_select(idx, 1) & (info[idx].write == write)
+
         # -- read data: route by CQID to the client
-        rd_info = info[cache.h2d_data.payload.cqid[:max(1, (q - 1).bit_length())]]
+        rd_cqid = cache.h2d_data.payload.cqid
+        rd_info = info[rd_cqid[:id_bits]]
+        rd_known = known(rd_cqid, 0)
         rd_ready = Signal()
         for i, p in enumerate(ports):
             m.d.comb += [
-                p.rdata.valid.eq(cache.h2d_data.valid & (rd_info.client == i)),
+                p.rdata.valid.eq(cache.h2d_data.valid & rd_known & (rd_info.client == i)),
                 p.rdata.payload.tag.eq(rd_info.tag),
                 p.rdata.payload.data.eq(cache.h2d_data.payload.data),
                 p.rdata.payload.err.eq(cache.h2d_data.payload.poison),
             ]
             with m.If(rd_info.client == i):
                 m.d.comb += rd_ready.eq(p.rdata.ready)
-        m.d.comb += cache.h2d_data.ready.eq(rd_ready)
-        rd_done = cache.h2d_data.valid & rd_ready
+        m.d.comb += cache.h2d_data.ready.eq(rd_ready | ~rd_known)
+        rd_done = cache.h2d_data.valid & rd_known & rd_ready
+        rd_stray = cache.h2d_data.valid & ~rd_known
 
         # -- write pull: read the buffer, send D2H data, then acknowledge the client
         rsp = cache.h2d_rsp.payload
@@ -144,7 +160,9 @@ class CacheAgent(wiring.Component):
             wbuf_r.addr.eq(rsp.cqid),
             wbuf_r.en.eq(~wp_busy),
         ]
-        start_pull = cache.h2d_rsp.valid & ~wp_busy & pull
+        rsp_known = known(rsp.cqid, 1)
+        start_pull = cache.h2d_rsp.valid & ~wp_busy & pull & rsp_known
+        rsp_stray = cache.h2d_rsp.valid & ~wp_busy & pull & ~rsp_known
         with m.If(start_pull):
             m.d.sync += [
                 wp_busy.eq(1), wp_data_pending.eq(1), wp_ack_pending.eq(1),
@@ -174,12 +192,13 @@ class CacheAgent(wiring.Component):
 
         # -- CQID bookkeeping
         set_mask = Mux(take, 1 << free_id, 0)
-        clr_rd = Mux(rd_done, 1 << cache.h2d_data.payload.cqid, 0)
+        clr_rd = Mux(rd_done, 1 << rd_cqid[:id_bits], 0)
         clr_wr = Mux(wr_done, 1 << wp_cqid, 0)
         m.d.sync += busy.eq((busy & ~clr_rd & ~clr_wr) | set_mask)
         m.d.comb += self.outstanding.eq(sum(busy[k] for k in range(q)))
         m.d.sync += [
             self.lines_read.eq(self.lines_read + rd_done),
             self.lines_written.eq(self.lines_written + wr_done),
+            self.strays.eq(self.strays + rd_stray + rsp_stray),
         ]
         return m

@@ -11,7 +11,10 @@ from ..common.register_slice import RegisterSlice
 from .messages import (ADDR_BITS, TAG_BITS, CxlMemSignature, M2SReqOpcode, M2SRwDOpcode,
                        S2MDrsOpcode, S2MNdrOpcode)
 
-__all__ = ["MemError", "CxlMemTarget"]
+__all__ = ["MemError", "CxlMemTarget", "ERROR_LOG_DEPTH"]
+
+#: Refusals the error log keeps, newest first.
+ERROR_LOG_DEPTH = 4
 
 
 class MemError(enum.Enum, shape=3):
@@ -21,11 +24,18 @@ class MemError(enum.Enum, shape=3):
     PROTECTED = 2       # write to the log, commit or snapshot regions
     POISONED = 3        # write data carried poison
     OPCODE = 4          # opcode this device does not implement
+    TAG_REUSE = 5       # tag of a read or write still outstanding
 
 
 _Unified = data.StructLayout({
     "write": 1, "opcode": 4, "tag": TAG_BITS, "addr": ADDR_BITS,
     "poison": 1, "be": LINE_BYTES, "data": LINE_BITS,
+})
+
+
+#: One record of the error log.
+error_record = data.StructLayout({
+    "kind": MemError, "tag": TAG_BITS, "addr": ADDR_BITS, "seq": 32,
 })
 
 
@@ -46,7 +56,14 @@ class CxlMemTarget(wiring.Component):
     * ``MemInv``: ``Cmp`` at once (the device keeps no copies of host lines).
 
     Responses leave in the order they are ready, not in request order: the
-    host matches them by tag.
+    host matches them by tag. A read or write whose tag is still outstanding
+    (its response has not left) is refused (``TAG_REUSE``) with an immediate
+    poisoned ``MemData`` or ``CmpErr`` carrying that tag, ahead of the
+    original's response: the host's tag is then ambiguous, and the refusal
+    says so. At most ``tracked`` requests are outstanding; more wait.
+
+    Every refusal changes nothing in PMEM, counts in ``errors`` and enters the
+    error log (``log``, :data:`ERROR_LOG_DEPTH` records, newest first).
 
     Members
     -------
@@ -60,6 +77,9 @@ class CxlMemTarget(wiring.Component):
         Requests refused so far.
     last_error : Out(MemError), last_error_addr : Out(ADDR_BITS), last_error_tag : Out(TAG_BITS)
         The most recent refusal.
+    log : Out(ArrayLayout(error_record, ERROR_LOG_DEPTH))
+        The newest refusals, newest first; ``seq`` is the refusal's number
+        (1, 2, ...), 0 in an empty record.
     """
 
     def __init__(self, config):
@@ -72,7 +92,14 @@ class CxlMemTarget(wiring.Component):
             "last_error": Out(MemError),
             "last_error_addr": Out(ADDR_BITS),
             "last_error_tag": Out(TAG_BITS),
+            "log": Out(data.ArrayLayout(error_record, ERROR_LOG_DEPTH)),
         })
+
+    @property
+    def tracked(self):
+        """Reads and writes that may be outstanding at once: what PMEM holds in
+        flight, and one more waiting for each response channel."""
+        return self._config.pmem.read_depth + self._config.pmem.wpq_depth + 2
 
     def elaborate(self, platform):
         m = Module()
@@ -107,12 +134,28 @@ class CxlMemTarget(wiring.Component):
         m.d.comb += offset.eq(r.addr - cfg.hdm_base)
         mapped = (r.addr >= cfg.hdm_base) & (offset < cfg.media_lines)
         # Software checkpointing (the ``pmem`` system) hands the regions to the host.
-        protected = (offset >= cfg.table_lines) & ~self.host_owns_checkpoints
+        # The mode is sampled only while no request waits, so a request offered
+        # to PMEM stays offered (the stream rule) whatever the host switches.
+        owns = Signal()
+        with m.If(~head.valid | head.ready):
+            m.d.sync += owns.eq(self.host_owns_checkpoints)
+        protected = (offset >= cfg.table_lines) & ~owns
         is_read = ~r.write & r.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)
         is_inv = ~r.write & (r.opcode == M2SReqOpcode.MemInv)
         # MemSpecRd is a hint with no completion (its tag is reserved): taken, ignored.
         is_spec = ~r.write & (r.opcode == M2SReqOpcode.MemSpecRd)
         is_write = r.write & r.opcode.matches(M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl)
+
+        # Tags of reads and writes sent to PMEM whose response has not left.
+        n_track = self.tracked
+        track_valid = Signal(n_track)
+        track_tag = Array(Signal(TAG_BITS, name=f"track_tag{k}") for k in range(n_track))
+        reused = Cat(track_valid[k] & (track_tag[k] == r.tag) for k in range(n_track)).any()
+        track_free = Signal(range(n_track))
+        track_room = Signal()
+        for k in reversed(range(n_track)):
+            with m.If(~track_valid[k]):
+                m.d.comb += [track_free.eq(k), track_room.eq(1)]
 
         error = Signal(MemError)
         with m.If(~(is_read | is_inv | is_write | is_spec)):
@@ -125,6 +168,8 @@ class CxlMemTarget(wiring.Component):
             m.d.comb += error.eq(MemError.PROTECTED)
         with m.Elif(is_write & r.poison):
             m.d.comb += error.eq(MemError.POISONED)
+        with m.Elif(reused):
+            m.d.comb += error.eq(MemError.TAG_REUSE)
 
         # Immediate responses: refusals and MemInv completions.
         m.submodules.now_ndr = now_ndr = fifo.SyncFIFOBuffered(
@@ -135,7 +180,7 @@ class CxlMemTarget(wiring.Component):
         to_now_drs = (error != MemError.NONE) & ~r.write
         to_now_ndr = ~to_pmem & ~to_now_drs & ~is_spec
         m.d.comb += [
-            self.pmem.req.valid.eq(head.valid & to_pmem),
+            self.pmem.req.valid.eq(head.valid & to_pmem & track_room),
             self.pmem.req.payload.op.eq(Mux(r.write, LineOp.WRITE, LineOp.READ)),
             self.pmem.req.payload.addr.eq(offset),
             self.pmem.req.payload.tag.eq(r.tag),
@@ -146,7 +191,7 @@ class CxlMemTarget(wiring.Component):
             now_ndr.w_data.eq(Cat(Mux(error == MemError.NONE, S2MNdrOpcode.Cmp,
                                       S2MNdrOpcode.CmpErr), r.tag)),
             now_ndr.w_en.eq(head.valid & to_now_ndr),
-            head.ready.eq(Mux(to_pmem, self.pmem.req.ready,
+            head.ready.eq(Mux(to_pmem, self.pmem.req.ready & track_room,
                                  Mux(to_now_drs, now_drs.w_rdy,
                                      Mux(to_now_ndr, now_ndr.w_rdy, 1)))),
         ]
@@ -157,7 +202,12 @@ class CxlMemTarget(wiring.Component):
                 self.last_error.eq(error),
                 self.last_error_addr.eq(r.addr),
                 self.last_error_tag.eq(r.tag),
+                self.log[0].kind.eq(error),
+                self.log[0].tag.eq(r.tag),
+                self.log[0].addr.eq(r.addr),
+                self.log[0].seq.eq(self.errors + 1),
             ]
+            m.d.sync += [self.log[k].eq(self.log[k - 1]) for k in range(1, ERROR_LOG_DEPTH)]
 
         # DRS: PMEM read data or poisoned refusals.
         m.submodules.drs = drs = StreamMerge(cxl.s2m_drs.payload.shape(), 2)
@@ -185,4 +235,17 @@ class CxlMemTarget(wiring.Component):
             ndr.i1.payload.eq(now_ndr.r_data),
         ]
         wiring.connect(m, ndr.o, wiring.flipped(cxl.s2m_ndr))
+
+        # A tag is free again once its PMEM response leaves (DRS or NDR).
+        drs_done = drs.o.valid & drs.o.ready & (drs.index == 0)
+        ndr_done = ndr.o.valid & ndr.o.ready & (ndr.index == 0)
+        sent = head.valid & head.ready & to_pmem
+        for k in range(n_track):
+            freed = track_valid[k] & (
+                (drs_done & (track_tag[k] == drs.o.payload.tag))
+                | (ndr_done & (track_tag[k] == ndr.o.payload.tag)))
+            with m.If(sent & (track_free == k)):
+                m.d.sync += [track_valid[k].eq(1), track_tag[k].eq(r.tag)]
+            with m.Elif(freed):
+                m.d.sync += track_valid[k].eq(0)
         return m

@@ -31,6 +31,13 @@ class Harness(wiring.Component):
         return m
 
 
+def stream_raw(stream):
+    """``stream`` with its payload as plain bits (to send opcodes the enums do not name)."""
+    class Raw:
+        valid, ready, payload = stream.valid, stream.ready, stream.payload.as_value()
+    return Raw
+
+
 def bytemask(be):
     return sum(0xFF << (8 * b) for b in range(64) if (be >> b) & 1)
 
@@ -40,13 +47,16 @@ def run_traffic(ops, *, backpressure=0.0, seed=0, expect_drs=None):
     h = Harness(CFG)
     cxl = h.target.cxl
     got = {"ndr": [], "drs": []}
-    n_ndr = sum(1 for o in ops if o["chan"] == "rwd" or o["opcode"] == M2SReqOpcode.MemInv)
+    n_ndr = sum(1 for o in ops if o["chan"] == "rwd" or o.get("opcode") == M2SReqOpcode.MemInv)
     n_drs = len(ops) - n_ndr if expect_drs is None else expect_drs
 
     async def send(ctx):
         for o in ops:
-            payload = {k: v for k, v in o.items() if k != "chan"}
-            await stream_put(ctx, cxl.m2s_req if o["chan"] == "req" else cxl.m2s_rwd, payload)
+            stream = cxl.m2s_req if o["chan"] == "req" else cxl.m2s_rwd
+            if "raw" in o:
+                await stream_put(ctx, stream_raw(stream), o["raw"])
+            else:
+                await stream_put(ctx, stream, {k: v for k, v in o.items() if k != "chan"})
 
     def collector(name, stream, count):
         async def tb(ctx):
@@ -179,6 +189,51 @@ def test_error_registers():
         assert ctx.get(h.target.last_error) == MemError.UNMAPPED
         assert ctx.get(h.target.last_error_addr) == outside
         assert ctx.get(h.target.last_error_tag) == 42
+
+    sim = Simulator(h)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+
+
+def test_a_reused_tag_is_refused_and_the_original_completes():
+    ops = [
+        dict(chan="rwd", opcode=M2SRwDOpcode.MemWr, tag=8, addr=hpa(2), data=11, be=FULL, poison=0),
+        # Tag 8 is outstanding (the write waits 30 cycles in the WPQ): both are refused.
+        dict(chan="rwd", opcode=M2SRwDOpcode.MemWr, tag=8, addr=hpa(3), data=22, be=FULL, poison=0),
+        dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=8, addr=hpa(2)),
+        # Unknown opcodes are refused too, on the channel they came on (raw payloads:
+        # the enum has no name for them).
+        dict(chan="req", raw=0b0111 | 9 << 4 | hpa(2) << 20),
+        dict(chan="rwd", raw=0b0111 | 10 << 4 | hpa(3) << 20 | FULL << 67 | 33 << 131),
+        dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=11, addr=hpa(3)),
+    ]
+    got, h = run_traffic(ops)
+    ndr = [(r.tag, r.opcode) for r in got["ndr"]]
+    assert ndr[:2] == [(8, S2MNdrOpcode.CmpErr), (10, S2MNdrOpcode.CmpErr)]   # at once
+    assert ndr[2:] == [(8, S2MNdrOpcode.Cmp)]                                # the original
+    drs = {r.tag: (r.poison, r.data) for r in got["drs"]}
+    assert drs[8][0] == 1 and drs[9][0] == 1
+    assert drs[11] == (0, 0)                    # the refused write to line 3 changed nothing
+
+
+def test_the_error_log_keeps_the_newest_refusals_first():
+    outside = CFG.hdm_base + CFG.media_lines
+    h = Harness(CFG)
+    cxl = h.target.cxl
+
+    async def tb(ctx):
+        ctx.set(cxl.s2m_drs.ready, 1)
+        for k in range(6):
+            await stream_put(ctx, cxl.m2s_req,
+                             {"opcode": M2SReqOpcode.MemRd, "tag": 100 + k, "addr": outside + k})
+        await ctx.tick().repeat(3)
+        assert ctx.get(h.target.errors) == 6
+        log = [ctx.get(r) for r in h.target.log]
+        assert [r.seq for r in log] == [6, 5, 4, 3]
+        assert [r.tag for r in log] == [105, 104, 103, 102]
+        assert [r.addr for r in log] == [outside + 5, outside + 4, outside + 3, outside + 2]
+        assert all(r.kind == MemError.UNMAPPED for r in log)
 
     sim = Simulator(h)
     sim.add_clock(1e-8)
