@@ -80,6 +80,7 @@ class Reg(enum.IntEnum):
     LOG_BUSY = 0x4D         # RO  cycles the undo logger held records not yet persistent
     SNAPSHOT_BUSY = 0x4E    # RO  cycles a snapshot pull was in progress
     CACHE_STRAYS = 0x4F     # RO  CXL.cache messages dropped: they named no outstanding transaction
+    CACHE_TIMEOUTS = 0x58   # RO  CXL.cache requests the host left unanswered (failed with err)
     # The CXL.mem error log, newest refusal first (hdl/cxl/mem_target.py):
     # record k at 0x50 + 2k (its line address) and 0x51 + 2k (kind | tag << 8 |
     # its number among all refusals << 32, 0 when the record is empty).
@@ -151,7 +152,7 @@ class ControlWindow(wiring.Component):
                 Reg.PMEM_READS_LOG, Reg.PMEM_READS_SNAPSHOT, Reg.PMEM_WRITES_DATA,
                 Reg.PMEM_WRITES_LOG, Reg.PMEM_WRITES_SNAPSHOT, Reg.LINK_TO_DEVICE,
                 Reg.LINK_TO_DEVICE_DATA, Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA,
-                Reg.LOG_BUSY, Reg.SNAPSHOT_BUSY, Reg.CACHE_STRAYS,
+                Reg.LOG_BUSY, Reg.SNAPSHOT_BUSY, Reg.CACHE_STRAYS, Reg.CACHE_TIMEOUTS,
                 Reg.MEM_ERROR_LOG0_ADDR, Reg.MEM_ERROR_LOG0, Reg.MEM_ERROR_LOG1_ADDR,
                 Reg.MEM_ERROR_LOG1, Reg.MEM_ERROR_LOG2_ADDR, Reg.MEM_ERROR_LOG2,
                 Reg.MEM_ERROR_LOG3_ADDR, Reg.MEM_ERROR_LOG3)

@@ -171,6 +171,7 @@ class Device(wiring.Component):
             control.counter(Reg.CACHE_WRITES).eq(agent.lines_written),
             control.counter(Reg.MEM_ERRORS).eq(target.errors),
             control.counter(Reg.CACHE_STRAYS).eq(agent.strays),
+            control.counter(Reg.CACHE_TIMEOUTS).eq(agent.timeouts),
             control.counter(Reg.PMEM_READS_DATA).eq(pmem.reads_by_region[0]),
             control.counter(Reg.PMEM_READS_LOG).eq(pmem.reads_by_region[1]),
             control.counter(Reg.PMEM_READS_SNAPSHOT).eq(pmem.reads_by_region[2]),

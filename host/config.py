@@ -247,6 +247,11 @@ class Config:
         Arithmetic format and timings, see the classes.
     cache_ids : int
         CXL.cache command queue ids, the device's outstanding host requests.
+    cache_timeout : int
+        Cycles the device waits for the host to answer a CXL.cache request
+        before it fails the request (and the descriptor that made it); a
+        power of two. 65,536 cycles is 262 us at 250 MHz, far beyond any
+        answer a working host gives.
     host_window : int
         Lines in flight for each stream the lookup engine reads from host memory.
     desc_depth : int
@@ -299,6 +304,7 @@ class Config:
     pmem: PmemTiming = field(default_factory=PmemTiming)
     link: LinkTiming = field(default_factory=LinkTiming)
     cache_ids: int = 32
+    cache_timeout: int = 1 << 16
     host_window: int = 8
     desc_depth: int = 4
     log_lines: int = 0
@@ -341,6 +347,10 @@ class Config:
         for name in ("relaxed_lookup", "register_slices"):
             _check(isinstance(getattr(self, name), bool),
                    f"{name} must be true or false, not {getattr(self, name)!r}")
+        _check(isinstance(self.cache_timeout, int) and 64 <= self.cache_timeout <= (1 << 24)
+               and (self.cache_timeout & (self.cache_timeout - 1)) == 0,
+               f"cache_timeout must be a power of two in [64, 2**24] cycles, "
+               f"not {self.cache_timeout!r}")
         for name in ("cache_ids", "host_window", "desc_depth", "defer_depth"):
             v = getattr(self, name)
             limit = 65536 if name == "defer_depth" else 256
@@ -528,7 +538,7 @@ class Config:
 #: 512-256-1, SGD lr 0.1, batch 128) with every table capped at 512 rows so
 #: that it fits a simulation.
 PRESETS = {
-    "tiny": Config(tables=(32, 48), max_pooling=8, max_bags=256,
+    "tiny": Config(tables=(32, 48), max_pooling=8, max_bags=256, cache_timeout=4096,
                    model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
     "small": Config(tables=(512, 256, 1024, 128), max_pooling=16, max_bags=2048),
     "bench": Config(tables=(1024,) * 4, max_pooling=32, max_bags=8192),

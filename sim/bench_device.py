@@ -214,6 +214,28 @@ async def test_lookup_refuses_bad_descriptors(dut):
 
 
 @cocotb.test()
+async def test_host_memory_faults_fail_the_descriptor(dut):
+    """Host memory that never answers, poisons a read or refuses a write ends the
+    descriptor with an error; the device then works as before."""
+    tb = await started(dut)
+    cfg = tb.config
+    tables = initial_tables(cfg, seed=5)
+    await tb.load_tables(tables)
+    indices, offsets = np.array([1, 2, 0], np.uint32), np.array([0, 2, 3], np.uint32)
+    cases = [("drop", "read", ErrorCode.HOST_POISON), ("error", "read", ErrorCode.HOST_POISON),
+             ("error", "write", ErrorCode.HOST_WRITE), ("drop", "write", ErrorCode.HOST_WRITE)]
+    for batch, (kind, op, code) in enumerate(cases, 30):
+        tb.host.inject(kind, op)
+        res = await tb.lookup(batch, indices, offsets)
+        assert res.error == code, f"{kind} {op}: {res.error!r}, expected {code!r}"
+    assert await tb.ctl.read(Reg.CACHE_TIMEOUTS) == 2
+    res = await tb.lookup(40, indices, offsets)
+    assert res.error == ErrorCode.NONE
+    np.testing.assert_array_equal(res.pooled, embedding_bag_sum(cfg, tables, indices, offsets).pooled)
+    assert not tb.host.errors, tb.host.errors
+
+
+@cocotb.test()
 async def test_stream_monitor_flags_protocol_breaches(dut):
     """The protocol monitor used on every device output really catches a changed payload."""
     tb = await started(dut)

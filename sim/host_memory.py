@@ -22,6 +22,10 @@ class HostMemory:
     and writes (``ItoMWr``, ``WrCur``) with ``GO_WritePull``, each after a
     random delay in ``delay`` cycles, so answers overtake each other. Requests
     outside the window get poisoned data or ``GO_ERR_WritePull``.
+
+    :meth:`inject` makes the next requests fail on purpose: unanswered
+    (``"drop"``), answered with poisoned data (reads) or ``GO_ERR_WritePull``
+    (writes) (``"error"``).
     """
 
     def __init__(self, dut, clock, *, base, lines, period_ns, prefix="cxl_cache",
@@ -43,6 +47,21 @@ class HostMemory:
         self._next_uqid = 0
         self.reads = self.writes = 0
         self.errors = []
+        self._faults = []               # (kind, "read" | "write") for the next requests
+
+    def inject(self, kind, op, count=1):
+        """Fail the next ``count`` requests of ``op`` (``"read"`` or ``"write"``) with
+        ``kind`` (``"drop"`` or ``"error"``)."""
+        if kind not in ("drop", "error") or op not in ("read", "write"):
+            raise ValueError(f"unknown fault {kind!r} on {op!r}")
+        self._faults += [(kind, op)] * count
+
+    def _fault(self, op):
+        for k, (kind, which) in enumerate(self._faults):
+            if which == op:
+                del self._faults[k]
+                return kind
+        return None
 
     # -- memory access for the host program ---------------------------------------------
 
@@ -109,14 +128,23 @@ class HostMemory:
         if op in (D2HReqOpcode.RdCurr, D2HReqOpcode.RdShared, D2HReqOpcode.RdOwn):
             line = self._line(req.addr)
             self.reads += 1
-            self._later(self.data, {"cqid": req.cqid, "data": line or 0, "poison": int(line is None)},
+            fault = self._fault("read")
+            if fault == "drop":
+                self._cqids.discard(req.cqid)       # the host forgot it
+                return
+            self._later(self.data, {"cqid": req.cqid, "data": line or 0,
+                                    "poison": int(line is None or fault == "error")},
                         self._retire(req.cqid))
         elif op in (D2HReqOpcode.ItoMWr, D2HReqOpcode.WrCur):
             uqid = self._next_uqid
             self._next_uqid = (uqid + 1) % (1 << UQID_BITS)
             if uqid in self._pulls:
                 self.errors.append(f"UQID {uqid} reused while its data is outstanding")
-            inside = self._line(req.addr) is not None
+            fault = self._fault("write")
+            if fault == "drop":
+                self._cqids.discard(req.cqid)
+                return
+            inside = self._line(req.addr) is not None and fault is None
             self._pulls[uqid] = req.addr if inside else None
             self._later(self.rsp, {
                 "opcode": H2DRspOpcode.GO_WritePull if inside else H2DRspOpcode.GO_ERR_WritePull,

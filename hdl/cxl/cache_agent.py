@@ -42,6 +42,9 @@ class CacheAgent(wiring.Component):
     outstanding : Out
         CQIDs in use.
     lines_read, lines_written : Out(32)
+    timeouts : Out(32)
+        Transactions the host left unanswered for ``config.cache_timeout``
+        cycles (within its last sixteenth): completed to the client with ``err``.
     strays : Out(32)
         Host messages dropped because they named no outstanding transaction of
         their kind: read data for an idle or write CQID, a write pull for an
@@ -60,6 +63,7 @@ class CacheAgent(wiring.Component):
             "lines_read": Out(32),
             "lines_written": Out(32),
             "strays": Out(32),
+            "timeouts": Out(32),
         })
         super().__init__(members)
 
@@ -120,29 +124,72 @@ class CacheAgent(wiring.Component):
                 info[free_id].write.eq(merge.o.payload.op == LineOp.WRITE),
             ]
 
+        # -- timeouts: a CQID the host leaves unanswered for ``cache_timeout``
+        # cycles completes to its client with ``err``. It then stays reserved
+        # ("dead") for another timeout, so that a late answer is dropped (a
+        # stray) instead of reaching the next transaction on that CQID.
+        dead = Signal(q)
+        tick_period = max(1, self._config.cache_timeout // 16)
+        prescale = Signal(range(tick_period))
+        tick = Signal()
+        m.d.comb += tick.eq(prescale == tick_period - 1)
+        m.d.sync += prescale.eq(Mux(tick, 0, prescale + 1))
+        age = Array(Signal(5, name=f"age{k}") for k in range(q))
+        expired = Signal(q)
+        m.d.comb += expired.eq(Cat(busy[k] & age[k][4] for k in range(q)))
+        to_read = Signal()              # a timed-out read is being answered with err
+        to_cqid = Signal(range(q))
+        to_info = info[to_cqid]
+        exp_read = Signal()
+        exp_read_id = Signal(range(q))
+        exp_write = Signal()
+        exp_write_id = Signal(range(q))
+        for k in reversed(range(q)):
+            with m.If(expired[k] & ~dead[k] & ~info[k].write):
+                m.d.comb += [exp_read.eq(1), exp_read_id.eq(k)]
+            with m.If(expired[k] & ~dead[k] & info[k].write):
+                m.d.comb += [exp_write.eq(1), exp_write_id.eq(k)]
+
         def known(cqid, write):
             # The host names a CQID this agent has outstanding, for the right kind
             # of transaction; anything else is dropped and counted (``strays``).
             idx = cqid[:id_bits]
-            return (cqid < q) & busy.bit_select(idx, 1) & (info[idx].write == write)
+            return ((cqid < q) & busy.bit_select(idx, 1) & ~dead.bit_select(idx, 1)
+                    & (info[idx].write == write))
 
         # -- read data: route by CQID to the client
         rd_cqid = cache.h2d_data.payload.cqid
         rd_info = info[rd_cqid[:id_bits]]
         rd_known = known(rd_cqid, 0)
         rd_ready = Signal()
+        to_ready = Signal()
         for i, p in enumerate(ports):
-            m.d.comb += [
-                p.rdata.valid.eq(cache.h2d_data.valid & rd_known & (rd_info.client == i)),
-                p.rdata.payload.tag.eq(rd_info.tag),
-                p.rdata.payload.data.eq(cache.h2d_data.payload.data),
-                p.rdata.payload.err.eq(cache.h2d_data.payload.poison),
-            ]
+            with m.If(to_read):
+                m.d.comb += [
+                    p.rdata.valid.eq(to_info.client == i),
+                    p.rdata.payload.tag.eq(to_info.tag),
+                    p.rdata.payload.err.eq(1),
+                ]
+                with m.If(to_info.client == i):
+                    m.d.comb += to_ready.eq(p.rdata.ready)
+            with m.Else():
+                m.d.comb += [
+                    p.rdata.valid.eq(cache.h2d_data.valid & rd_known & (rd_info.client == i)),
+                    p.rdata.payload.tag.eq(rd_info.tag),
+                    p.rdata.payload.data.eq(cache.h2d_data.payload.data),
+                    p.rdata.payload.err.eq(cache.h2d_data.payload.poison),
+                ]
             with m.If(rd_info.client == i):
                 m.d.comb += rd_ready.eq(p.rdata.ready)
-        m.d.comb += cache.h2d_data.ready.eq(rd_ready | ~rd_known)
-        rd_done = cache.h2d_data.valid & rd_known & rd_ready
-        rd_stray = cache.h2d_data.valid & ~rd_known
+        # While a timed-out read is answered, host data waits.
+        m.d.comb += cache.h2d_data.ready.eq(~to_read & (rd_ready | ~rd_known))
+        rd_done = cache.h2d_data.valid & ~to_read & rd_known & rd_ready
+        rd_stray = cache.h2d_data.valid & ~to_read & ~rd_known
+        to_rd_done = to_read & to_ready
+        with m.If(to_rd_done):
+            m.d.sync += to_read.eq(0)
+        with m.Elif(~to_read & exp_read & ~cache.h2d_data.valid):
+            m.d.sync += [to_read.eq(1), to_cqid.eq(exp_read_id)]
 
         # -- write pull: read the buffer, send D2H data, then acknowledge the client
         rsp = cache.h2d_rsp.payload
@@ -163,11 +210,19 @@ class CacheAgent(wiring.Component):
         rsp_known = known(rsp.cqid, 1)
         start_pull = cache.h2d_rsp.valid & ~wp_busy & pull & rsp_known
         rsp_stray = cache.h2d_rsp.valid & ~wp_busy & pull & ~rsp_known
+        wp_timeout = Signal()       # the ack in progress is a timeout's
+        start_timeout = ~wp_busy & ~cache.h2d_rsp.valid & exp_write
         with m.If(start_pull):
             m.d.sync += [
                 wp_busy.eq(1), wp_data_pending.eq(1), wp_ack_pending.eq(1),
                 wp_cqid.eq(rsp.cqid), wp_uqid.eq(rsp.uqid),
                 wp_err.eq(rsp.opcode == H2DRspOpcode.GO_ERR_WritePull),
+                wp_timeout.eq(0),
+            ]
+        with m.Elif(start_timeout):
+            m.d.sync += [
+                wp_busy.eq(1), wp_data_pending.eq(0), wp_ack_pending.eq(1),
+                wp_cqid.eq(exp_write_id), wp_err.eq(1), wp_timeout.eq(1),
             ]
         # The buffer's read data stays valid while wp_busy: its enable is off.
         m.d.comb += [
@@ -193,8 +248,28 @@ class CacheAgent(wiring.Component):
         # -- CQID bookkeeping
         set_mask = Mux(take, 1 << free_id, 0)
         clr_rd = Mux(rd_done, 1 << rd_cqid[:id_bits], 0)
-        clr_wr = Mux(wr_done, 1 << wp_cqid, 0)
-        m.d.sync += busy.eq((busy & ~clr_rd & ~clr_wr) | set_mask)
+        clr_wr = Mux(wr_done & ~wp_timeout, 1 << wp_cqid, 0)
+        # Timed out: dead until a late answer (a stray) or a second timeout frees it.
+        kill = Mux(to_rd_done, 1 << to_cqid, 0) | Mux(wr_done & wp_timeout, 1 << wp_cqid, 0)
+        stray_id = Signal(range(q))
+        stray_dead = Signal()
+        with m.If(rd_stray):
+            m.d.comb += [stray_id.eq(rd_cqid[:id_bits]),
+                         stray_dead.eq((rd_cqid < q) & dead.bit_select(rd_cqid[:id_bits], 1))]
+        with m.Elif(rsp_stray):
+            m.d.comb += [stray_id.eq(rsp.cqid[:id_bits]),
+                         stray_dead.eq((rsp.cqid < q) & dead.bit_select(rsp.cqid[:id_bits], 1))]
+        revive = Mux(stray_dead, 1 << stray_id, 0) | (expired & dead)
+        m.d.sync += [
+            busy.eq((busy & ~clr_rd & ~clr_wr & ~revive) | set_mask),
+            dead.eq((dead | kill) & ~revive),
+        ]
+        for k in range(q):
+            with m.If(set_mask[k] | kill[k]):
+                m.d.sync += age[k].eq(0)
+            with m.Elif(tick & busy[k] & ~age[k][4]):
+                m.d.sync += age[k].eq(age[k] + 1)
+        m.d.sync += self.timeouts.eq(self.timeouts + to_rd_done + (wr_done & wp_timeout))
         m.d.comb += self.outstanding.eq(sum(busy[k] for k in range(q)))
         m.d.sync += [
             self.lines_read.eq(self.lines_read + rd_done),

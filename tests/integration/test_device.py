@@ -46,6 +46,10 @@ def test_lookup_refuses_bad_descriptors(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_lookup_refuses_bad_descriptors")
 
 
+def test_host_memory_faults_fail_the_descriptor(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_host_memory_faults_fail_the_descriptor")
+
+
 def test_stream_monitor_flags_protocol_breaches(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_stream_monitor_flags_protocol_breaches")
 

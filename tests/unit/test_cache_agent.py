@@ -40,3 +40,46 @@ def test_stray_host_messages_are_dropped_and_counted():
         assert ctx.get(dut.strays) == 5 and ctx.get(dut.lines_read) == 1
 
     simulate(dut, tb)
+
+
+def test_unanswered_requests_time_out_and_late_answers_are_dropped():
+    cfg = PRESETS["tiny"].replace(cache_timeout=64)
+    dut = CacheAgent(cfg, n_ports=2, tag_bits=4)
+    cache, port = dut.cache, dut.port0
+
+    async def tb(ctx):
+        ctx.set(cache.d2h_req.ready, 1)
+        await stream_put(ctx, port.req, {"op": LineOp.READ, "addr": 0x40, "tag": 3})
+        await stream_put(ctx, port.req, {"op": LineOp.WRITE, "addr": 0x80, "tag": 4, "data": 7})
+        ctx.set(port.rdata.ready, 1)
+        ctx.set(port.wack.ready, 1)
+        got = {}
+        for cycle in range(100):
+            for name in ("rdata", "wack"):
+                s = getattr(port, name)
+                if ctx.get(s.valid) and name not in got:
+                    got[name] = (cycle, ctx.get(s.payload))
+            await ctx.tick()
+            if len(got) == 2:
+                break
+        # Both failed with err between 60 and 64 cycles after they went out.
+        assert got["rdata"][1].tag == 3 and got["rdata"][1].err == 1
+        assert got["wack"][1].tag == 4 and got["wack"][1].err == 1
+        assert 56 <= got["rdata"][0] <= 70 and 56 <= got["wack"][0] <= 70
+        assert ctx.get(dut.timeouts) == 2 and ctx.get(dut.lines_read) == 0
+        # The timed-out CQIDs stay reserved: late answers are strays, then free them.
+        assert ctx.get(dut.outstanding) == 2
+        await stream_put(ctx, cache.h2d_data, {"cqid": 0, "poison": 0, "data": 1})
+        await stream_put(ctx, cache.h2d_rsp, {"opcode": H2DRspOpcode.GO_WritePull, "cqid": 1,
+                                              "uqid": 0})
+        await ctx.tick().repeat(2)
+        assert ctx.get(dut.strays) == 2 and ctx.get(dut.outstanding) == 0
+        assert not ctx.get(cache.d2h_data.valid)
+        # A reserved CQID nobody answers is freed by a second timeout.
+        await stream_put(ctx, port.req, {"op": LineOp.READ, "addr": 0x40, "tag": 5})
+        await ctx.tick().repeat(100)
+        assert ctx.get(dut.timeouts) == 3 and ctx.get(dut.outstanding) == 1
+        await ctx.tick().repeat(70)
+        assert ctx.get(dut.outstanding) == 0 and ctx.get(dut.strays) == 2
+
+    simulate(dut, tb)
