@@ -78,6 +78,16 @@ class FixedPoint:
         return self.total_bits + self.guard_bits
 
 
+def _construct(klass, fields, what):
+    """``klass(**fields)``; a value of the wrong type becomes a :class:`ConfigError`."""
+    try:
+        return klass(**fields)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, ArithmeticError) as e:
+        raise ConfigError(f"{what}: a value has the wrong type or range ({e})") from None
+
+
 @dataclass(frozen=True)
 class PmemTiming:
     """Timing of the PMEM controller model.
@@ -491,24 +501,28 @@ class Config:
 
     @classmethod
     def from_dict(cls, d):
+        _check(isinstance(d, dict), f"a configuration is a table of fields, not {d!r}")
         d = dict(d)
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-        _check(not unknown, f"unknown configuration keys: {', '.join(sorted(unknown))}")
+        _check(not unknown, f"unknown configuration keys: {', '.join(sorted(map(str, unknown)))}")
         sub = {"fixed": FixedPoint, "pmem": PmemTiming, "link": LinkTiming,
                "model": ModelShape, "gpu": GpuTiming, "copy": CopyTiming}
         for key, klass in sub.items():
             if key in d:
+                _check(isinstance(d[key], dict),
+                       f"{key} must be a table of {klass.__name__} fields, not {d[key]!r}")
                 v = dict(d[key])
                 bad = set(v) - {f.name for f in dataclasses.fields(klass)}
-                _check(not bad, f"unknown keys in {key}: {', '.join(sorted(bad))}")
+                _check(not bad, f"unknown keys in {key}: {', '.join(sorted(map(str, bad)))}")
                 for k, x in v.items():
                     if isinstance(x, list):
                         v[k] = tuple(x)
-                d[key] = klass(**v)
+                d[key] = _construct(klass, v, key)
         for key in ("tables", "blocks"):
             if key in d:
+                _check(isinstance(d[key], (list, tuple)), f"{key} must be a list, not {d[key]!r}")
                 d[key] = tuple(d[key])
-        return cls(**d)
+        return _construct(cls, d, "configuration")
 
     @classmethod
     def from_json(cls, text):
