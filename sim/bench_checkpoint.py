@@ -9,7 +9,9 @@ import cocotb
 import numpy as np
 
 from trainingcxl.hdl.common.descriptor import ErrorCode
+from trainingcxl.hdl.control import Reg
 from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
+from trainingcxl.host.config import LINE_BYTES
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import coalesce_update, embedding_update
 from .device_tb import DeviceTB, bench_args, bench_config
@@ -124,6 +126,14 @@ async def test_checkpoint_rules_refuse_bad_requests(dut):
     assert await tb.commit(0) == NONE
     assert await tb.commit(0) == ErrorCode.BAD_BATCH
     assert await tb.snapshot(1) == ErrorCode.BAD_BATCH
+    # A snapshot larger than its slot, empty, or from a misaligned copy is refused.
+    for lines in (cfg.snapshot_size, 0):
+        await tb.ctl.write(Reg.MLP_LINES, lines)
+        assert await tb.snapshot(0) == ErrorCode.BAD_SIZE, lines
+    await tb.ctl.write(Reg.MLP_LINES, cfg.mlp_lines)
+    await tb.ctl.write(Reg.MLP_ADDR, tb.mlp_line * LINE_BYTES + 8)
+    assert await tb.snapshot(0) == ErrorCode.BAD_POINTER
+    await tb.ctl.write(Reg.MLP_ADDR, tb.mlp_line * LINE_BYTES)
     batch = SyntheticWorkload(cfg, seed=2, batch_size=4).batch(1)
     deltas = np.ones((batch.n_bags, cfg.dim), np.int32)
     error, _ = await tb.update(1, batch.indices, batch.offsets, deltas)
