@@ -1,0 +1,200 @@
+"""Fuzzing the device: random invalid CXL.mem messages and descriptors mixed with
+checked training traffic (the job behind ``trainingcxl fuzz``).
+
+Arguments (:func:`~trainingcxl.sim.device_tb.bench_args`): ``cases`` (invalid
+inputs to send), ``seed``, ``every`` (a checked lookup, update and commit after
+every that many invalid inputs) and ``out`` (where the JSON record goes).
+
+After every invalid input the job checks that it was refused as specified
+(error code, CXL.mem response, error counter); after every valid batch that
+the pooled vectors equal the golden model's and that ``COMMITTED`` moved to
+the batch; at the end that every table row equals the golden model's.
+"""
+
+import json
+import random
+import sys
+
+import cocotb
+import numpy as np
+
+from trainingcxl.hdl.common.descriptor import ErrorCode, Op
+from trainingcxl.hdl.control import Reg
+from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
+from trainingcxl.host.config import LINE_BYTES
+from trainingcxl.host.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.golden import embedding_bag_sum, embedding_update
+from .device_tb import DeviceTB, bench_args, bench_config
+
+#: The kinds of invalid input, each with the refusal it must get.
+KINDS = ("mem_unmapped_read", "mem_unmapped_write", "mem_protected_write", "mem_poisoned_write",
+         "row_range", "bad_offsets", "pooling", "bad_op", "misaligned", "not_logged",
+         "bad_batch_commit")
+
+
+def progress(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+class Fuzzer:
+    """Sends one invalid input of a kind and says whether it was refused as specified."""
+
+    def __init__(self, tb, rng, workload):
+        self.tb, self.rng, self.wl = tb, rng, workload
+        self.cfg = tb.config
+        self.committed = None
+
+    def _batch(self):
+        return self.wl.batch(self.rng.randrange(1 << 16))
+
+    async def _mem_refused(self, send, expect):
+        before = await self.tb.ctl.read(Reg.MEM_ERRORS)
+        got = await send()
+        after = await self.tb.ctl.read(Reg.MEM_ERRORS)
+        return got == expect and after == before + 1
+
+    async def send(self, kind, batch_id):
+        tb, cfg, rng = self.tb, self.cfg, self.rng
+        if kind == "mem_unmapped_read":
+            addr = cfg.hdm_base + cfg.media_lines + rng.randrange(1 << 20)
+            async def poisoned():
+                return (await tb.mem.read(addr))[1]
+            return await self._mem_refused(poisoned, True)
+        if kind == "mem_unmapped_write":
+            addr = rng.choice([cfg.hdm_base - 1 - rng.randrange(1 << 10),
+                               cfg.hdm_base + cfg.media_lines + rng.randrange(1 << 20)])
+            return await self._mem_refused(lambda: tb.mem.write(addr, rng.getrandbits(64)),
+                                           S2MNdrOpcode.CmpErr)
+        if kind == "mem_protected_write":
+            addr = cfg.hdm_base + rng.randrange(cfg.table_lines, cfg.media_lines)
+            return await self._mem_refused(lambda: tb.mem.write(addr, rng.getrandbits(64)),
+                                           S2MNdrOpcode.CmpErr)
+        if kind == "mem_poisoned_write":
+            addr = cfg.hdm_base + rng.randrange(cfg.table_lines)
+            return await self._mem_refused(
+                lambda: tb.mem.write(addr, rng.getrandbits(64), poison=True), S2MNdrOpcode.CmpErr)
+        b = self._batch()
+        indices, offsets = b.indices.copy(), b.offsets.copy()
+        if kind == "row_range":
+            if not len(indices):
+                return await self.send("bad_op", batch_id)
+            k = rng.randrange(len(indices))
+            bag = int(np.searchsorted(offsets, k, side="right") - 1)
+            indices[k] = cfg.tables[bag % cfg.n_tables] + rng.randrange(1 << 10)
+            return (await tb.lookup(batch_id, indices, offsets)).error == ErrorCode.ROW_RANGE
+        if kind == "bad_offsets":
+            offsets = offsets.astype(np.int64)
+            offsets[-1] = offsets[-1] + 1 + rng.randrange(8)      # does not end at n_indices
+            return ((await tb.lookup(batch_id, indices, offsets.astype(np.uint32))).error
+                    == ErrorCode.BAD_OFFSETS)
+        if kind == "pooling":
+            n = cfg.max_pooling + 1 + rng.randrange(4)
+            indices = np.zeros(n, np.uint32)
+            offsets = np.array([0, n] + [n] * (cfg.n_tables - 1), np.uint32)
+            return (await tb.lookup(batch_id, indices, offsets)).error == ErrorCode.POOLING
+        if kind == "bad_op":
+            error, _ = await tb._run(Op.NOP, batch_id, 1, 0, tb.out_lines[0])
+            return error == ErrorCode.BAD_OP
+        if kind == "misaligned":
+            before = await tb.ctl.read(Reg.SUBMITTED)
+            errors = await tb.ctl.read(Reg.ERROR) >> 32
+            await tb.submit(Op.LOOKUP, batch_id, n_bags=b.n_bags, n_indices=b.n_indices,
+                            idx_addr=tb.idx_lines[0] * LINE_BYTES + 4 * rng.randrange(1, 16),
+                            off_addr=tb.off_lines[0] * LINE_BYTES,
+                            vec_addr=tb.out_lines[0] * LINE_BYTES)
+            return (await tb.ctl.read(Reg.SUBMITTED) == before
+                    and await tb.ctl.read(Reg.ERROR) >> 32 == errors + 1)
+        if kind == "not_logged":
+            deltas = np.ones((b.n_bags, cfg.dim), np.int32)
+            error, _ = await tb.update(batch_id, indices, offsets, deltas)
+            return error == ErrorCode.NOT_LOGGED
+        if kind == "bad_batch_commit":
+            if self.committed is None:
+                return await self.send("bad_op", batch_id)
+            return await tb.commit(rng.randrange(self.committed + 1)) == ErrorCode.BAD_BATCH
+        raise ValueError(kind)
+
+
+@cocotb.test()
+async def fuzz_job(dut):
+    args = bench_args()
+    cfg = bench_config()
+    seed = args.get("seed", 0)
+    cases = args.get("cases", 100)
+    every = max(1, args.get("every", 10))
+    rng = random.Random(seed)
+    tb = DeviceTB(dut, cfg, seed=seed)
+    await tb.reset()
+    tables = initial_tables(cfg, seed=seed)
+    await tb.load_tables(tables)
+    # A fresh device: RECOVER finds no checkpoint and takes the staleness bound
+    # from the register (255, so the fuzzer need not snapshot often).
+    await tb.configure_checkpoints(255)
+    await tb.recover()
+    # Batch 0 committed with its snapshot: lookups are held while the newest
+    # snapshot lags the newest commit by more than the staleness bound.
+    assert await tb.commit(0) == ErrorCode.NONE
+    tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
+    assert await tb.snapshot(0) == ErrorCode.NONE
+    await tb.wait_snapshot(0)
+    wl = SyntheticWorkload(cfg, seed=seed, batch_size=4)
+    fuzz = Fuzzer(tb, rng, wl)
+    fuzz.committed = 0
+    rec = {"cases": 0, "invalid": 0, "refused": 0, "not_refused": [], "corruptions": 0,
+           "hangs": 0, "lost_commits": 0, "batches": 0, "by_kind": {k: 0 for k in KINDS}}
+    batch_id = 0
+    try:
+        for case in range(cases):
+            kind = rng.choice(KINDS)
+            # Invalid descriptors carry the id of the batch trained next, as a host
+            # retrying it would: the undo records a refused LOOKUP leaves in the
+            # ring are reclaimed when that batch commits.
+            ok = await fuzz.send(kind, batch_id + 1)
+            rec["cases"] += 1
+            rec["invalid"] += 1
+            rec["by_kind"][kind] += 1
+            if ok:
+                rec["refused"] += 1
+            else:
+                rec["not_refused"].append({"case": case, "kind": kind})
+            if (case + 1) % every == 0:
+                batch_id += 1
+                b = wl.batch(batch_id)
+                res = await tb.lookup(batch_id, b.indices, b.offsets)
+                want = embedding_bag_sum(cfg, tables, b.indices, b.offsets)
+                if res.error != ErrorCode.NONE or not np.array_equal(res.pooled, want.pooled):
+                    rec["corruptions"] += 1
+                deltas = np.asarray(np.random.default_rng(seed + batch_id).integers(
+                    -2**12, 2**12, (b.n_bags, cfg.dim)), np.int32)
+                error, _ = await tb.update(batch_id, b.indices, b.offsets, deltas)
+                if error == ErrorCode.NONE:
+                    tables = embedding_update(cfg, tables, b.indices, b.offsets, deltas)
+                else:
+                    rec["corruptions"] += 1
+                if await tb.commit(batch_id) != ErrorCode.NONE or \
+                        (await tb.ctl.read(Reg.COMMITTED)) & 0xFFFFFFFF != batch_id:
+                    rec["lost_commits"] += 1
+                fuzz.committed = batch_id
+                rec["batches"] += 1
+                if batch_id % 100 == 0:
+                    # Keep the newest snapshot within the staleness bound of 255 commits.
+                    tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
+                    if await tb.snapshot(batch_id) != ErrorCode.NONE:
+                        rec["lost_commits"] += 1
+                    await tb.wait_snapshot(batch_id)
+                progress(f"  case {case + 1}/{cases}: {rec['refused']} refused, "
+                         f"{rec['corruptions']} corruptions, batch {batch_id} trained")
+    except TimeoutError as e:
+        rec["hangs"] += 1
+        rec["hang"] = f"case {rec['cases']} ({kind}): {e}"
+    got = await tb.read_tables()
+    for g, w in zip(got, tables):
+        rec["corruptions"] += int((g != w).any(axis=1).sum())
+    rec["counters"] = {"mem_errors": await tb.ctl.read(Reg.MEM_ERRORS),
+                       "descriptor_errors": await tb.ctl.read(Reg.ERROR) >> 32}
+    if "out" in args:
+        with open(args["out"], "w") as f:
+            json.dump(rec, f, indent=2)
+    assert rec["hangs"] == 0, rec.get("hang")
+    assert rec["refused"] == rec["invalid"], f"not refused: {rec['not_refused'][:5]}"
+    assert rec["corruptions"] == 0 and rec["lost_commits"] == 0, rec
