@@ -102,7 +102,7 @@ def _message(il, where):
     return where
 
 
-def run_proof(name, *, work=None, depth=None, log=None):
+def run_proof(name, *, work=None, depth=None):
     """Run one proof; returns a dict with ``name``, ``status`` ("PASS", "FAIL"
     or "ERROR"), ``depth``, ``seconds`` and, on failure, the failing assertion
     and the counterexample's trace file."""
@@ -124,8 +124,6 @@ def run_proof(name, *, work=None, depth=None, log=None):
     seconds = time.monotonic() - start
     output = result.stdout + result.stderr
     (work / "sby.log").write_text(output)
-    if log is not None:
-        log.write(output)
     status = "ERROR"
     m = re.search(r"DONE \((PASS|FAIL|ERROR|UNKNOWN|TIMEOUT)", output)
     if m:
