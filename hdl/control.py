@@ -4,7 +4,8 @@ from amaranth import *
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .common.descriptor import ErrorCode, completion_layout, descriptor_layout
+from trainingcxl.host.config import LINE_BYTES
+from .common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
 
 __all__ = ["Reg", "ControlBusSignature", "ControlWindow", "DEVICE_ID"]
 
@@ -28,6 +29,8 @@ class Reg(enum.IntEnum):
     DESC_OFF = 0x0B         # RW  byte address of the offsets
     DESC_VEC = 0x0C         # RW  byte address of the vectors (pooled output)
     DOORBELL = 0x0D         # W   any write submits the staged descriptor
+    GPU_BASE = 0x0E         # RW  byte address where the GPU window begins (descriptors' arrays must lie in it)
+    GPU_LIMIT = 0x0F        # RW  byte address where it ends (exclusive); after a reset, all host memory below HDM_BASE
     STATUS = 0x10           # RO  busy | queue_full << 1 | queue_level << 8
     SUBMITTED = 0x11        # RO  descriptors accepted by the doorbell
     COMPLETED = 0x12        # RO  descriptors completed (with or without error)
@@ -118,8 +121,9 @@ class ControlBusSignature(wiring.Signature):
 class ControlWindow(wiring.Component):
     """Registers, the descriptor queue and completion bookkeeping.
 
-    A doorbell write checks the staged descriptor (pointers 64-byte aligned)
-    and queues it for the engines; a refused or queue-full doorbell queues
+    A doorbell write checks the staged descriptor (pointers 64-byte aligned,
+    sizes in range, every array it names inside the GPU window ``GPU_BASE`` ..
+    ``GPU_LIMIT``) and queues it for the engines; a refused or queue-full doorbell queues
     nothing and records the error in ``ERROR``. Completions from the engines
     update ``COMPLETED``, ``LAST_DONE`` and ``ERROR``.
 
@@ -219,6 +223,33 @@ class ControlWindow(wiring.Component):
         aligned = (d_idx[:6] == 0) & (d_off[:6] == 0) & (d_vec[:6] == 0)
         fits = (d_size[24:32] == 0)
 
+        # The GPU window: every array the staged descriptor names must lie in
+        # it, so that a descriptor cannot make the device read or write host
+        # memory the driver did not give it. Registered: a doorbell comes at
+        # least two cycles after the last write that staged the descriptor.
+        gpu_base = Signal(64)
+        gpu_limit = Signal(64, init=cfg.hdm_base * LINE_BYTES)
+        n_bags, n_indices = d_size[:24], d_size[32:]
+
+        def inside(byte_addr, lines):
+            start = byte_addr[6:]
+            return (start >= gpu_base[6:]) & (start + lines <= gpu_limit[6:])
+
+        idx_in = inside(d_idx, (n_indices + 15) >> 4)           # 16 indices per line
+        off_in = inside(d_off, (n_bags + 16) >> 4)              # n_bags + 1 offsets
+        vec_in = inside(d_vec, n_bags * cfg.lines_per_row)
+        mlp_in = inside(self.mlp_addr, self.mlp_lines)
+        in_window = Signal()
+        with m.Switch(d_op[:4]):
+            with m.Case(Op.LOOKUP, Op.UPDATE):
+                m.d.sync += in_window.eq(idx_in & off_in & vec_in)
+            with m.Case(Op.FINISH):
+                m.d.sync += in_window.eq(vec_in)
+            with m.Case(Op.SNAPSHOT_MLP):
+                m.d.sync += in_window.eq(mlp_in)
+            with m.Default():
+                m.d.sync += in_window.eq(1)
+
         # Errors: refusals at the doorbell and completions with an error (both
         # may happen in one cycle).
         # A write to ERROR clears it first, so an error of the same cycle counts.
@@ -277,7 +308,8 @@ class ControlWindow(wiring.Component):
         rw = {Reg.DESC_OP: d_op, Reg.DESC_SIZE: d_size, Reg.DESC_IDX: d_idx,
               Reg.DESC_OFF: d_off, Reg.DESC_VEC: d_vec, Reg.IRQ_ACK: irq_ack,
               Reg.CKPT_CTRL: self.ckpt_ctrl, Reg.MLP_ADDR: self.mlp_addr,
-              Reg.MLP_LINES: self.mlp_lines, Reg.LINK_LATENCY: self.link_latency}
+              Reg.MLP_LINES: self.mlp_lines, Reg.LINK_LATENCY: self.link_latency,
+              Reg.GPU_BASE: gpu_base, Reg.GPU_LIMIT: gpu_limit}
 
         with m.If(req.valid & req.ready):
             m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]
@@ -293,6 +325,8 @@ class ControlWindow(wiring.Component):
                             m.d.comb += door_error.eq(ErrorCode.BAD_POINTER)
                         with m.Elif(~fits):
                             m.d.comb += door_error.eq(ErrorCode.BAD_SIZE)
+                        with m.Elif(~in_window):
+                            m.d.comb += door_error.eq(ErrorCode.OUT_OF_WINDOW)
                         with m.Elif(~queue.w_rdy):
                             m.d.comb += door_error.eq(ErrorCode.QUEUE_FULL)
                         with m.Else():

@@ -35,7 +35,11 @@ class Dispatcher(wiring.Component):
       the logger before any row changes;
     * an ``UPDATE`` waits until the undo logger is ``log_drained``: every
       record taken is persistent before any row is overwritten (write-ahead).
-      ``barrier_cycles`` counts that wait.
+      ``barrier_cycles`` counts that wait;
+    * a ``LOOKUP`` that logs and names more indices than the undo ring has
+      slots (when the tables hold more rows than that) completes with
+      ``LOG_TOO_SMALL``: its records could fill the ring, which only its own
+      commit would free.
 
     Members
     -------
@@ -49,6 +53,7 @@ class Dispatcher(wiring.Component):
     """
 
     def __init__(self, config):
+        self._config = config
         desc = stream.Signature(descriptor_layout(config))
         done = stream.Signature(completion_layout)
         super().__init__({
@@ -107,13 +112,23 @@ class Dispatcher(wiring.Component):
         ckpt_ops = d.op.as_value().matches(Op.COMMIT, Op.SNAPSHOT_MLP, Op.RECOVER)
         is_update = d.op == Op.UPDATE
         fresh_refuse = Signal(ErrorCode)
+        # A logged LOOKUP whose rows could need more undo records than the ring
+        # holds would wait for ring space that only its own commit frees.
+        cfg = self._config
+        if sum(cfg.tables) > cfg.log_slots:
+            too_many = ((d.op == Op.LOOKUP) & self.logging & ~d.nolog
+                        & (d.n_indices > cfg.log_slots))
+        else:
+            too_many = C(0)
         with m.If(is_update & self.logging & ~logged):
             m.d.comb += fresh_refuse.eq(ErrorCode.NOT_LOGGED)
+        with m.Elif(too_many):
+            m.d.comb += fresh_refuse.eq(ErrorCode.LOG_TOO_SMALL)
         with m.Elif(~(lookup_ops | ckpt_ops | is_update)):
             m.d.comb += fresh_refuse.eq(ErrorCode.BAD_OP)
         held = self.hold_lookup & (d.op == Op.LOOKUP)
         barrier = is_update & self.logging & ~self.log_drained & (fresh_refuse == ErrorCode.NONE)
-        fresh = Cat(lookup_ops & ~held,
+        fresh = Cat(lookup_ops & ~held & (fresh_refuse == ErrorCode.NONE),
                     is_update & ~barrier & (fresh_refuse == ErrorCode.NONE),
                     ckpt_ops,
                     fresh_refuse != ErrorCode.NONE)

@@ -280,6 +280,10 @@ class BoardDevice:
     # -- checkpointing ---------------------------------------------------------------------
 
     async def configure_checkpoints(self, staleness):
+        """Confine the descriptors' arrays to the host window's layout, turn logging on
+        with staleness bound ``staleness`` and point at the MLP staging copy."""
+        await self.bridge.write_reg(Reg.GPU_BASE, self.layout.base * LINE_BYTES)
+        await self.bridge.write_reg(Reg.GPU_LIMIT, (self.layout.base + self.layout.lines) * LINE_BYTES)
         await self.bridge.write_reg(Reg.MLP_ADDR, self.layout.mlp_line * LINE_BYTES)
         await self.bridge.write_reg(Reg.MLP_LINES, self.config.mlp_lines)
         await self.bridge.write_reg(Reg.CKPT_CTRL, 1 | staleness << 8)

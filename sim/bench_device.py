@@ -204,6 +204,21 @@ async def test_lookup_refuses_bad_descriptors(dut):
     assert await tb.ctl.read(Reg.SUBMITTED) == before, "a misaligned descriptor was queued"
     err = await tb.ctl.read(Reg.ERROR)
     assert err & 0xFF == ErrorCode.ROW_RANGE.value and err >> 32 == 3, f"ERROR register reads {err:#x}"
+    # Arrays outside the GPU window: refused at the doorbell, nothing is read or written.
+    await tb.set_gpu_window()
+    reads, writes = await tb.ctl.read(Reg.CACHE_READS), await tb.ctl.read(Reg.CACHE_WRITES)
+    end = (tb.layout.base + tb.layout.lines) * 64
+    for idx, vec in ((tb.idx_line * 64, end - 64), ((tb.layout.base - 1) * 64, tb.out_line * 64)):
+        await tb.submit(Op.LOOKUP, 9, n_bags=2, n_indices=3, idx_addr=idx,
+                        off_addr=tb.off_line * 64, vec_addr=vec)
+    assert await tb.ctl.read(Reg.SUBMITTED) == before, "a descriptor outside the window was queued"
+    err = await tb.ctl.read(Reg.ERROR)
+    assert err >> 32 == 5, f"ERROR register reads {err:#x}"
+    await tb.ctl.write(Reg.ERROR, 0)
+    await tb.submit(Op.UPDATE, 9, n_bags=2, n_indices=3, idx_addr=tb.idx_line * 64,
+                    off_addr=tb.off_line * 64, vec_addr=end)
+    assert (await tb.ctl.read(Reg.ERROR)) & 0xFF == ErrorCode.OUT_OF_WINDOW.value
+    assert (await tb.ctl.read(Reg.CACHE_READS), await tb.ctl.read(Reg.CACHE_WRITES)) == (reads, writes)
     # The engine still works afterwards.
     tables = initial_tables(cfg, seed=4)
     await tb.load_tables(tables)

@@ -72,6 +72,7 @@ class DeviceTB:
         self.idx_lines, self.off_lines, self.out_lines = (
             layout.idx_lines, layout.off_lines, layout.out_lines)
         self.delta_line, self.mlp_line = layout.delta_line, layout.mlp_line
+        self.layout = layout
         self.idx_line, self.off_line, self.out_line = (
             self.idx_lines[0], self.off_lines[0], self.out_lines[0])
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
@@ -236,8 +237,15 @@ class DeviceTB:
 
     # -- checkpointing -------------------------------------------------------------------
 
+    async def set_gpu_window(self):
+        """Confine the descriptors' arrays to the host layout (``GPU_BASE``, ``GPU_LIMIT``)."""
+        await self.ctl.write(Reg.GPU_BASE, self.layout.base * LINE_BYTES)
+        await self.ctl.write(Reg.GPU_LIMIT, (self.layout.base + self.layout.lines) * LINE_BYTES)
+
     async def configure_checkpoints(self, staleness, *, enable=True):
-        """Turn logging on with staleness bound ``staleness`` and point at the MLP staging copy."""
+        """Confine descriptors to the GPU window, turn logging on with staleness bound
+        ``staleness`` and point at the MLP staging copy."""
+        await self.set_gpu_window()
         await self.ctl.write(Reg.MLP_ADDR, self.mlp_line * LINE_BYTES)
         await self.ctl.write(Reg.MLP_LINES, self.config.mlp_lines)
         await self.ctl.write(Reg.CKPT_CTRL, int(enable) | staleness << 8)

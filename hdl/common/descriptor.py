@@ -36,6 +36,8 @@ class ErrorCode(enum.Enum, shape=8):
     NOT_RECOVERED = 13      # COMMIT or SNAPSHOT_MLP before a RECOVER since power-up
     BAD_BATCH = 14          # COMMIT not after the last commit; SNAPSHOT_MLP of an uncommitted batch
     NO_CHECKPOINT = 15      # RECOVER found no committed batch with a snapshot: start from scratch
+    OUT_OF_WINDOW = 16      # an array the descriptor names reaches outside the GPU window
+    LOG_TOO_SMALL = 17      # a logged LOOKUP may need more undo records than the ring holds
 
 
 def descriptor_layout(config):

@@ -93,3 +93,59 @@ def test_irq_is_a_level_until_acknowledged():
         last, _ = await access(ctx, dut, Reg.LAST_DONE)
         assert last == 1 | Op.LOOKUP.value << 32
     run(tb)
+
+
+def test_the_gpu_window_refuses_arrays_outside_it():
+    async def stage(ctx, dut, op, n_bags, n_indices, idx, off, vec):
+        await access(ctx, dut, Reg.DESC_OP, op.value | 1 << 32)
+        await access(ctx, dut, Reg.DESC_SIZE, n_bags | n_indices << 32)
+        for reg, addr in ((Reg.DESC_IDX, idx), (Reg.DESC_OFF, off), (Reg.DESC_VEC, vec)):
+            await access(ctx, dut, reg, addr)
+
+    async def ring(ctx, dut):
+        await access(ctx, dut, Reg.ERROR, 0)
+        before = (await access(ctx, dut, Reg.SUBMITTED))[0]
+        await access(ctx, dut, Reg.DOORBELL, 1)
+        queued = (await access(ctx, dut, Reg.SUBMITTED))[0] - before
+        error = ErrorCode((await access(ctx, dut, Reg.ERROR))[0] & 0xFF)
+        while ctx.get(dut.desc.valid):                          # empty the queue again
+            await stream_get(ctx, dut.desc)
+        return queued, error
+
+    async def tb(ctx, dut):
+        # After a reset the window is all host memory below device memory.
+        assert await access(ctx, dut, Reg.GPU_BASE) == (0, 0)
+        assert await access(ctx, dut, Reg.GPU_LIMIT) == (CFG.hdm_base * 64, 0)
+        base, limit = 0x10000, 0x20000                         # 1024 lines
+        await access(ctx, dut, Reg.GPU_BASE, base)
+        await access(ctx, dut, Reg.GPU_LIMIT, limit)
+        lpr = CFG.lines_per_row
+        # 32 indices (2 lines), 4 bags (1 line of 5 offsets), 4 * lpr vector lines,
+        # each array ending exactly at the limit: accepted.
+        end_vec = limit - 4 * lpr * 64
+        await stage(ctx, dut, Op.LOOKUP, 4, 32, limit - 128, limit - 64, end_vec)
+        assert await ring(ctx, dut) == (1, ErrorCode.NONE)
+        for idx, off, vec in ((limit - 64, base, base),         # indices run one line past
+                              (base, limit, base),              # offsets start at the limit
+                              (base, base, end_vec + 64),       # vectors run past
+                              (base - 64, base, base)):         # indices start below
+            await stage(ctx, dut, Op.LOOKUP, 4, 32, idx, off, vec)
+            assert await ring(ctx, dut) == (0, ErrorCode.OUT_OF_WINDOW), (idx, off, vec)
+            await stage(ctx, dut, Op.UPDATE, 4, 32, idx, off, vec)
+            assert await ring(ctx, dut) == (0, ErrorCode.OUT_OF_WINDOW), (idx, off, vec)
+        # FINISH names only the vectors; COMMIT names nothing.
+        await stage(ctx, dut, Op.FINISH, 4, 0, 0, 0, base)
+        assert await ring(ctx, dut) == (1, ErrorCode.NONE)
+        await stage(ctx, dut, Op.FINISH, 4, 0, base, base, end_vec + 64)
+        assert await ring(ctx, dut) == (0, ErrorCode.OUT_OF_WINDOW)
+        await stage(ctx, dut, Op.COMMIT, 0, 0, 0, 0, 0)
+        assert await ring(ctx, dut) == (1, ErrorCode.NONE)
+        # SNAPSHOT_MLP names the MLP copy.
+        await access(ctx, dut, Reg.MLP_ADDR, limit - 640)
+        await access(ctx, dut, Reg.MLP_LINES, 10)
+        await stage(ctx, dut, Op.SNAPSHOT_MLP, 0, 0, 0, 0, 0)
+        assert await ring(ctx, dut) == (1, ErrorCode.NONE)
+        await access(ctx, dut, Reg.MLP_LINES, 11)
+        await stage(ctx, dut, Op.SNAPSHOT_MLP, 0, 0, 0, 0, 0)
+        assert await ring(ctx, dut) == (0, ErrorCode.OUT_OF_WINDOW)
+    run(tb)

@@ -181,3 +181,45 @@ def test_coalesced_and_nolog_updates():
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
+
+
+def test_a_logged_lookup_larger_than_the_undo_ring_is_refused():
+    """With a ring of 8 records and tables of 80 rows, a logged LOOKUP of 9
+    indices could fill the ring with records only its own commit frees."""
+    from trainingcxl.host.config import Config
+    cfg = Config(tables=(40, 40), log_lines=8 * PRESETS["tiny"].rec_lines)
+    assert cfg.log_slots == 8
+    dut = Dispatcher(cfg)
+    outcomes = []
+
+    async def offer(ctx, desc):
+        ctx.set(dut.lookup.ready, 1)
+        ctx.set(dut.done.ready, 1)
+        ctx.set(dut.desc.payload, desc)
+        ctx.set(dut.desc.valid, 1)
+        while not ctx.get(dut.desc.ready):
+            await ctx.tick()
+        outcomes.append((ctx.get(dut.lookup.valid), ctx.get(dut.done.valid) and
+                         ErrorCode(ctx.get(dut.done.payload.error))))
+        await ctx.tick()
+        ctx.set(dut.desc.valid, 0)
+        if outcomes[-1][0]:
+            ctx.set(dut.lookup_done.payload, {"batch": desc["batch"], "op": Op.LOOKUP, "error": 0})
+            ctx.set(dut.lookup_done.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.lookup_done.valid, 0)
+            await ctx.tick()
+
+    async def tb(ctx):
+        ctx.set(dut.logging, 1)
+        ctx.set(dut.log_drained, 1)
+        await offer(ctx, LOOKUP)                                   # 9 indices, logged
+        await offer(ctx, {**LOOKUP, "n_indices": 8})               # fits the ring
+        await offer(ctx, {**LOOKUP, "nolog": 1})                   # logs nothing
+        ctx.set(dut.logging, 0)
+        await offer(ctx, LOOKUP)                                   # not logging
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert outcomes == [(0, ErrorCode.LOG_TOO_SMALL), (1, False), (1, False), (1, False)]
