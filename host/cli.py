@@ -196,11 +196,11 @@ def cmd_train(args):
         if ds.skipped:
             print(f"note: skipped {ds.skipped} malformed lines of {args.data}, first: {ds.problems[0]}",
                   file=sys.stderr)
-    from .failures import check_log_capacity, failure_plan
+    from .failures import check_checkpoint_regions, failure_plan
     from .systems import SYSTEMS
     system = SYSTEMS[args.system]
     try:
-        check_log_capacity(cfg, args.batch_size)
+        check_checkpoint_regions(cfg, args.batch_size)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     plan = failure_plan(fail_at=args.fail_at, fail_in=args.fail_in, random=args.inject_failures)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .argtypes import nonneg as _nonneg, positive as _positive, write_json as _write_json
 
-__all__ = ["PHASES", "BATCH_PHASES", "failure_plan", "check_log_capacity", "failure_summary",
+__all__ = ["PHASES", "BATCH_PHASES", "failure_plan", "check_checkpoint_regions", "failure_summary",
            "add_failure_options", "add_commands", "run_train", "parallel_runs", "prebuild",
            "Progress"]
 
@@ -79,13 +79,19 @@ def failure_plan(*, fail_at=(), fail_in=(), random=0):
     return plan + again[len(first):]
 
 
-def check_log_capacity(config, batch_size):
-    """Refuse a run whose undo log cannot hold two batches (the device would stall for good)."""
+def check_checkpoint_regions(config, batch_size):
+    """Refuse a run the checkpoint regions cannot serve: an undo log that cannot hold
+    two batches (the device would stall for good), or snapshot slots smaller than
+    the MLPs (every ``SNAPSHOT_MLP`` would fail with ``BAD_SIZE``)."""
     need = 2 * config.records_per_batch(batch_size)
     if config.log_slots < need:
         raise ValueError(f"the undo log holds {config.log_slots} records; batches of {batch_size} "
                          f"need {need} (two batches of distinct rows): raise log_lines to "
                          f"{need * config.rec_lines} or leave it 0 with model.batch_size = {batch_size}")
+    if config.snapshot_size < config.mlp_lines + 1:
+        raise ValueError(f"a snapshot slot holds {config.snapshot_size - 1} lines of parameters; "
+                         f"the MLPs ({config.mlp_params:,} float32) need {config.mlp_lines}: raise "
+                         f"snapshot_lines to {config.mlp_lines + 1} or leave it 0")
 
 
 def failure_summary(rec):
@@ -278,7 +284,7 @@ def cmd_campaign(args):
         relaxed = orders[(i // len(staleness)) % len(orders)] == "relaxed"
         cfg = base.replace(relaxed_lookup=False)
         try:
-            check_log_capacity(cfg, args.batch_size)
+            check_checkpoint_regions(cfg, args.batch_size)
         except ValueError as e:
             raise SystemExit(f"error: {e}")
         plan = []
@@ -362,7 +368,7 @@ def _print_tally(what, s):
 def cmd_sweep(args):
     cfg = args.config.replace(relaxed_lookup=False)
     try:
-        check_log_capacity(cfg, args.batch_size)
+        check_checkpoint_regions(cfg, args.batch_size)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     jobs = args.jobs or os.cpu_count() or 1

@@ -88,6 +88,13 @@ def test_train_refuses_a_batch_the_undo_log_cannot_hold(tmp_path):
         main(["train", "--config", str(cfg), "--batch-size", "8"])
 
 
+def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"tables": [32, 48], "max_bags": 256, "snapshot_lines": 5}')
+    with pytest.raises(SystemExit, match="a snapshot slot holds 4 lines of parameters"):
+        main(["train", "--config", str(cfg), "--batch-size", "8"])
+
+
 def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
     from trainingcxl.host import failures
     from trainingcxl.host.config import PRESETS, Config
