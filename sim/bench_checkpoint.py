@@ -8,7 +8,7 @@ tests pin down the engine's rules one at a time.
 import cocotb
 import numpy as np
 
-from trainingcxl.hdl.common.descriptor import ErrorCode
+from trainingcxl.hdl.common.descriptor import ErrorCode, Op
 from trainingcxl.hdl.control import Reg
 from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
 from trainingcxl.host.config import LINE_BYTES
@@ -126,10 +126,19 @@ async def test_checkpoint_rules_refuse_bad_requests(dut):
     assert await tb.commit(0) == NONE
     assert await tb.commit(0) == ErrorCode.BAD_BATCH
     assert await tb.snapshot(1) == ErrorCode.BAD_BATCH
-    # A snapshot larger than its slot, empty, or from a misaligned copy is refused.
+    # A snapshot larger than its slot, empty, or from a misaligned copy is refused;
+    # one that reaches past the GPU window already at the doorbell.
+    await tb.ctl.write(Reg.MLP_LINES, cfg.snapshot_size)
+    await tb.ctl.write(Reg.ERROR, 0)
+    submitted = await tb.ctl.read(Reg.SUBMITTED)
+    await tb.submit(Op.SNAPSHOT_MLP, 0, n_bags=0, n_indices=0, idx_addr=0, off_addr=0, vec_addr=0)
+    assert await tb.ctl.read(Reg.SUBMITTED) == submitted
+    assert await tb.ctl.read(Reg.ERROR) == ErrorCode.OUT_OF_WINDOW.value | 1 << 32
+    await tb.ctl.write(Reg.GPU_LIMIT, cfg.hdm_base * LINE_BYTES)
     for lines in (cfg.snapshot_size, 0):
         await tb.ctl.write(Reg.MLP_LINES, lines)
         assert await tb.snapshot(0) == ErrorCode.BAD_SIZE, lines
+    await tb.set_gpu_window()
     await tb.ctl.write(Reg.MLP_LINES, cfg.mlp_lines)
     await tb.ctl.write(Reg.MLP_ADDR, tb.mlp_line * LINE_BYTES + 8)
     assert await tb.snapshot(0) == ErrorCode.BAD_POINTER
@@ -168,3 +177,54 @@ async def test_checkpoint_rules_refuse_bad_requests(dut):
             assert await tb.mem.write(cfg.hdm_base + at, 0x5A5A) == S2MNdrOpcode.CmpErr
             assert (await tb.read_media(at, 1))[0] == before, f"protected line {at} changed"
     tb.check_models()
+
+
+@cocotb.test()
+async def test_host_faults_during_update_and_snapshot(dut):
+    """A delta line the host poisons in the middle of an UPDATE ends it with
+    HOST_POISON, maybe with rows already rewritten; RECOVER rolls them back to
+    the last commit and the batch then trains cleanly. A snapshot pull whose
+    host read fails leaves the previous snapshot the valid one ("snapshot
+    failed"); after a power failure RECOVER returns to that snapshot's batch
+    (K = 0), and the next pull works."""
+    tb, tables, params0 = await formatted(dut, seed=2)
+    cfg = tb.config
+    rng = np.random.default_rng(5)
+    batch = SyntheticWorkload(cfg, seed=4, batch_size=4).batch(1)
+    assert (await tb.lookup(1, batch.indices, batch.offsets)).error == NONE
+    deltas = rng.integers(-2**16, 2**16, size=(batch.n_bags, cfg.dim)).astype(np.int32)
+    tb.host.inject("error", "read", line=tb.delta_line + (batch.n_bags - 1) * cfg.lines_per_row)
+    error, _ = await tb.update(1, batch.indices, batch.offsets, deltas)
+    assert error == ErrorCode.HOST_POISON, error
+    rewritten = sum(int((g != w).any(axis=1).sum()) for g, w in zip(await tb.read_tables(), tables))
+    dut._log.info("the failed update left %d rows rewritten", rewritten)
+    error, d, m, rolled, _ = await tb.recover()
+    assert (error, d, m) == (NONE, 0, 0), (error, d, m)
+    await assert_tables(tb, tables, "after the failed update and RECOVER")
+    after1 = await train_batch(tb, 1, batch, tables, rng)
+    assert await tb.commit(1) == NONE
+
+    params1 = rng.normal(size=cfg.mlp_params).astype(np.float32)
+    tb.stage_mlp(params1)
+    tb.host.inject("error", "read", line=tb.mlp_line + cfg.mlp_lines // 2)
+    assert await tb.snapshot(1) == NONE              # the pull starts, then fails
+    for _ in range(1000):
+        state = await tb.checkpoint_state()
+        if not state["snapshot_busy"]:
+            break
+    assert state["snapshot_failed"] and state["snapshot"] == 0, state
+    await tb.power_fail()
+    await tb.configure_checkpoints(0)
+    # With K = 0 batch 1's commit is not durable without its snapshot: RECOVER
+    # returns to batch 0, rolling batch 1 back, and training resumes at batch 1.
+    error, d, m, _, _ = await tb.recover()
+    assert (error, d, m) == (NONE, 0, 0), (error, d, m)
+    await assert_tables(tb, tables, "after the failed snapshot and a power failure")
+    np.testing.assert_array_equal(await tb.read_snapshot(0), params0)
+    after1 = await train_batch(tb, 1, batch, tables, rng)
+    assert await tb.commit(1) == NONE
+    await assert_tables(tb, after1, "batch 1 trained again")
+    assert await tb.snapshot(1) == NONE
+    await tb.wait_snapshot(1)
+    np.testing.assert_array_equal(await tb.read_snapshot(1), params1)
+    assert not tb.host.errors, tb.host.errors

@@ -47,18 +47,19 @@ class HostMemory:
         self._next_uqid = 0
         self.reads = self.writes = 0
         self.errors = []
-        self._faults = []               # (kind, "read" | "write") for the next requests
+        self._faults = []               # (kind, "read" | "write", line or None), in order
 
-    def inject(self, kind, op, count=1):
+    def inject(self, kind, op, count=1, *, line=None):
         """Fail the next ``count`` requests of ``op`` (``"read"`` or ``"write"``) with
-        ``kind`` (``"drop"`` or ``"error"``)."""
+        ``kind`` (``"drop"`` or ``"error"``); with ``line``, only requests for that
+        host line address (a fault in the middle of a descriptor's stream)."""
         if kind not in ("drop", "error") or op not in ("read", "write"):
             raise ValueError(f"unknown fault {kind!r} on {op!r}")
-        self._faults += [(kind, op)] * count
+        self._faults += [(kind, op, line)] * count
 
-    def _fault(self, op):
-        for k, (kind, which) in enumerate(self._faults):
-            if which == op:
+    def _fault(self, op, addr):
+        for k, (kind, which, line) in enumerate(self._faults):
+            if which == op and line in (None, addr):
                 del self._faults[k]
                 return kind
         return None
@@ -128,7 +129,7 @@ class HostMemory:
         if op in (D2HReqOpcode.RdCurr, D2HReqOpcode.RdShared, D2HReqOpcode.RdOwn):
             line = self._line(req.addr)
             self.reads += 1
-            fault = self._fault("read")
+            fault = self._fault("read", req.addr)
             if fault == "drop":
                 self._cqids.discard(req.cqid)       # the host forgot it
                 return
@@ -140,7 +141,7 @@ class HostMemory:
             self._next_uqid = (uqid + 1) % (1 << UQID_BITS)
             if uqid in self._pulls:
                 self.errors.append(f"UQID {uqid} reused while its data is outstanding")
-            fault = self._fault("write")
+            fault = self._fault("write", req.addr)
             if fault == "drop":
                 self._cqids.discard(req.cqid)
                 return

@@ -24,3 +24,7 @@ def test_recover_rolls_back_what_is_not_durable(sim):
 
 def test_checkpoint_rules_refuse_bad_requests(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_checkpoint_rules_refuse_bad_requests")
+
+
+def test_host_faults_during_update_and_snapshot(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_host_faults_during_update_and_snapshot")
