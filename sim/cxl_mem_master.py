@@ -42,10 +42,16 @@ class CxlMemMaster:
         self._newest_answered = -1
         self.overtaken = 0
         self._pending = {}
+        self._raw = None                # (tags, responses, count wanted, event) of exchange()
         self._workers = set()
         self.errors = []
 
     def _on_rsp(self, rsp):
+        if self._raw is not None and rsp.tag in self._raw[0]:
+            self._raw[1].append(rsp)
+            if len(self._raw[1]) >= self._raw[2]:
+                self._raw[3].set()
+            return
         entry = self._pending.pop(rsp.tag, None)
         if entry is None:
             self.errors.append(f"response for tag {rsp.tag} that is not outstanding: {rsp!r}")
@@ -96,6 +102,36 @@ class CxlMemMaster:
         self._free = collections.deque(range(self.max_tags))
         self.req.queue.clear()
         self.rwd.queue.clear()
+
+    async def exchange(self, messages, answers):
+        """Send raw ``messages`` back to back and return the first ``answers`` responses
+        that carry their tags, in arrival order (NDR and DRS alike).
+
+        ``messages`` are ``(channel, payload)`` pairs, channel ``"req"`` or ``"rwd"``,
+        each payload with its ``tag`` and any opcode value (also ones no enum
+        names), so that a test can reuse a tag or send what the device does not
+        implement. The tags must be free; they are held until the answers came."""
+        tags = {payload["tag"] for _, payload in messages}
+        if not tags <= set(self._free) or self._raw is not None:
+            raise ValueError(f"tags {sorted(tags - set(self._free))} are in use")
+        for tag in tags:
+            self._free.remove(tag)
+        done = Event()
+        self._raw = (tags, [], answers, done)
+        for channel, payload in messages:
+            {"req": self.req, "rwd": self.rwd}[channel].send_nowait(payload)
+        try:
+            await with_timeout(done.wait(), self.timeout_ns, "ns")
+        except Exception:
+            got = len(self._raw[1])
+            raise TimeoutError(f"CXL.mem exchange on tags {sorted(tags)}: {got} of {answers} "
+                               f"responses within {self.timeout_ns} ns") from None
+        finally:
+            got = self._raw[1]
+            self._raw = None
+            for tag in tags:
+                self._release(tag)
+        return got
 
     async def read(self, addr):
         """Read line ``addr``; returns ``(data, poison)``."""

@@ -20,16 +20,22 @@ import numpy as np
 
 from trainingcxl.hdl.common.descriptor import ErrorCode, Op
 from trainingcxl.hdl.control import Reg
-from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
+from trainingcxl.hdl.cxl.messages import M2SReqOpcode, M2SRwDOpcode, S2MDrsOpcode, S2MNdrOpcode
 from trainingcxl.host.config import LINE_BYTES
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import embedding_bag_sum, embedding_update
-from .device_tb import DeviceTB, bench_args, bench_config
+from .cxl_mem_master import FULL_BE
+from .device_tb import DeviceTB, bench_args, bench_config, rows_to_lines
 
 #: The kinds of invalid input, each with the refusal it must get.
 KINDS = ("mem_unmapped_read", "mem_unmapped_write", "mem_protected_write", "mem_poisoned_write",
-         "row_range", "bad_offsets", "pooling", "bad_op", "misaligned", "not_logged",
-         "bad_batch_commit")
+         "mem_tag_reuse_read", "mem_tag_reuse_write", "mem_unknown_opcode",
+         "row_range", "bad_offsets", "pooling", "bad_op", "misaligned", "out_of_window",
+         "not_logged", "bad_batch_commit")
+
+#: Opcode values the CXL.mem target does not implement, by channel.
+UNKNOWN_REQ = tuple(sorted(set(range(16)) - {o.value for o in M2SReqOpcode}))
+UNKNOWN_RWD = tuple(sorted(set(range(16)) - {o.value for o in M2SRwDOpcode}))
 
 
 def progress(text):
@@ -39,10 +45,63 @@ def progress(text):
 class Fuzzer:
     """Sends one invalid input of a kind and says whether it was refused as specified."""
 
-    def __init__(self, tb, rng, workload):
+    def __init__(self, tb, rng, workload, tables):
         self.tb, self.rng, self.wl = tb, rng, workload
         self.cfg = tb.config
         self.committed = None
+        self.tables = tables            # the golden tables, kept current by the caller
+        self.cleared_errors = 0         # descriptor errors counted before ERROR was cleared
+
+    def _table_line(self):
+        """A random table line: its host address and what the golden model says it holds."""
+        cfg, rng = self.cfg, self.rng
+        t = rng.randrange(cfg.n_tables)
+        row = rng.randrange(cfg.tables[t])
+        k = rng.randrange(cfg.lines_per_row)
+        return self.tb.row_addr(t, row) + k, rows_to_lines(self.tables[t][row:row + 1])[k]
+
+    async def _tag_reuse(self, write):
+        """Two requests with one tag, back to back, to table lines: the second is
+        refused at once with that tag, the first completes normally. A write
+        rewrites what its line holds; the refused one would change its line."""
+        tb = self.tb
+        tag = self.rng.choice(list(tb.mem._free))
+        (a, line_a), (b, _) = self._table_line(), self._table_line()
+        if write:
+            msg = [("rwd", {"opcode": M2SRwDOpcode.MemWr, "tag": tag, "addr": a, "data": line_a,
+                            "be": FULL_BE, "poison": 0}),
+                   ("rwd", {"opcode": M2SRwDOpcode.MemWr, "tag": tag, "addr": b,
+                            "data": self.rng.getrandbits(512), "be": FULL_BE, "poison": 0})]
+        else:
+            msg = [("req", {"opcode": M2SReqOpcode.MemRd, "tag": tag, "addr": a}),
+                   ("req", {"opcode": M2SReqOpcode.MemRd, "tag": tag, "addr": b})]
+
+        async def answers():
+            first, second = await tb.mem.exchange(msg, 2)
+            if write:
+                return (first.opcode, second.opcode)
+            return (first.opcode, bool(first.poison), second.opcode, bool(second.poison),
+                    second.data == line_a)
+        want = ((S2MNdrOpcode.CmpErr, S2MNdrOpcode.Cmp) if write else
+                (S2MDrsOpcode.MemData, True, S2MDrsOpcode.MemData, False, True))
+        return await self._mem_refused(answers, want)
+
+    async def _unknown_opcode(self):
+        tb, rng = self.tb, self.rng
+        tag = rng.choice(list(tb.mem._free))
+        addr, _ = self._table_line()
+        if rng.random() < 0.5:
+            msg = ("req", {"opcode": rng.choice(UNKNOWN_REQ), "tag": tag, "addr": addr})
+            want = (S2MDrsOpcode.MemData, 1)
+        else:
+            msg = ("rwd", {"opcode": rng.choice(UNKNOWN_RWD), "tag": tag, "addr": addr,
+                           "data": rng.getrandbits(512), "be": FULL_BE, "poison": 0})
+            want = (S2MNdrOpcode.CmpErr, 0)
+
+        async def answer():
+            (rsp,) = await tb.mem.exchange([msg], 1)
+            return (rsp.opcode, int(getattr(rsp, "poison", 0)))
+        return await self._mem_refused(answer, want)
 
     def _batch(self):
         return self.wl.batch(self.rng.randrange(1 << 16))
@@ -73,6 +132,10 @@ class Fuzzer:
             addr = cfg.hdm_base + rng.randrange(cfg.table_lines)
             return await self._mem_refused(
                 lambda: tb.mem.write(addr, rng.getrandbits(64), poison=True), S2MNdrOpcode.CmpErr)
+        if kind in ("mem_tag_reuse_read", "mem_tag_reuse_write"):
+            return await self._tag_reuse(kind.endswith("write"))
+        if kind == "mem_unknown_opcode":
+            return await self._unknown_opcode()
         b = self._batch()
         indices, offsets = b.indices.copy(), b.offsets.copy()
         if kind == "row_range":
@@ -104,6 +167,22 @@ class Fuzzer:
                             vec_addr=tb.out_lines[0] * LINE_BYTES)
             return (await tb.ctl.read(Reg.SUBMITTED) == before
                     and await tb.ctl.read(Reg.ERROR) >> 32 == errors + 1)
+        if kind == "out_of_window":
+            # One of the arrays starts below the host layout or runs past its end.
+            layout = tb.layout
+            arrays = [tb.idx_lines[0], tb.off_lines[0], tb.out_lines[0]]
+            need = [-(-b.n_indices // 16), (b.n_bags + 16) // 16, b.n_bags * cfg.lines_per_row]
+            k = rng.choice([j for j in range(3) if need[j]])
+            arrays[k] = rng.choice([layout.base - 1 - rng.randrange(64),
+                                    layout.base + layout.lines - rng.randrange(need[k])])
+            before = await tb.ctl.read(Reg.SUBMITTED)
+            self.cleared_errors += await tb.ctl.read(Reg.ERROR) >> 32
+            await tb.ctl.write(Reg.ERROR, 0)
+            await tb.submit(rng.choice([Op.LOOKUP, Op.UPDATE]), batch_id, n_bags=b.n_bags,
+                            n_indices=b.n_indices, idx_addr=arrays[0] * LINE_BYTES,
+                            off_addr=arrays[1] * LINE_BYTES, vec_addr=arrays[2] * LINE_BYTES)
+            return (await tb.ctl.read(Reg.SUBMITTED) == before
+                    and await tb.ctl.read(Reg.ERROR) == ErrorCode.OUT_OF_WINDOW.value | 1 << 32)
         if kind == "not_logged":
             deltas = np.ones((b.n_bags, cfg.dim), np.int32)
             error, _ = await tb.update(batch_id, indices, offsets, deltas)
@@ -138,7 +217,7 @@ async def fuzz_job(dut):
     assert await tb.snapshot(0) == ErrorCode.NONE
     await tb.wait_snapshot(0)
     wl = SyntheticWorkload(cfg, seed=seed, batch_size=4)
-    fuzz = Fuzzer(tb, rng, wl)
+    fuzz = Fuzzer(tb, rng, wl, tables)
     fuzz.committed = 0
     rec = {"cases": 0, "invalid": 0, "refused": 0, "not_refused": [], "corruptions": 0,
            "hangs": 0, "lost_commits": 0, "batches": 0, "by_kind": {k: 0 for k in KINDS}}
@@ -169,6 +248,7 @@ async def fuzz_job(dut):
                 error, _ = await tb.update(batch_id, b.indices, b.offsets, deltas)
                 if error == ErrorCode.NONE:
                     tables = embedding_update(cfg, tables, b.indices, b.offsets, deltas)
+                    fuzz.tables = tables
                 else:
                     rec["corruptions"] += 1
                 if await tb.commit(batch_id) != ErrorCode.NONE or \
@@ -191,7 +271,7 @@ async def fuzz_job(dut):
     for g, w in zip(got, tables):
         rec["corruptions"] += int((g != w).any(axis=1).sum())
     rec["counters"] = {"mem_errors": await tb.ctl.read(Reg.MEM_ERRORS),
-                       "descriptor_errors": await tb.ctl.read(Reg.ERROR) >> 32}
+                       "descriptor_errors": fuzz.cleared_errors + (await tb.ctl.read(Reg.ERROR) >> 32)}
     if "out" in args:
         with open(args["out"], "w") as f:
             json.dump(rec, f, indent=2)
