@@ -11,7 +11,7 @@ from ..dispatch import Dispatcher
 from ..pmem.controller import PmemController
 from .pmem import WpqHarness
 from .streams import StreamContract
-from .write_ahead import dispatcher_write_ahead
+from .write_ahead import LoggerHarness, dispatcher_write_ahead
 
 __all__ = ["PROOFS", "formal_config"]
 
@@ -58,6 +58,12 @@ def _dispatcher():
     return StreamContract(Dispatcher(formal_config()), properties=dispatcher_write_ahead)
 
 
+def _logger():
+    # Two rows: the stamps are scrubbed a row per cycle after reset, and every
+    # cycle of that is depth the solver cannot spend on records.
+    return LoggerHarness(formal_config().replace(tables=(2,)))
+
+
 #: name -> (what it proves, harness factory, depth in cycles)
 PROOFS = {
     "register-slice": ("RegisterSlice keeps its output stream stable until ready",
@@ -75,4 +81,6 @@ PROOFS = {
     "dispatcher": ("Dispatcher: streams stable; while logging an UPDATE starts only when "
                    "the undo log is drained and after a clean logged LOOKUP of its batch "
                    "(strict order)", _dispatcher, 12),
+    "logger": ("UndoLogger: drained only when every row taken has its undo record "
+               "written and acknowledged (persistent)", _logger, 10),
 }
