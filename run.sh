@@ -3,7 +3,7 @@
 #
 #   ./run.sh demo [ARGS...]    the main job: DLRM training on the simulated device, with power failures
 #                              (options: `./run.sh cli train --help`)
-#   ./run.sh test [ARGS...]    the whole test suite (ARGS go to pytest)
+#   ./run.sh test [ARGS...]    the whole test suite, a worker per core (ARGS go to pytest)
 #   ./run.sh cli  [ARGS...]    any `trainingcxl` command inside the environment
 #
 # Set-up is idempotent: a virtual environment in ./.venv holding the project
@@ -45,8 +45,10 @@ case "$cmd" in
         # the recovery of the first; options given here override these.
         exec "$VENV/bin/trainingcxl" train --inject-failures 3 --fail-in recovery "$@" ;;
     test)
+        # One pytest worker per core (TEST_JOBS overrides; 0 runs in this process):
+        # the simulators are single-threaded, and builds are shared under a lock.
         status=0
-        "$VENV/bin/python" -m pytest "$@" || status=$?
+        "$VENV/bin/python" -m pytest -n "${TEST_JOBS:-auto}" "$@" || status=$?
         if [ "$status" = 5 ]; then
             echo "error: pytest collected no tests" >&2
             exit 1
