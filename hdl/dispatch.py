@@ -36,6 +36,9 @@ class Dispatcher(wiring.Component):
     * an ``UPDATE`` waits until the undo logger is ``log_drained``: every
       record taken is persistent before any row is overwritten (write-ahead).
       ``barrier_cycles`` counts that wait;
+    * a ``LOOKUP``, ``UPDATE`` or ``FINISH`` of a batch at or before the newest
+      commit (``committed``) completes with ``BAD_BATCH``: its undo records
+      would be reclaimed at once, so its changes could not be rolled back;
     * a ``LOOKUP`` that logs and names more indices than the undo ring has
       slots (when the tables hold more rows than that) completes with
       ``LOG_TOO_SMALL``: its records could fill the ring, which only its own
@@ -48,6 +51,7 @@ class Dispatcher(wiring.Component):
     lookup_done, update_done, ckpt_done : In(stream.Signature(completion_layout))
     done : Out(stream.Signature(completion_layout))
     logging, hold_lookup, log_drained : In(1)
+    committed : In(32), committed_valid : In(1)
     busy : Out(1)
     stall_cycles, barrier_cycles : Out(32)
     """
@@ -68,6 +72,8 @@ class Dispatcher(wiring.Component):
             "logging": In(1),
             "hold_lookup": In(1),
             "log_drained": In(1),
+            "committed": In(32),
+            "committed_valid": In(1),
             "busy": Out(1),
             "stall_cycles": Out(32),
             "barrier_cycles": Out(32),
@@ -120,7 +126,13 @@ class Dispatcher(wiring.Component):
                         & (d.n_indices > cfg.log_slots))
         else:
             too_many = C(0)
-        with m.If(is_update & self.logging & ~logged):
+        # A batch at or before the newest commit: its undo records would be
+        # reclaimed at once, so its update could not be rolled back.
+        stale = (d.op.as_value().matches(Op.LOOKUP, Op.UPDATE, Op.FINISH) & self.logging
+                 & self.committed_valid & (d.batch <= self.committed))
+        with m.If(stale):
+            m.d.comb += fresh_refuse.eq(ErrorCode.BAD_BATCH)
+        with m.Elif(is_update & self.logging & ~logged):
             m.d.comb += fresh_refuse.eq(ErrorCode.NOT_LOGGED)
         with m.Elif(too_many):
             m.d.comb += fresh_refuse.eq(ErrorCode.LOG_TOO_SMALL)

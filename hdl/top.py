@@ -217,6 +217,8 @@ class Device(wiring.Component):
                 dispatch.logging.eq(ckpt.logging),
                 dispatch.hold_lookup.eq(ckpt.hold_lookup),
                 dispatch.log_drained.eq(logger.drained),
+                dispatch.committed.eq(ckpt.committed),
+                dispatch.committed_valid.eq(ckpt.committed_valid),
                 self.state.logging.eq(ckpt.logging),
                 self.state.recovering.eq(ckpt.recovering),
                 self.state.unrecovered.eq(~ckpt.ready),

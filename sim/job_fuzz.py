@@ -31,7 +31,7 @@ from .device_tb import DeviceTB, bench_args, bench_config, rows_to_lines
 KINDS = ("mem_unmapped_read", "mem_unmapped_write", "mem_protected_write", "mem_poisoned_write",
          "mem_tag_reuse_read", "mem_tag_reuse_write", "mem_unknown_opcode",
          "row_range", "bad_offsets", "pooling", "bad_op", "misaligned", "out_of_window",
-         "not_logged", "bad_batch_commit")
+         "not_logged", "bad_batch_commit", "stale_batch")
 
 #: Opcode values the CXL.mem target does not implement, by channel.
 UNKNOWN_REQ = tuple(sorted(set(range(16)) - {o.value for o in M2SReqOpcode}))
@@ -191,6 +191,13 @@ class Fuzzer:
             if self.committed is None:
                 return await self.send("bad_op", batch_id)
             return await tb.commit(rng.randrange(self.committed + 1)) == ErrorCode.BAD_BATCH
+        if kind == "stale_batch":
+            # A LOOKUP or UPDATE of a batch at or before the newest commit.
+            stale = rng.randrange(self.committed + 1)
+            if rng.random() < 0.5:
+                return (await tb.lookup(stale, indices, offsets)).error == ErrorCode.BAD_BATCH
+            deltas = np.ones((b.n_bags, cfg.dim), np.int32)
+            return (await tb.update(stale, indices, offsets, deltas))[0] == ErrorCode.BAD_BATCH
         raise ValueError(kind)
 
 

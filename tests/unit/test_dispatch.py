@@ -183,43 +183,67 @@ def test_coalesced_and_nolog_updates():
     sim.run()
 
 
+def handed_out_or_refused(dut, steps):
+    """Offer each ``(inputs, descriptor)`` of ``steps`` with ``inputs`` set; a LOOKUP
+    handed out completes cleanly at once. Returns per step ``(to the lookup engine,
+    the refusal's error or False)``."""
+    outcomes = []
+
+    async def tb(ctx):
+        ctx.set(dut.lookup.ready, 1)
+        ctx.set(dut.done.ready, 1)
+        for inputs, desc in steps:
+            for name, value in inputs.items():
+                ctx.set(getattr(dut, name), value)
+            ctx.set(dut.desc.payload, desc)
+            ctx.set(dut.desc.valid, 1)
+            while not ctx.get(dut.desc.ready):
+                await ctx.tick()
+            outcomes.append((ctx.get(dut.lookup.valid), ctx.get(dut.done.valid) and
+                             ErrorCode(ctx.get(dut.done.payload.error))))
+            await ctx.tick()
+            ctx.set(dut.desc.valid, 0)
+            if outcomes[-1][0]:
+                ctx.set(dut.lookup_done.payload, {"batch": desc["batch"], "op": desc["op"],
+                                                  "error": 0})
+                ctx.set(dut.lookup_done.valid, 1)
+                await ctx.tick()
+                ctx.set(dut.lookup_done.valid, 0)
+                await ctx.tick()
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return outcomes
+
+
 def test_a_logged_lookup_larger_than_the_undo_ring_is_refused():
     """With a ring of 8 records and tables of 80 rows, a logged LOOKUP of 9
     indices could fill the ring with records only its own commit frees."""
     from trainingcxl.host.config import Config
     cfg = Config(tables=(40, 40), log_lines=8 * PRESETS["tiny"].rec_lines)
     assert cfg.log_slots == 8
-    dut = Dispatcher(cfg)
-    outcomes = []
-
-    async def offer(ctx, desc):
-        ctx.set(dut.lookup.ready, 1)
-        ctx.set(dut.done.ready, 1)
-        ctx.set(dut.desc.payload, desc)
-        ctx.set(dut.desc.valid, 1)
-        while not ctx.get(dut.desc.ready):
-            await ctx.tick()
-        outcomes.append((ctx.get(dut.lookup.valid), ctx.get(dut.done.valid) and
-                         ErrorCode(ctx.get(dut.done.payload.error))))
-        await ctx.tick()
-        ctx.set(dut.desc.valid, 0)
-        if outcomes[-1][0]:
-            ctx.set(dut.lookup_done.payload, {"batch": desc["batch"], "op": Op.LOOKUP, "error": 0})
-            ctx.set(dut.lookup_done.valid, 1)
-            await ctx.tick()
-            ctx.set(dut.lookup_done.valid, 0)
-            await ctx.tick()
-
-    async def tb(ctx):
-        ctx.set(dut.logging, 1)
-        ctx.set(dut.log_drained, 1)
-        await offer(ctx, LOOKUP)                                   # 9 indices, logged
-        await offer(ctx, {**LOOKUP, "n_indices": 8})               # fits the ring
-        await offer(ctx, {**LOOKUP, "nolog": 1})                   # logs nothing
-        ctx.set(dut.logging, 0)
-        await offer(ctx, LOOKUP)                                   # not logging
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(tb)
-    sim.run()
+    logging = {"logging": 1, "log_drained": 1}
+    outcomes = handed_out_or_refused(Dispatcher(cfg), [
+        (logging, LOOKUP),                              # 9 indices, logged
+        ({}, {**LOOKUP, "n_indices": 8}),               # fits the ring
+        ({}, {**LOOKUP, "nolog": 1}),                   # logs nothing
+        ({"logging": 0}, LOOKUP),                       # not logging
+    ])
     assert outcomes == [(0, ErrorCode.LOG_TOO_SMALL), (1, False), (1, False), (1, False)]
+
+
+def test_while_logging_a_batch_at_or_before_the_newest_commit_is_refused():
+    """Its undo records would be reclaimed at once: its update could not be rolled back."""
+    update = {**LOOKUP, "op": Op.UPDATE}
+    committed = {"logging": 1, "log_drained": 1, "committed": 5, "committed_valid": 1}
+    outcomes = handed_out_or_refused(Dispatcher(PRESETS["tiny"]), [
+        (committed, LOOKUP),                            # batch 5, committed
+        ({}, {**LOOKUP, "batch": 2}),
+        ({}, update),
+        ({}, {**LOOKUP, "op": Op.FINISH}),
+        ({}, {**LOOKUP, "batch": 6}),                   # the next batch
+        ({"committed_valid": 0}, LOOKUP),               # nothing committed yet
+        ({"committed_valid": 1, "logging": 0}, LOOKUP),  # not logging
+    ])
+    assert outcomes == [(0, ErrorCode.BAD_BATCH)] * 4 + [(1, False)] * 3
