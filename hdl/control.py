@@ -229,26 +229,29 @@ class ControlWindow(wiring.Component):
         # least two cycles after the last write that staged the descriptor.
         gpu_base = Signal(64)
         gpu_limit = Signal(64, init=cfg.hdm_base * LINE_BYTES)
-        n_bags, n_indices = d_size[:24], d_size[32:]
-
-        def inside(byte_addr, lines):
-            start = byte_addr[6:]
-            return (start >= gpu_base[6:]) & (start + lines <= gpu_limit[6:])
-
-        idx_in = inside(d_idx, (n_indices + 15) >> 4)           # 16 indices per line
-        off_in = inside(d_off, (n_bags + 16) >> 4)              # n_bags + 1 offsets
-        vec_in = inside(d_vec, n_bags * cfg.lines_per_row)
-        mlp_in = inside(self.mlp_addr, self.mlp_lines)
         in_window = Signal()
-        with m.Switch(d_op[:4]):
-            with m.Case(Op.LOOKUP, Op.UPDATE):
-                m.d.sync += in_window.eq(idx_in & off_in & vec_in)
-            with m.Case(Op.FINISH):
-                m.d.sync += in_window.eq(vec_in)
-            with m.Case(Op.SNAPSHOT_MLP):
-                m.d.sync += in_window.eq(mlp_in)
-            with m.Default():
-                m.d.sync += in_window.eq(1)
+        if cfg.gpu_window:
+            n_bags, n_indices = d_size[:24], d_size[32:]
+
+            def inside(byte_addr, lines):
+                start = byte_addr[6:]
+                return (start >= gpu_base[6:]) & (start + lines <= gpu_limit[6:])
+
+            idx_in = inside(d_idx, (n_indices + 15) >> 4)           # 16 indices per line
+            off_in = inside(d_off, (n_bags + 16) >> 4)              # n_bags + 1 offsets
+            vec_in = inside(d_vec, n_bags * cfg.lines_per_row)
+            mlp_in = inside(self.mlp_addr, self.mlp_lines)
+            with m.Switch(d_op[:4]):
+                with m.Case(Op.LOOKUP, Op.UPDATE):
+                    m.d.sync += in_window.eq(idx_in & off_in & vec_in)
+                with m.Case(Op.FINISH):
+                    m.d.sync += in_window.eq(vec_in)
+                with m.Case(Op.SNAPSHOT_MLP):
+                    m.d.sync += in_window.eq(mlp_in)
+                with m.Default():
+                    m.d.sync += in_window.eq(1)
+        else:
+            m.d.comb += in_window.eq(1)
 
         # Errors: refusals at the doorbell and completions with an error (both
         # may happen in one cycle).
@@ -308,8 +311,9 @@ class ControlWindow(wiring.Component):
         rw = {Reg.DESC_OP: d_op, Reg.DESC_SIZE: d_size, Reg.DESC_IDX: d_idx,
               Reg.DESC_OFF: d_off, Reg.DESC_VEC: d_vec, Reg.IRQ_ACK: irq_ack,
               Reg.CKPT_CTRL: self.ckpt_ctrl, Reg.MLP_ADDR: self.mlp_addr,
-              Reg.MLP_LINES: self.mlp_lines, Reg.LINK_LATENCY: self.link_latency,
-              Reg.GPU_BASE: gpu_base, Reg.GPU_LIMIT: gpu_limit}
+              Reg.MLP_LINES: self.mlp_lines, Reg.LINK_LATENCY: self.link_latency}
+        if cfg.gpu_window:
+            rw.update({Reg.GPU_BASE: gpu_base, Reg.GPU_LIMIT: gpu_limit})
 
         with m.If(req.valid & req.ready):
             m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]

@@ -296,6 +296,12 @@ class Config:
         arbiters are cut in two, which an FPGA's clock needs (README, "FPGA
         boards"). Off in the simulation presets, so their cycle counts stay
         comparable.
+    gpu_window : bool
+        The control window checks every array a descriptor names against the
+        GPU window (``GPU_BASE``, ``GPU_LIMIT``; ``OUT_OF_WINDOW``). Off only
+        where the logic does not fit (the 12F board): the two registers are
+        then absent, so a host that sets a window gets an error, not a window
+        that is not enforced.
     crc_folds : int
         Cycles the checkpoint blocks take to checksum a line (1, 2, 4 or 8):
         each cycle feeds ``512 / crc_folds`` bits through an XOR network that
@@ -326,6 +332,7 @@ class Config:
     relaxed_lookup: bool = False
     blocks: tuple[str, ...] = ("link", "update", "checkpoint")
     register_slices: bool = False
+    gpu_window: bool = True
     crc_folds: int = 1
     model: ModelShape = field(default_factory=ModelShape)
     gpu: GpuTiming = field(default_factory=GpuTiming)
@@ -354,7 +361,7 @@ class Config:
                "the checkpoint block needs the update block (it logs what updates change)")
         _check(self.crc_folds in (1, 2, 4, 8),
                f"crc_folds must be 1, 2, 4 or 8 (cycles per line checksum), not {self.crc_folds!r}")
-        for name in ("relaxed_lookup", "register_slices"):
+        for name in ("relaxed_lookup", "register_slices", "gpu_window"):
             _check(isinstance(getattr(self, name), bool),
                    f"{name} must be true or false, not {getattr(self, name)!r}")
         _check(isinstance(self.cache_timeout, int) and 64 <= self.cache_timeout <= (1 << 24)
@@ -571,11 +578,11 @@ PRESETS = {
                     model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
     # The LFE5U-12F holds the pooling device only: the lookup engine with
     # its PMEM, CXL.mem target and control window (no update or checkpoint
-    # engine, no link model).
+    # engine, no link model, no GPU window check).
     "ulx3s-12f": Config(tables=(16, 24), max_pooling=4, max_bags=16, log_buffer=32,
                         defer_depth=16, cache_ids=4, host_window=2, desc_depth=2,
                         pmem=PmemTiming(read_latency=8, write_latency=16, read_depth=4, wpq_depth=4),
-                        blocks=(),
+                        blocks=(), gpu_window=False,
                         model=ModelShape(bottom_hidden=(8,), top_hidden=(8,), batch_size=8)),
 }
 

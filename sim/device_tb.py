@@ -238,7 +238,10 @@ class DeviceTB:
     # -- checkpointing -------------------------------------------------------------------
 
     async def set_gpu_window(self):
-        """Confine the descriptors' arrays to the host layout (``GPU_BASE``, ``GPU_LIMIT``)."""
+        """Confine the descriptors' arrays to the host layout (``GPU_BASE``, ``GPU_LIMIT``),
+        on a device that checks them (``Config.gpu_window``)."""
+        if not self.config.gpu_window:
+            return
         await self.ctl.write(Reg.GPU_BASE, self.layout.base * LINE_BYTES)
         await self.ctl.write(Reg.GPU_LIMIT, (self.layout.base + self.layout.lines) * LINE_BYTES)
 

@@ -16,8 +16,8 @@ async def access(ctx, dut, reg, value=None):
     return rsp.data, rsp.err
 
 
-def run(tb):
-    dut = ControlWindow(CFG)
+def run(tb, config=CFG):
+    dut = ControlWindow(config)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
 
@@ -149,3 +149,15 @@ def test_the_gpu_window_refuses_arrays_outside_it():
         await stage(ctx, dut, Op.SNAPSHOT_MLP, 0, 0, 0, 0, 0)
         assert await ring(ctx, dut) == (0, ErrorCode.OUT_OF_WINDOW)
     run(tb)
+
+
+def test_without_the_window_check_its_registers_are_absent():
+    async def tb(ctx, dut):
+        assert (await access(ctx, dut, Reg.GPU_LIMIT, 0x40))[1] == 1
+        assert (await access(ctx, dut, Reg.GPU_BASE))[1] == 1
+        await access(ctx, dut, Reg.DESC_OP, Op.LOOKUP.value)
+        await access(ctx, dut, Reg.DESC_SIZE, 4 | 32 << 32)
+        await access(ctx, dut, Reg.DESC_VEC, CFG.hdm_base * 64)    # device memory
+        await access(ctx, dut, Reg.DOORBELL, 1)
+        assert ctx.get(dut.desc.valid)
+    run(tb, CFG.replace(gpu_window=False))
