@@ -57,19 +57,9 @@ def prepare(board, out_dir, *, baud=None, seed=None):
     seed = b.seed if seed is None else seed
     name = f"trainingcxl_{b.name.replace('-', '_')}"
     platform = b.platform()
-    synth = {"script_after_synth": f"tee -q -o {name}.stat.json stat -json"}
-    if b.block_ram_width:
-        # Stop synthesis before memories are mapped, mark the wide, deep ones with
-        # registered reads (an FF the read port absorbed) for block RAM, go on.
-        wide = (f"t:$mem_v2 r:WIDTH>={b.block_ram_width} %i r:SIZE>=7 %i "
-                f"r:RD_CLK_ENABLE>0 %i")
-        synth = {"synth_opts": "-run begin:map_ram",
-                 "script_after_synth": "\n".join([
-                     f'setattr -set ram_style "block" {wide}',
-                     f"synth_ecp5 -run map_ram: -top {name}",
-                     synth["script_after_synth"]])}
     plan = platform.build(
-        b.make_top(baud), name=name, do_build=False, **synth,
+        b.make_top(baud), name=name, do_build=False,
+        script_after_synth=f"tee -q -o {name}.stat.json stat -json",
         nextpnr_opts=f"--report {name}.report.json --seed {seed} --placer {b.placer} "
                      f"--router router2")
     plan.extract(str(out_dir))

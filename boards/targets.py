@@ -19,11 +19,6 @@ class Board:
     ``seed`` the nextpnr placement seed the README's figures were built with;
     ``placer`` nextpnr's placer: ``"static"`` (electrostatic) spreads a large
     design so that it routes where the default ``"heap"`` leaves it congested.
-    ``block_ram_width``: memories at least this wide and at least 7 entries
-    deep whose reads are registered go to block RAM instead of LUT RAM (None:
-    Yosys decides). Yosys maps shallow memories to LUT RAM, which only a
-    quarter of the logic slices provide; a dozen 512-bit queues then crowd
-    those slices with wide buses that the router cannot get out.
     """
     name: str
     platform: type
@@ -33,7 +28,6 @@ class Board:
     description: str
     seed: int = 1
     placer: str = "heap"
-    block_ram_width: int | None = None
 
     @property
     def config(self):
@@ -47,7 +41,7 @@ BOARDS = {
     "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device (tables of 32 and 48 rows, "
                    "batches of 16); it places at 25 MHz but does not yet route (README)",
-                   placer="static", block_ram_width=500),
+                   placer="static"),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
                        "no update or checkpoint engine; tables of 16 and 24 rows)"),
