@@ -515,9 +515,11 @@ def build_parser():
         "fuzz", help="send random invalid CXL.mem messages and descriptors between checked "
                      "training batches",
         description="Seeded fuzzing of the simulated device: invalid CXL.mem messages (unmapped, "
-                    "protected, poisoned) and descriptors (rows out of range, bad offsets, "
-                    "oversized bags, unknown ops, misaligned pointers, updates without their "
-                    "lookup, commits out of order), each checked to be refused as specified, "
+                    "protected, poisoned, reused tags, unimplemented opcodes) and descriptors "
+                    "(rows out of range, bad offsets, oversized bags, unknown ops, misaligned "
+                    "pointers, arrays outside the GPU window, updates without their lookup, "
+                    "commits out of order, batches already committed), each checked to be "
+                    "refused as specified, "
                     "with a lookup, update and commit checked against the golden model after "
                     "every --every of them and all tables compared at the end. Exit status 0 "
                     "when everything was refused and nothing was corrupted, hung or lost.")
