@@ -23,7 +23,8 @@ from .bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, RSP_LEN, RSP_SYNC,
                               FrameError, Status, decode_response, encode_request)
 from .config import LINE_BYTES
 from .host_layout import HostLayout
-from .device_regs import decode_checkpoint_state, desc_op_word, geometry_word, read_snapshot
+from .device_regs import (decode_checkpoint_state, desc_op_word, geometry_word, gpu_window_writes,
+                          read_snapshot)
 
 __all__ = ["BridgeError", "SerialTransport", "BridgeClient", "BoardDevice"]
 
@@ -282,8 +283,8 @@ class BoardDevice:
     async def configure_checkpoints(self, staleness):
         """Confine the descriptors' arrays to the host window's layout, turn logging on
         with staleness bound ``staleness`` and point at the MLP staging copy."""
-        await self.bridge.write_reg(Reg.GPU_BASE, self.layout.base * LINE_BYTES)
-        await self.bridge.write_reg(Reg.GPU_LIMIT, (self.layout.base + self.layout.lines) * LINE_BYTES)
+        for reg, value in gpu_window_writes(self.config, self.layout):
+            await self.bridge.write_reg(reg, value)
         await self.bridge.write_reg(Reg.MLP_ADDR, self.layout.mlp_line * LINE_BYTES)
         await self.bridge.write_reg(Reg.MLP_LINES, self.config.mlp_lines)
         await self.bridge.write_reg(Reg.CKPT_CTRL, 1 | staleness << 8)

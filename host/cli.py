@@ -213,6 +213,11 @@ def cmd_train(args):
     if args.staleness is None:
         args.staleness = system.staleness
     relaxed = system.engines and (system.relaxed or args.relaxed or cfg.relaxed_lookup)
+    if relaxed and "relaxed" not in cfg.blocks:
+        raise SystemExit(f"error: relaxed order (system {system.name}{', --relaxed' if args.relaxed else ''}) "
+                         f"needs the relaxed block, which this configuration leaves out "
+                         f"(blocks: {', '.join(cfg.blocks) or 'none'}); use a strict-order system "
+                         f"such as cxl-b")
     order = "relaxed" if relaxed else "strict"
     checkpoints = (f"staleness K = {args.staleness}" if not args.no_checkpoint
                    else "checkpointing off")

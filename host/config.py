@@ -29,7 +29,7 @@ __all__ = [
 #: Nominal device clock used to turn the published nanosecond figures into cycles.
 NOMINAL_CLOCK_MHZ = 250
 #: The device's optional blocks (``Config.blocks``).
-BLOCKS = ("link", "update", "checkpoint")
+BLOCKS = ("link", "update", "checkpoint", "relaxed")
 LINE_BYTES = 64
 LINE_BITS = 8 * LINE_BYTES
 
@@ -286,9 +286,12 @@ class Config:
     blocks : tuple of str
         The optional blocks the device is built with (:data:`BLOCKS`): the
         CXL link timing model, the update engine, the checkpoint engine with
-        its undo logger. The CXL.mem target, PMEM controller, lookup engine
-        and control window are always there. A small FPGA board leaves the
-        rest out; descriptors for a missing engine complete with ``BAD_OP``.
+        its undo logger, and ``relaxed``: the lookup engine's support for
+        relaxed order (its row marks, deferred list and ``FINISH``). The
+        CXL.mem target, PMEM controller, lookup engine and control window are
+        always there. FPGA boards leave the rest out; descriptors for a missing
+        engine, and relaxed ``LOOKUP`` and ``FINISH`` without ``relaxed``,
+        complete with ``BAD_OP``.
     register_slices : bool
         A register slice in front of every PMEM and CXL.cache port and after
         the CXL.mem target's request merge. Each access takes one cycle more;
@@ -330,7 +333,7 @@ class Config:
     hdm_base: int = 1 << 28          # byte address 16 GiB
     defer_depth: int = 1024
     relaxed_lookup: bool = False
-    blocks: tuple[str, ...] = ("link", "update", "checkpoint")
+    blocks: tuple[str, ...] = ("link", "update", "checkpoint", "relaxed")
     register_slices: bool = False
     gpu_window: bool = True
     crc_folds: int = 1
@@ -359,6 +362,8 @@ class Config:
                f"not {self.blocks!r}")
         _check("checkpoint" not in self.blocks or "update" in self.blocks,
                "the checkpoint block needs the update block (it logs what updates change)")
+        _check(not self.relaxed_lookup or "relaxed" in self.blocks,
+               "relaxed_lookup needs the relaxed block in blocks")
         _check(self.crc_folds in (1, 2, 4, 8),
                f"crc_folds must be 1, 2, 4 or 8 (cycles per line checksum), not {self.crc_folds!r}")
         for name in ("relaxed_lookup", "register_slices", "gpu_window"):
@@ -568,7 +573,8 @@ PRESETS = {
                                            lr=0.1, batch_size=128)),
     # FPGA boards (boards/): block RAM is the PMEM media and the GPU's memory,
     # so bags, queues and in-flight windows are sized for one batch of 16.
-    # A board's link is the UART: the link timing model is left out. Register
+    # A board's link is the UART: the link timing model is left out, and the
+    # host trains in strict order: no relaxed-lookup support. Register
     # slices at the ports shorten the arbiters' paths for the board's clock, and
     # checksums in four parts shrink the CRC networks.
     "ulx3s": Config(tables=(32, 48), max_pooling=8, max_bags=32, log_buffer=128,
@@ -578,7 +584,7 @@ PRESETS = {
                     model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
     # The LFE5U-12F holds the pooling device only: the lookup engine with
     # its PMEM, CXL.mem target and control window (no update or checkpoint
-    # engine, no link model, no GPU window check).
+    # engine, no relaxed lookup, no link model, no GPU window check).
     "ulx3s-12f": Config(tables=(16, 24), max_pooling=4, max_bags=16, log_buffer=32,
                         defer_depth=16, cache_ids=4, host_window=2, desc_depth=2,
                         pmem=PmemTiming(read_latency=8, write_latency=16, read_depth=4, wpq_depth=4),

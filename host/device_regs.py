@@ -3,10 +3,13 @@ simulated bench (``sim/device_tb.py``) and the board driver (``host/board.py``).
 
 import numpy as np
 
+from trainingcxl.hdl.control import Reg
+
 from .config import LINE_BYTES
 from .records import SNAPSHOT, checksum, valid_header
 
-__all__ = ["geometry_word", "desc_op_word", "decode_checkpoint_state", "read_snapshot"]
+__all__ = ["geometry_word", "desc_op_word", "gpu_window_writes", "decode_checkpoint_state",
+           "read_snapshot"]
 
 
 def geometry_word(config):
@@ -18,6 +21,16 @@ def geometry_word(config):
 def desc_op_word(op, batch, *, relaxed=False, nolog=False, coalesced=False):
     """The ``DESC_OP`` register value of one descriptor."""
     return op.value | int(relaxed) << 8 | int(nolog) << 9 | int(coalesced) << 10 | batch << 32
+
+
+def gpu_window_writes(config, layout):
+    """The ``(register, value)`` writes that confine every descriptor's arrays to the
+    lines of ``layout`` (:class:`~.host_layout.HostLayout`); none on a device built
+    without the check (``Config.gpu_window``), which has no such registers."""
+    if not config.gpu_window:
+        return []
+    return [(Reg.GPU_BASE, layout.base * LINE_BYTES),
+            (Reg.GPU_LIMIT, (layout.base + layout.lines) * LINE_BYTES)]
 
 
 def _batch(value):

@@ -275,6 +275,9 @@ def cmd_campaign(args):
     base = args.config
     staleness = [int(k) for k in args.staleness.split(",")]
     orders = args.orders.split(",")
+    if "relaxed" in orders and "relaxed" not in base.blocks:
+        raise SystemExit("error: --orders includes relaxed, but the configuration leaves out the "
+                         "relaxed block; use --orders strict")
     per_run = args.per_run
     runs = max(1, -(-args.failures // per_run))
     rng = random.Random(args.seed)

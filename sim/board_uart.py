@@ -3,9 +3,10 @@
 from collections import deque
 
 import cocotb
-from cocotb.triggers import Event, FallingEdge, Timer, with_timeout
+from cocotb.triggers import Event, FallingEdge, Timer
 
 from trainingcxl.host.bridge_protocol import IDLE_TIMEOUT_BITS
+from .streams import wait_or_fail
 
 __all__ = ["UartPins"]
 
@@ -56,11 +57,9 @@ class UartPins:
         while len(out) < n:
             if not self._bytes:
                 self._arrived.clear()
-                try:
-                    await with_timeout(self._arrived.wait(), self.timeout_ns, "ns")
-                except Exception:
-                    raise TimeoutError(f"the board sent {len(out)} of {n} bytes within "
-                                       f"{self.timeout_ns / 1e3:.0f} us") from None
+                await wait_or_fail(self._arrived.wait(), self.timeout_ns,
+                                   f"the board sent {len(out)} of {n} bytes within "
+                                   f"{self.timeout_ns / 1e3:.0f} us")
             out.append(self._bytes.popleft())
         return bytes(out)
 

@@ -1,6 +1,6 @@
 """Reads and writes the device's control window."""
 
-from cocotb.triggers import Lock, with_timeout
+from cocotb.triggers import Lock
 
 from trainingcxl.hdl.control import ControlBusSignature
 from .streams import StreamSink, StreamSource
@@ -27,10 +27,11 @@ class ControlDriver:
         async with self._lock:
             self.req.send_nowait({"write": int(write), "addr": int(reg), "data": value})
             try:
-                rsp = await with_timeout(self.rsp.recv(), self.timeout_ns, "ns")
-            except Exception:
-                raise TimeoutError(f"control window: no response to {'write' if write else 'read'} "
-                                   f"of register {reg!r} within {self.timeout_ns} ns") from None
+                rsp = await self.rsp.recv(timeout_ns=self.timeout_ns)
+            except TimeoutError:
+                raise TimeoutError(f"control window: no response to "
+                                   f"{'write' if write else 'read'} of register {reg!r} "
+                                   f"within {self.timeout_ns} ns") from None
         if rsp.err:
             raise ControlError(f"control window refused {'write' if write else 'read'} of {reg!r}")
         return rsp.data

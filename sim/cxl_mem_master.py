@@ -3,11 +3,11 @@
 import collections
 
 import cocotb
-from cocotb.triggers import Event, with_timeout
+from cocotb.triggers import Event
 
 from trainingcxl.hdl.cxl.messages import (M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode, S2MDrs,
                                           S2MNdr, TAG_BITS)
-from .streams import StreamSink, StreamSource
+from .streams import StreamSink, StreamSource, wait_or_fail
 
 __all__ = ["CxlMemMaster", "ProtocolError"]
 
@@ -64,22 +64,17 @@ class CxlMemMaster:
             # Wait in line: a freed tag wakes exactly one waiter.
             turn = Event()
             self._waiters.append(turn)
-            try:
-                await with_timeout(turn.wait(), self.timeout_ns, "ns")
-            except Exception:
-                raise TimeoutError(f"CXL.mem {what}: no tag came free within "
-                                   f"{self.timeout_ns} ns (responses stopped)") from None
+            await wait_or_fail(turn.wait(), self.timeout_ns,
+                               f"CXL.mem {what}: no tag came free within "
+                               f"{self.timeout_ns} ns (responses stopped)")
         tag = self._free.popleft()
         done, box = Event(), []
         self._pending[tag] = (done, box)
         seq = self._issued
         self._issued += 1
         source.send_nowait({**payload, "tag": tag})
-        try:
-            await with_timeout(done.wait(), self.timeout_ns, "ns")
-        except Exception:
-            raise TimeoutError(f"CXL.mem {what} (tag {tag}) got no response "
-                               f"within {self.timeout_ns} ns") from None
+        await wait_or_fail(done.wait(), self.timeout_ns,
+                           f"CXL.mem {what} (tag {tag}) got no response within {self.timeout_ns} ns")
         self._release(tag)
         # Count answers that overtook a request issued before them.
         if seq < self._newest_answered:
@@ -103,6 +98,12 @@ class CxlMemMaster:
         self.req.queue.clear()
         self.rwd.queue.clear()
 
+    def free_tag(self, rng):
+        """A tag no request holds, drawn with ``rng`` (for :meth:`exchange`)."""
+        if not self._free:
+            raise ValueError("every tag is in use")
+        return rng.choice(list(self._free))
+
     async def exchange(self, messages, answers):
         """Send raw ``messages`` back to back and return the first ``answers`` responses
         that carry their tags, in arrival order (NDR and DRS alike).
@@ -121,11 +122,10 @@ class CxlMemMaster:
         for channel, payload in messages:
             {"req": self.req, "rwd": self.rwd}[channel].send_nowait(payload)
         try:
-            await with_timeout(done.wait(), self.timeout_ns, "ns")
-        except Exception:
-            got = len(self._raw[1])
-            raise TimeoutError(f"CXL.mem exchange on tags {sorted(tags)}: {got} of {answers} "
-                               f"responses within {self.timeout_ns} ns") from None
+            await wait_or_fail(done.wait(), self.timeout_ns,
+                               lambda: f"CXL.mem exchange on tags {sorted(tags)}: "
+                                       f"{len(self._raw[1])} of {answers} responses within "
+                                       f"{self.timeout_ns} ns")
         finally:
             got = self._raw[1]
             self._raw = None

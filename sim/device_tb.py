@@ -13,7 +13,7 @@ from trainingcxl.hdl.control import DEVICE_ID, Reg
 from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
 from trainingcxl.host.config import LINE_BYTES, NOMINAL_CLOCK_MHZ, Config
 from trainingcxl.host.device_regs import (decode_checkpoint_state, desc_op_word, geometry_word,
-                                          read_snapshot)
+                                          gpu_window_writes, read_snapshot)
 from trainingcxl.host.host_layout import HostLayout
 from .control_driver import ControlDriver
 from .cxl_mem_master import CxlMemMaster
@@ -240,10 +240,8 @@ class DeviceTB:
     async def set_gpu_window(self):
         """Confine the descriptors' arrays to the host layout (``GPU_BASE``, ``GPU_LIMIT``),
         on a device that checks them (``Config.gpu_window``)."""
-        if not self.config.gpu_window:
-            return
-        await self.ctl.write(Reg.GPU_BASE, self.layout.base * LINE_BYTES)
-        await self.ctl.write(Reg.GPU_LIMIT, (self.layout.base + self.layout.lines) * LINE_BYTES)
+        for reg, value in gpu_window_writes(self.config, self.layout):
+            await self.ctl.write(reg, value)
 
     async def configure_checkpoints(self, staleness, *, enable=True):
         """Confine descriptors to the GPU window, turn logging on with staleness bound

@@ -65,7 +65,7 @@ class Fuzzer:
         refused at once with that tag, the first completes normally. A write
         rewrites what its line holds; the refused one would change its line."""
         tb = self.tb
-        tag = self.rng.choice(list(tb.mem._free))
+        tag = tb.mem.free_tag(self.rng)
         (a, line_a), (b, _) = self._table_line(), self._table_line()
         if write:
             msg = [("rwd", {"opcode": M2SRwDOpcode.MemWr, "tag": tag, "addr": a, "data": line_a,
@@ -88,7 +88,7 @@ class Fuzzer:
 
     async def _unknown_opcode(self):
         tb, rng = self.tb, self.rng
-        tag = rng.choice(list(tb.mem._free))
+        tag = tb.mem.free_tag(rng)
         addr, _ = self._table_line()
         if rng.random() < 0.5:
             msg = ("req", {"opcode": rng.choice(UNKNOWN_REQ), "tag": tag, "addr": addr})

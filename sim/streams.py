@@ -14,11 +14,20 @@ import random
 
 import cocotb
 import cocotb.utils
-from cocotb.triggers import Event, ReadOnly, RisingEdge, ValueChange, with_timeout
+from cocotb.triggers import Event, ReadOnly, RisingEdge, SimTimeoutError, ValueChange, with_timeout
 
 from .layouts import pack, unpack
 
-__all__ = ["random_pauses", "StreamSource", "StreamSink", "StreamMonitor"]
+__all__ = ["random_pauses", "wait_or_fail", "StreamSource", "StreamSink", "StreamMonitor"]
+
+
+async def wait_or_fail(trigger, timeout_ns, message):
+    """Await ``trigger``; if ``timeout_ns`` pass first, raise :class:`TimeoutError`
+    with ``message`` (a string, or a function called then for the current state)."""
+    try:
+        return await with_timeout(trigger, timeout_ns, "ns")
+    except SimTimeoutError:
+        raise TimeoutError(message() if callable(message) else message) from None
 
 
 def random_pauses(probability, seed=0):
@@ -68,11 +77,9 @@ class StreamSource:
 
     async def wait_idle(self, timeout_ns=10_000_000):
         """Wait until the DUT took everything queued; fail after ``timeout_ns``."""
-        try:
-            await with_timeout(self._idle.wait(), timeout_ns, "ns")
-        except Exception:
-            raise TimeoutError(f"stream source: {len(self.queue)} payloads not taken "
-                               f"within {timeout_ns} ns") from None
+        await wait_or_fail(self._idle.wait(), timeout_ns,
+                           lambda: f"stream source: {len(self.queue)} payloads not taken "
+                                   f"within {timeout_ns} ns")
 
     def kill(self):
         self._task.cancel()
@@ -136,11 +143,8 @@ class StreamSink:
         """The next payload; fail after ``timeout_ns`` without one."""
         while not self.queue:
             self._got.clear()
-            try:
-                await with_timeout(self._got.wait(), timeout_ns, "ns")
-            except Exception:
-                raise TimeoutError(f"stream sink: nothing received within {timeout_ns} ns") \
-                    from None
+            await wait_or_fail(self._got.wait(), timeout_ns,
+                               f"stream sink: nothing received within {timeout_ns} ns")
         return self.queue.popleft()
 
     def kill(self):

@@ -42,7 +42,9 @@ class RowGather(wiring.Component):
     marks; with ``relaxed`` set, a row stamped by batch ``m - 1`` is not read
     but pushed out as ``defer_data`` with ``defer_push`` (its bag gets a
     ``nodata`` marker instead); with no ``defer_room`` it is dropped and
-    ``defer_overflow`` set, which fails the lookup.
+    ``defer_overflow`` set, which fails the lookup. Without the ``relaxed``
+    block (``Config.blocks``) there are no row marks and ``relaxed`` is
+    ignored: nothing is deferred.
 
     Members
     -------
@@ -87,17 +89,6 @@ class RowGather(wiring.Component):
         lpr = cfg.lines_per_row
         abits = cfg.media_addr_bits
 
-        # -- row marks for relaxed lookup: an epoch per row, two banks by batch parity
-        total_rows = sum(cfg.tables)
-        row_base = Array(Const(b, 25) for b in
-                         [sum(cfg.tables[:t]) for t in range(cfg.n_tables)])
-        epoch_now = Cat(self.batch[:7], Const(1, 1))
-        epoch_prev = Cat((self.batch - 1)[:7], Const(1, 1))
-        banks = [Memory(shape=8, depth=total_rows, init=[]) for _ in range(2)]
-        m.submodules.marks0, m.submodules.marks1 = banks
-        mark_w = [b.write_port() for b in banks]
-        mark_r = [b.read_port(domain="comb") for b in banks]
-        parity = self.batch[0]
 
         # -- stage A: bags and indices -> row starts
         row_layout = data.StructLayout({"addr": abits, "last": 1, "empty": 1, "defer": 1,
@@ -126,16 +117,29 @@ class RowGather(wiring.Component):
             (last_fire & (bag.length != 0)))
         m.d.comb += self.bags.ready.eq(take_bag)
 
-        # The global row number addresses the marks: check last batch's bank, stamp this one.
-        grow = Signal(range(total_rows))
-        m.d.comb += grow.eq(row_base[table] + idx[:25])
         touched = Signal()
-        for k in range(2):
-            m.d.comb += [mark_r[k].addr.eq(grow), mark_w[k].addr.eq(grow),
-                         mark_w[k].data.eq(epoch_now),
-                         mark_w[k].en.eq(idx_fire & in_range & (parity == k))]
-            with m.If(parity != k):
-                m.d.comb += touched.eq(mark_r[k].data == epoch_prev)
+        if "relaxed" in cfg.blocks:
+            # Row marks for relaxed lookup: an epoch per row, two banks by batch
+            # parity. The global row number addresses them: check last batch's
+            # bank, stamp this one.
+            total_rows = sum(cfg.tables)
+            row_base = Array(Const(b, 25) for b in
+                             [sum(cfg.tables[:t]) for t in range(cfg.n_tables)])
+            epoch_now = Cat(self.batch[:7], Const(1, 1))
+            epoch_prev = Cat((self.batch - 1)[:7], Const(1, 1))
+            banks = [Memory(shape=8, depth=total_rows, init=[]) for _ in range(2)]
+            m.submodules.marks0, m.submodules.marks1 = banks
+            mark_w = [b.write_port() for b in banks]
+            mark_r = [b.read_port(domain="comb") for b in banks]
+            parity = self.batch[0]
+            grow = Signal(range(total_rows))
+            m.d.comb += grow.eq(row_base[table] + idx[:25])
+            for k in range(2):
+                m.d.comb += [mark_r[k].addr.eq(grow), mark_w[k].addr.eq(grow),
+                             mark_w[k].data.eq(epoch_now),
+                             mark_w[k].en.eq(idx_fire & in_range & (parity == k))]
+                with m.If(parity != k):
+                    m.d.comb += touched.eq(mark_r[k].data == epoch_prev)
 
         bag_no = Signal(24)                 # bag number of the current bag
         taken = Signal(24)                  # bags taken so far

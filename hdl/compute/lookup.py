@@ -61,7 +61,8 @@ class LookupEngine(wiring.Component):
         ``LOOKUP`` and ``FINISH`` descriptors (other operations complete with
         ``BAD_OP``). A relaxed ``LOOKUP`` leaves out the rows the previous
         batch touched; ``FINISH``, after that batch's update, adds them
-        (:class:`~.finish.Finisher`, docs/relaxed-lookup.md).
+        (:class:`~.finish.Finisher`, docs/relaxed-lookup.md). Without the
+        ``relaxed`` block (``Config.blocks``) both complete with ``BAD_OP``.
     done : Out(stream.Signature(completion_layout))
     pmem : Out(LinePortSignature)
         PMEM client port (reads).
@@ -112,33 +113,38 @@ class LookupEngine(wiring.Component):
         wiring.connect(m, dp.off_reader.mem, wiring.flipped(self.off_mem))
         wiring.connect(m, dp.idx_reader.mem, wiring.flipped(self.idx_mem))
 
+        has_relaxed = "relaxed" in cfg.blocks
         # Rows a relaxed lookup deferred wait here, across the update, for FINISH.
         defer_reset = Signal()
-        dl = defer_layout(cfg)
-        defer_q = fifo.SyncFIFOBuffered(width=dl.size, depth=cfg.defer_depth)
-        m.submodules.defer_q = ResetInserter(defer_reset)(defer_q)
-        m.d.comb += [
-            defer_q.w_data.eq(dp.gather.defer_data),
-            defer_q.w_en.eq(dp.gather.defer_push),
-            dp.gather.defer_room.eq(defer_q.w_rdy),
-        ]
-        m.submodules.finisher = fin = Finisher(cfg, pmem_tag_bits=self._pmem_tag_bits)
-        m.d.comb += [
-            fin.deferred.valid.eq(defer_q.r_rdy),
-            fin.deferred.payload.eq(defer_q.r_data),
-            defer_q.r_en.eq(fin.deferred.ready),
-            fin.pending.eq(defer_q.level != 0),
-        ]
+        finishing = Signal()
+        if has_relaxed:
+            dl = defer_layout(cfg)
+            defer_q = fifo.SyncFIFOBuffered(width=dl.size, depth=cfg.defer_depth)
+            m.submodules.defer_q = ResetInserter(defer_reset)(defer_q)
+            m.d.comb += [
+                defer_q.w_data.eq(dp.gather.defer_data),
+                defer_q.w_en.eq(dp.gather.defer_push),
+                dp.gather.defer_room.eq(defer_q.w_rdy),
+            ]
+            m.submodules.finisher = fin = Finisher(cfg, pmem_tag_bits=self._pmem_tag_bits)
+            m.d.comb += [
+                fin.deferred.valid.eq(defer_q.r_rdy),
+                fin.deferred.payload.eq(defer_q.r_data),
+                defer_q.r_en.eq(fin.deferred.ready),
+                fin.pending.eq(defer_q.level != 0),
+            ]
+            clients = ((dp.gather.pmem, dp.writer.mem, ~finishing),
+                       (fin.pmem, fin.host, finishing))
+        else:
+            clients = ((dp.gather.pmem, dp.writer.mem, Const(1)),)
 
         desc = Signal(descriptor_layout(cfg))
 
         # PMEM and the output port serve the lookup datapath, or FINISH.
-        finishing = Signal()
         pre_valid = Signal()
         pre_ready = Signal()
         pre = Signal.like(self.pmem.req.payload)
-        for src_pmem, src_host, sel in ((dp.gather.pmem, dp.writer.mem, ~finishing),
-                                        (fin.pmem, fin.host, finishing)):
+        for src_pmem, src_host, sel in clients:
             with m.If(sel):
                 m.d.comb += [
                     pre_valid.eq(src_pmem.req.valid),
@@ -181,12 +187,17 @@ class LookupEngine(wiring.Component):
         # PMEM read data goes to the pooler of whichever is running (and to the logger).
         logged = self.pmem.rdata.payload.tag[15]
         gate = ~logged | log.lines.ready
-        rd_sink = Mux(finishing, fin.pmem.rdata.ready, dp.pool.rdata.ready)
+        if has_relaxed:
+            rd_sink = Mux(finishing, fin.pmem.rdata.ready, dp.pool.rdata.ready)
+            m.d.comb += [
+                fin.pmem.rdata.valid.eq(self.pmem.rdata.valid & finishing & gate),
+                fin.pmem.rdata.payload.eq(self.pmem.rdata.payload),
+            ]
+        else:
+            rd_sink = dp.pool.rdata.ready
         m.d.comb += [
             dp.pool.rdata.valid.eq(self.pmem.rdata.valid & ~finishing & gate),
             dp.pool.rdata.payload.eq(self.pmem.rdata.payload),
-            fin.pmem.rdata.valid.eq(self.pmem.rdata.valid & finishing & gate),
-            fin.pmem.rdata.payload.eq(self.pmem.rdata.payload),
             self.pmem.rdata.ready.eq(rd_sink & gate),
             log.lines.valid.eq(self.pmem.rdata.valid & logged & rd_sink),
             log.lines.payload.eq(self.pmem.rdata.payload.data),
@@ -207,8 +218,9 @@ class LookupEngine(wiring.Component):
         # -- offsets -> bags, checked as they stream in
         m.submodules.bags = bags = BagSequencer(cfg)
         m.d.comb += [bags.n_bags.eq(desc.n_bags), bags.n_indices.eq(desc.n_indices),
-                     dp.gather.batch.eq(desc.batch), dp.gather.relaxed.eq(desc.relaxed),
-                     fin.vec_addr.eq(desc.vec_addr)]
+                     dp.gather.batch.eq(desc.batch), dp.gather.relaxed.eq(desc.relaxed)]
+        if has_relaxed:
+            m.d.comb += fin.vec_addr.eq(desc.vec_addr)
         wiring.connect(m, dp.off_reader.words, bags.offsets)
         wiring.connect(m, bags.bags, dp.gather.bags)
 
@@ -249,10 +261,17 @@ class LookupEngine(wiring.Component):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
                     m.d.sync += [desc.eq(self.desc.payload), error.eq(ErrorCode.NONE)]
-                    with m.If(self.desc.payload.op == Op.FINISH):
+                    unsupported = Const(0)
+                    if not has_relaxed:
+                        unsupported = (self.desc.payload.op == Op.FINISH) | self.desc.payload.relaxed
+                    with m.If(unsupported):
+                        m.d.sync += error.eq(ErrorCode.BAD_OP)
+                        m.next = "COMPLETE"
+                    with m.Elif(self.desc.payload.op == Op.FINISH):
                         # Only the batch whose relaxed lookup filled the list.
                         with m.If(owner_valid & (self.desc.payload.batch == owner)):
-                            m.next = "FINISH_START"
+                            # (Never reached without the relaxed block: refused above.)
+                            m.next = "FINISH_START" if has_relaxed else "COMPLETE"
                         with m.Else():
                             m.d.sync += error.eq(ErrorCode.NOT_DEFERRED)
                             m.next = "COMPLETE"
@@ -269,15 +288,16 @@ class LookupEngine(wiring.Component):
                 # A new lookup also forgets rows an earlier one deferred.
                 m.d.comb += [clear.eq(1), defer_reset.eq(1), self.busy.eq(1)]
                 m.next = "START"
-            with m.State("FINISH_START"):
-                m.d.comb += [fin.start.eq(1), finishing.eq(1), self.busy.eq(1)]
-                m.next = "FINISH"
-            with m.State("FINISH"):
-                m.d.comb += [finishing.eq(1), fin.run.eq(1), self.busy.eq(1)]
-                with m.If(fin.done):
-                    m.d.sync += owner_valid.eq(0)
-                    m.d.sync += error.eq(Mux(fin.error, ErrorCode.HOST_WRITE, ErrorCode.NONE))
-                    m.next = "COMPLETE"
+            if has_relaxed:
+                with m.State("FINISH_START"):
+                    m.d.comb += [fin.start.eq(1), finishing.eq(1), self.busy.eq(1)]
+                    m.next = "FINISH"
+                with m.State("FINISH"):
+                    m.d.comb += [finishing.eq(1), fin.run.eq(1), self.busy.eq(1)]
+                    with m.If(fin.done):
+                        m.d.sync += owner_valid.eq(0)
+                        m.d.sync += error.eq(Mux(fin.error, ErrorCode.HOST_WRITE, ErrorCode.NONE))
+                        m.next = "COMPLETE"
             with m.State("START"):
                 m.d.comb += [dp.off_reader.start.eq(1), dp.idx_reader.start.eq(1),
                              dp.writer.start.eq(1), bags.start.eq(1), self.busy.eq(1)]

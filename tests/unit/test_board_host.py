@@ -12,7 +12,8 @@ from trainingcxl.host.board_cli import board_failures
 from trainingcxl.host.board_training import BOARD_PHASES
 from trainingcxl.host.bridge_protocol import Command, FrameError, Status, crc8, encode_request
 from trainingcxl.host.config import PRESETS
-from trainingcxl.host.device_regs import decode_checkpoint_state, desc_op_word, geometry_word
+from trainingcxl.host.device_regs import (decode_checkpoint_state, desc_op_word, geometry_word,
+                                          gpu_window_writes)
 from trainingcxl.host.failures import parse_fail_in
 from trainingcxl.host.host_layout import HostLayout
 
@@ -97,3 +98,14 @@ def test_register_words_and_host_layout():
     assert lay.mlp_line + cfg.mlp_lines == lay.base + lay.lines
     assert lay.idx_lines[1] > lay.out_lines[0] and lay.delta_line > lay.out_lines[1]
     assert lay.base in lay and lay.base + lay.lines not in lay
+
+
+def test_the_gpu_window_covers_the_host_layout_and_only_where_the_device_has_one():
+    for name in ("ulx3s", "ulx3s-12f", "tiny"):
+        cfg = PRESETS[name]
+        lay = HostLayout(cfg)
+        writes = dict(gpu_window_writes(cfg, lay))
+        if not cfg.gpu_window:
+            assert writes == {}, f"{name}: writes registers the device does not have"
+            continue
+        assert writes == {Reg.GPU_BASE: lay.base * 64, Reg.GPU_LIMIT: (lay.base + lay.lines) * 64}

@@ -88,6 +88,15 @@ def test_train_refuses_a_batch_the_undo_log_cannot_hold(tmp_path):
         main(["train", "--config", str(cfg), "--batch-size", "8"])
 
 
+def test_relaxed_order_is_refused_without_the_relaxed_block(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"tables": [32, 48], "blocks": ["update", "checkpoint"]}')
+    with pytest.raises(SystemExit, match="needs the relaxed block"):
+        main(["train", "--config", str(cfg), "--system", "cxl", "--batches", "2"])
+    with pytest.raises(SystemExit, match="leaves out the relaxed block"):
+        main(["campaign", "--config", str(cfg), "--orders", "strict,relaxed"])
+
+
 def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
     cfg = tmp_path / "c.json"
     cfg.write_text('{"tables": [32, 48], "max_bags": 256, "snapshot_lines": 5}')

@@ -32,6 +32,8 @@ def test_memory_map_is_contiguous_and_protected_regions_follow_the_tables():
     ({"hdm_base": 3}, "hdm_base"),
     ({"crc_folds": 3}, "crc_folds"),
     ({"register_slices": 1}, "register_slices"),
+    ({"blocks": ("update", "fast")}, "blocks"),
+    ({"relaxed_lookup": True, "blocks": ("update",)}, "relaxed_lookup"),
 ])
 def test_invalid_configurations_name_the_field(kwargs, field):
     with pytest.raises(ConfigError, match=field.replace("[", r"\[")):

@@ -190,3 +190,22 @@ def test_relaxed_lookup_then_finish_equals_strict(dim):
     assert not np.array_equal(partial, want), "nothing was deferred"
     final = pooled_from_writes(cfg, {**results[1][1], **results[2][1]}, b1.n_bags)
     np.testing.assert_array_equal(final, want)
+
+
+def test_without_the_relaxed_block_relaxed_lookup_and_finish_are_refused():
+    # Boards leave relaxed-lookup support out: no row marks, no deferred list,
+    # no finisher. A relaxed LOOKUP or a FINISH must then be refused rather
+    # than run as something else, and strict lookups must stay exact.
+    cfg = cfg_for().replace(blocks=("update", "checkpoint"))
+    tables = initial_tables(cfg, seed=3)
+    wl = SyntheticWorkload(cfg, seed=0, batch_size=6, zipf_alpha=1.5)
+    b0, b1 = wl.batch(0), wl.batch(1)
+    runs = [(b0.indices, b0.offsets), (b1.indices, b1.offsets), (b1.indices, b1.offsets),
+            (b1.indices, b1.offsets)]
+    ops = [(Op.LOOKUP, 0, 0), (Op.LOOKUP, 1, 1), (Op.FINISH, 1, 0), (Op.LOOKUP, 1, 0)]
+    results = run_lookups(cfg, tables, runs, ops=ops)
+    assert [e for e, _ in results] == [ErrorCode.NONE, ErrorCode.BAD_OP, ErrorCode.BAD_OP,
+                                       ErrorCode.NONE]
+    assert results[1][1] == {} and results[2][1] == {}, "a refused descriptor wrote host memory"
+    want = embedding_bag_sum(cfg, tables, b1.indices, b1.offsets).pooled
+    np.testing.assert_array_equal(pooled_from_writes(cfg, results[3][1], b1.n_bags), want)
