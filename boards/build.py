@@ -60,8 +60,8 @@ def prepare(board, out_dir, *, baud=None, seed=None):
     plan = platform.build(
         b.make_top(baud), name=name, do_build=False,
         script_after_synth=f"tee -q -o {name}.stat.json stat -json",
-        nextpnr_opts=f"--report {name}.report.json --seed {seed} --placer {b.placer} "
-                     f"--router router2")
+        nextpnr_opts=" ".join((f"--report {name}.report.json --seed {seed} --placer {b.placer}",
+                               "--router router2", *b.nextpnr_opts)))
     plan.extract(str(out_dir))
     commands = _script_commands(Path(out_dir) / f"{plan.script}.sh", env)
     if len(commands) != len(STAGES):
@@ -136,7 +136,7 @@ def build(board, out_dir, *, baud=None, seed=None, dry_run=False, synth_only=Fal
     result = {
         "board": b.name, "device": platform.device, "package": platform.package,
         "preset": b.preset, "baud": baud or b.baud, "seed": b.seed if seed is None else seed,
-        "placer": b.placer,
+        "placer": b.placer, "nextpnr_opts": list(b.nextpnr_opts),
         "clock_mhz": platform.default_clk_frequency / 1e6,
         "build_dir": str(out_dir), "plan": [{"stage": s, "command": a} for s, a in commands],
     }

@@ -18,7 +18,8 @@ class Board:
     host driver reads too; ``baud`` is the UART rate of the host bridge;
     ``seed`` the nextpnr placement seed the README's figures were built with;
     ``placer`` nextpnr's placer: ``"static"`` (electrostatic) spreads a large
-    design so that it routes where the default ``"heap"`` leaves it congested.
+    design so that it routes where the default ``"heap"`` leaves it congested;
+    ``nextpnr_opts`` further nextpnr options (placer and router tuning).
     """
     name: str
     platform: type
@@ -28,6 +29,7 @@ class Board:
     description: str
     seed: int = 1
     placer: str = "heap"
+    nextpnr_opts: tuple = ()
 
     @property
     def config(self):
