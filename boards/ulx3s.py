@@ -8,6 +8,14 @@ from trainingcxl.hdl.bridge.system import BoardSystem
 __all__ = ["Ulx3sTop"]
 
 
+def _global_buffer(m, signal):
+    """``signal`` through an ECP5 clock buffer (DCCA) onto a global network: the power
+    failure reaches about 10,000 flip-flop resets, which general routing would carry."""
+    out = Signal()
+    m.submodules.power_fail_dcca = Instance("DCCA", i_CLKI=signal, i_CE=Const(1), o_CLKO=out)
+    return out
+
+
 class Ulx3sTop(Elaboratable):
     """:class:`BoardSystem` on a ULX3S (any ECP5 size), clocked by the 25 MHz oscillator.
 
@@ -25,7 +33,8 @@ class Ulx3sTop(Elaboratable):
             raise ValueError(f"{self.baud} baud is more than 2% off any divisor of "
                              f"{clock_hz / 1e6:g} MHz")
         return BoardSystem(self.config, divisor=divisor,
-                           debounce_cycles=int(clock_hz // 100))      # 10 ms
+                           debounce_cycles=int(clock_hz // 100),      # 10 ms
+                           reset_buffer=_global_buffer)
 
     def elaborate(self, platform):
         m = Module()

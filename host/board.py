@@ -280,11 +280,17 @@ class BoardDevice:
 
     # -- checkpointing ---------------------------------------------------------------------
 
-    async def configure_checkpoints(self, staleness):
-        """Confine the descriptors' arrays to the host window's layout, turn logging on
-        with staleness bound ``staleness`` and point at the MLP staging copy."""
+    async def set_gpu_window(self):
+        """Confine the descriptors' arrays to the host window's layout (``GPU_BASE``,
+        ``GPU_LIMIT``), on a device that checks them (``Config.gpu_window``)."""
         for reg, value in gpu_window_writes(self.config, self.layout):
             await self.bridge.write_reg(reg, value)
+
+    async def configure_checkpoints(self, staleness):
+        """Confine the descriptors' arrays to the host window's layout (a power failure
+        clears it), turn logging on with staleness bound ``staleness`` and point at the
+        MLP staging copy."""
+        await self.set_gpu_window()
         await self.bridge.write_reg(Reg.MLP_ADDR, self.layout.mlp_line * LINE_BYTES)
         await self.bridge.write_reg(Reg.MLP_LINES, self.config.mlp_lines)
         await self.bridge.write_reg(Reg.CKPT_CTRL, 1 | staleness << 8)

@@ -109,6 +109,7 @@ class BoardTraining:
         dev, cfg = self.dev, self.cfg
         await dev.check_identity()
         self._fails_seen = await self._power_fail_count()
+        await dev.set_gpu_window()
         if self.checkpointing:
             await dev.configure_checkpoints(self.k)
             error, *_ = await dev.recover()

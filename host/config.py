@@ -584,7 +584,8 @@ PRESETS = {
                     model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
     # The LFE5U-12F holds the pooling device only: the lookup engine with
     # its PMEM, CXL.mem target and control window (no update or checkpoint
-    # engine, no relaxed lookup, no link model, no GPU window check).
+    # engine, no relaxed lookup, no link model, no GPU window check: with it
+    # the build reaches 73% of the LUTs and no longer routes).
     "ulx3s-12f": Config(tables=(16, 24), max_pooling=4, max_bags=16, log_buffer=32,
                         defer_depth=16, cache_ids=4, host_window=2, desc_depth=2,
                         pmem=PmemTiming(read_latency=8, write_latency=16, read_depth=4, wpq_depth=4),

@@ -36,6 +36,11 @@ class BoardSystem(wiring.Component):
     failure, as is the bridge's ``POWER_FAIL`` command; either resets the
     device and the window's CXL.cache state, never the bridge.
 
+    ``power_fail`` resets nearly every flip-flop of the device: it leaves a
+    register and, on an FPGA, can be put on a global network by
+    ``reset_buffer(m, signal)`` (a board top passes one; see
+    :mod:`trainingcxl.boards.ulx3s`), so that it takes no general routing.
+
     LEDs (bit 0 first): engine busy, logging, RECOVER running, not yet
     recovered since power-up, error, toggles on every power failure, UART
     activity, heartbeat. Short events are stretched to ``2**stretch_bits``
@@ -54,8 +59,10 @@ class BoardSystem(wiring.Component):
     button: In(1)
     leds: Out(8)
 
-    def __init__(self, config, *, divisor, debounce_cycles=1 << 16, stretch_bits=20):
+    def __init__(self, config, *, divisor, debounce_cycles=1 << 16, stretch_bits=20,
+                 reset_buffer=None):
         self._config = config
+        self._reset_buffer = reset_buffer
         self._divisor = divisor
         self._debounce = debounce_cycles
         self._stretch_bits = stretch_bits
@@ -76,7 +83,8 @@ class BoardSystem(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        power_fail = Signal()
+        fail_q = Signal()       # the power failure, registered
+        power_fail = self._reset_buffer(m, fail_q) if self._reset_buffer else fail_q
         m.submodules.device = device = Device(cfg)
         m.submodules.window = window = ResetInserter(power_fail)(
             HostWindow(base=self._layout.base, lines=self._layout.lines, pulls=cfg.cache_ids))
@@ -115,8 +123,8 @@ class BoardSystem(wiring.Component):
         with m.Elif(button_timer != 0):
             m.d.sync += button_timer.eq(button_timer - 1)
 
+        m.d.sync += fail_q.eq(bridge.power_fail | (button_timer != 0))
         m.d.comb += [
-            power_fail.eq(bridge.power_fail | (button_timer != 0)),
             device.power_fail.eq(power_fail),
             bridge.lost.eq(button_timer != 0),
             bridge.irq.eq(device.irq),
@@ -134,9 +142,9 @@ class BoardSystem(wiring.Component):
             return event | (timer != 0)
 
         failed = Signal()
-        fail_q = Signal()
-        m.d.sync += fail_q.eq(power_fail)
-        with m.If(power_fail & ~fail_q):
+        fail_qq = Signal()
+        m.d.sync += fail_qq.eq(fail_q)
+        with m.If(fail_q & ~fail_qq):
             m.d.sync += failed.eq(~failed)
         heartbeat = Signal(self._stretch_bits + 4)
         m.d.sync += heartbeat.eq(heartbeat + 1)

@@ -101,8 +101,8 @@ def test_register_words_and_host_layout():
 
 
 def test_the_gpu_window_covers_the_host_layout_and_only_where_the_device_has_one():
-    for name in ("ulx3s", "ulx3s-12f", "tiny"):
-        cfg = PRESETS[name]
+    for name, cfg in (*((n, PRESETS[n]) for n in ("ulx3s", "ulx3s-12f", "tiny")),
+                      ("without", PRESETS["ulx3s-12f"].replace(gpu_window=False))):
         lay = HostLayout(cfg)
         writes = dict(gpu_window_writes(cfg, lay))
         if not cfg.gpu_window:
