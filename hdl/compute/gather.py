@@ -89,7 +89,6 @@ class RowGather(wiring.Component):
         lpr = cfg.lines_per_row
         abits = cfg.media_addr_bits
 
-
         # -- stage A: bags and indices -> row starts
         row_layout = data.StructLayout({"addr": abits, "last": 1, "empty": 1, "defer": 1,
                                         "bag": 24})
