@@ -1,7 +1,7 @@
 """The host bridge: UART frames to control-window, CXL.mem and host-window accesses."""
 
 from amaranth import *
-from amaranth.lib import stream, wiring
+from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.host.bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, MAX_REQ_PAYLOAD,
@@ -26,6 +26,13 @@ def crc8_step(crc, byte):
         shifted = [Const(0, 1)] + bits[:7]
         bits = [shifted[i] ^ top if i in (0, 1, 2) else shifted[i] for i in range(8)]
     return Cat(*bits)
+
+
+class Source(enum.Enum, shape=2):
+    """Where a response's payload bytes come from."""
+    SHORT = 0       # rbuf: 8 bytes or fewer, then zeros
+    MEM = 1         # a CXL.mem line
+    HOST = 2        # a host-window line
 
 
 class HostBridge(wiring.Component):
@@ -79,7 +86,14 @@ class HostBridge(wiring.Component):
         idle = Signal(range(IDLE_TIMEOUT_BITS * self._divisor + 1))
         wait = Signal(range(ANSWER_TIMEOUT + 1))
         status = Signal(8)
-        rbuf = Signal(MAX_RSP_PAYLOAD * 8)
+        # Response payloads. A line has its own shift register by source (the device's
+        # CXL.mem data, the host window), loaded straight from that source: no wide
+        # multiplexer gathers lines from across the chip, and each register can sit by
+        # its source. Short answers (8 bytes) and zeros come from ``rbuf``.
+        rbuf = Signal(64)
+        mem_line = Signal(MAX_RSP_PAYLOAD * 8)
+        host_line = Signal(MAX_RSP_PAYLOAD * 8)
+        source = Signal(Source)
         rlen = Signal(range(MAX_RSP_PAYLOAD + 1))
         fail_timer = Signal(range(POWER_FAIL_CYCLES + 1))
         command_fails = Signal(16)
@@ -105,8 +119,8 @@ class HostBridge(wiring.Component):
         req_len = Array(Const(REQ_LEN[c], range(MAX_REQ_PAYLOAD + 1)) for c in Command)
         rsp_len = Array(Const(RSP_LEN[c], range(MAX_RSP_PAYLOAD + 1)) for c in Command)
 
-        def respond(st, length):
-            m.d.sync += [status.eq(st), rlen.eq(length)]
+        def respond(st, length, src=Source.SHORT):
+            m.d.sync += [status.eq(st), rlen.eq(length), source.eq(src)]
             m.next = "SYNC"
 
         with m.FSM():
@@ -253,9 +267,9 @@ class HostBridge(wiring.Component):
                 def body():
                     m.d.comb += [drs.ready.eq(1), ndr.ready.eq(1)]
                     with m.If(drs.valid):
-                        m.d.sync += rbuf.eq(drs.payload.data)
+                        m.d.sync += mem_line.eq(drs.payload.data)
                         respond(Mux(drs.payload.poison, Status.MEM_ERROR, Status.OK),
-                                rsp_len[cmd[:4]])
+                                rsp_len[cmd[:4]], Source.MEM)
                     with m.Elif(ndr.valid):
                         respond(Mux(ndr.payload.opcode == S2MNdrOpcode.Cmp, Status.OK,
                                     Status.MEM_ERROR), rsp_len[cmd[:4]])
@@ -277,10 +291,10 @@ class HostBridge(wiring.Component):
 
             with m.State("HOST_ANSWER"):
                 with m.If(self.host.rvalid):
-                    m.d.sync += rbuf.eq(self.host.rdata)
-                    respond(Status.OK, RSP_LEN[Command.HOST_READ])
+                    m.d.sync += host_line.eq(self.host.rdata)
+                    respond(Status.OK, RSP_LEN[Command.HOST_READ], Source.HOST)
 
-            # The response: sync, status, rlen bytes of rbuf (LSB first), CRC.
+            # The response: sync, status, rlen bytes of the source (LSB first), CRC.
             with m.State("SYNC"):
                 m.d.comb += [tx.valid.eq(1), tx.payload.eq(RSP_SYNC)]
                 with m.If(tx.ready):
@@ -294,10 +308,19 @@ class HostBridge(wiring.Component):
                 with m.If(rlen == 0):
                     m.next = "CHECK"
                 with m.Else():
-                    m.d.comb += [tx.valid.eq(1), tx.payload.eq(rbuf[:8])]
+                    out = Signal(8)
+                    with m.Switch(source):
+                        with m.Case(Source.MEM):
+                            m.d.comb += out.eq(mem_line[:8])
+                        with m.Case(Source.HOST):
+                            m.d.comb += out.eq(host_line[:8])
+                        with m.Default():
+                            m.d.comb += out.eq(rbuf[:8])
+                    m.d.comb += [tx.valid.eq(1), tx.payload.eq(out)]
                     with m.If(tx.ready):
-                        m.d.sync += [rbuf.eq(rbuf >> 8), rlen.eq(rlen - 1),
-                                     crc.eq(crc8_step(crc, rbuf[:8]))]
+                        m.d.sync += [rbuf.eq(rbuf >> 8), mem_line.eq(mem_line >> 8),
+                                     host_line.eq(host_line >> 8), rlen.eq(rlen - 1),
+                                     crc.eq(crc8_step(crc, out))]
             with m.State("CHECK"):
                 m.d.comb += [tx.valid.eq(1), tx.payload.eq(crc)]
                 with m.If(tx.ready):
