@@ -119,7 +119,9 @@ class Device(wiring.Component):
             for k, client in enumerate(ports):
                 port = getattr(server, f"port{k}")
                 if cfg.register_slices:
-                    cut = LinePortSlice(port.signature.flip())
+                    # Ready is cut as well: the arbiters' grant logic ends at
+                    # the slice instead of running on into every engine.
+                    cut = LinePortSlice(port.signature.flip(), cut_ready=True)
                     m.submodules[f"{name}_slice{k}"] = cut
                     wiring.connect(m, client, cut.up)
                     client = cut.down

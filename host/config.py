@@ -294,11 +294,12 @@ class Config:
         complete with ``BAD_OP``.
     register_slices : bool
         A register slice in front of every PMEM and CXL.cache port and after
-        the CXL.mem target's request merge. Each access takes one cycle more;
-        the long combinational paths from an engine's request through the
-        arbiters are cut in two, which an FPGA's clock needs (README, "FPGA
-        boards"). Off in the simulation presets, so their cycle counts stay
-        comparable.
+        the CXL.mem target's request merge. Each access takes one cycle more,
+        and a port takes a request every other cycle at most (its slice cuts
+        ``ready`` too); the long combinational paths from an engine's request
+        through the arbiters and back are cut, which an FPGA's clock needs
+        (README, "FPGA boards"). Off in the simulation presets, so their cycle
+        counts stay comparable.
     gpu_window : bool
         The control window checks every array a descriptor names against the
         GPU window (``GPU_BASE``, ``GPU_LIMIT``; ``OUT_OF_WINDOW``). Off only

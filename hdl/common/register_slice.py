@@ -12,12 +12,18 @@ __all__ = ["RegisterSlice", "LinePortSlice"]
 class RegisterSlice(wiring.Component):
     """A forward register slice: ``o``'s ``valid`` and payload come from registers.
 
-    A payload entering on ``i`` leaves on ``o`` one cycle later. ``i.ready`` is
-    ``~o.valid | o.ready``: the slice takes a new payload whenever its register is
-    empty or being emptied, so a stream through it still moves one payload per
-    cycle. What it cuts is the path from the producer's ``valid`` and payload to
-    the consumer's logic (for an FPGA's timing); ``ready`` still passes through
-    one gate.
+    A payload entering on ``i`` leaves on ``o`` one cycle later. By default
+    ``i.ready`` is ``~o.valid | o.ready``: the slice takes a new payload whenever
+    its register is empty or being emptied, so a stream through it still moves
+    one payload per cycle. What it cuts is the path from the producer's
+    ``valid`` and payload to the consumer's logic (for an FPGA's timing);
+    ``ready`` still passes through one gate.
+
+    With ``cut_ready`` the slice cuts ``ready`` too: ``i.ready`` is
+    ``~o.valid``, a register, so the consumer's arbitration does not reach back
+    into the producer. The price is half the rate: the slice takes a payload
+    only when it is empty, one every other cycle at most. (A skid buffer would
+    keep the rate at the cost of a second payload register.)
 
     Members
     -------
@@ -25,15 +31,25 @@ class RegisterSlice(wiring.Component):
     o : Out(stream.Signature(shape))
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, cut_ready=False):
+        self._cut_ready = bool(cut_ready)
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
         })
 
+    @property
+    def cut_ready(self):
+        return self._cut_ready
+
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        if self._cut_ready:
+            m.d.comb += self.i.ready.eq(~self.o.valid)
+            with m.If(self.o.ready):
+                m.d.sync += self.o.valid.eq(0)
+        else:
+            m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
         with m.If(self.i.ready):
             m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
         return m
@@ -41,7 +57,7 @@ class RegisterSlice(wiring.Component):
 
 class LinePortSlice(wiring.Component):
     """A :class:`RegisterSlice` on the request stream of a line port; responses pass
-    through unchanged.
+    through unchanged. ``cut_ready`` is the slice's (see :class:`RegisterSlice`).
 
     Members
     -------
@@ -51,14 +67,16 @@ class LinePortSlice(wiring.Component):
         Towards the memory controller.
     """
 
-    def __init__(self, signature):
+    def __init__(self, signature, *, cut_ready=False):
         if not isinstance(signature, LinePortSignature):
             raise TypeError(f"expected a LinePortSignature, not {signature!r}")
+        self._cut_ready = bool(cut_ready)
         super().__init__({"up": In(signature), "down": Out(signature)})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.req = req = RegisterSlice(self.up.req.payload.shape())
+        m.submodules.req = req = RegisterSlice(self.up.req.payload.shape(),
+                                                cut_ready=self._cut_ready)
         wiring.connect(m, wiring.flipped(self.up.req), req.i)
         wiring.connect(m, req.o, wiring.flipped(self.down.req))
         wiring.connect(m, wiring.flipped(self.down.rdata), wiring.flipped(self.up.rdata))

@@ -33,6 +33,10 @@ def _slice():
     return StreamContract(RegisterSlice(_Small))
 
 
+def _slice_cut_ready():
+    return StreamContract(RegisterSlice(_Small, cut_ready=True))
+
+
 def _merge():
     return StreamContract(StreamMerge(_Small, 3))
 
@@ -68,6 +72,8 @@ def _logger():
 PROOFS = {
     "register-slice": ("RegisterSlice keeps its output stream stable until ready",
                        _slice, 12),
+    "register-slice-cut-ready": ("RegisterSlice with ready cut keeps its output stream stable "
+                                 "until ready", _slice_cut_ready, 12),
     "stream-merge": ("StreamMerge (3 inputs) keeps its output stable until ready",
                      _merge, 12),
     "pmem-streams": ("PmemController (3 ports, one in the background): every response "

@@ -258,23 +258,27 @@ class PmemController(wiring.Component):
         clr_mask = Mux(drain, 1 << rp, 0)
         m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
 
-        m.d.sync += [
-            self.lines_read.eq(self.lines_read + issue_read),
-            self.lines_written.eq(self.lines_written + drain),
-        ]
-
         def region(addr):
             # data < log (with the commit records) < snapshot slots
             return Mux(addr < self._config.table_lines, 0,
                        Mux(addr < self._config.snapshot_base[0], 1, 2))
+
+        # The counters count a cycle late, from registers: their adders are not
+        # at the end of the arbitration path.
+        read_by = Signal(len(REGIONS))
+        write_by = Signal(len(REGIONS))
         read_region = region(sel.addr[:abits])
         write_region = region(wpq_head.addr)
+        m.d.sync += [
+            read_by.eq(Cat(issue_read & (read_region == k) for k in range(len(REGIONS)))),
+            write_by.eq(Cat(drain & (write_region == k) for k in range(len(REGIONS)))),
+            self.lines_read.eq(self.lines_read + read_by.any()),
+            self.lines_written.eq(self.lines_written + write_by.any()),
+        ]
         for k in range(len(REGIONS)):
             m.d.sync += [
-                self.reads_by_region[k].eq(self.reads_by_region[k]
-                                           + (issue_read & (read_region == k))),
-                self.writes_by_region[k].eq(self.writes_by_region[k]
-                                            + (drain & (write_region == k))),
+                self.reads_by_region[k].eq(self.reads_by_region[k] + read_by[k]),
+                self.writes_by_region[k].eq(self.writes_by_region[k] + write_by[k]),
             ]
 
         # Power failure clears every register and FIFO pointer of the

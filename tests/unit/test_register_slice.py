@@ -1,4 +1,4 @@
-"""Register slices: order, full throughput, the stream rule under back-pressure."""
+"""Register slices: order, rate, the stream rule under back-pressure."""
 
 import random
 
@@ -7,8 +7,8 @@ from trainingcxl.hdl.common.register_slice import LinePortSlice, RegisterSlice
 from trainingcxl.sim.amaranth_streams import simulate, stream_get, stream_put
 
 
-def _run(ready_pattern, count=200):
-    dut = RegisterSlice(16)
+def _run(ready_pattern, count=200, cut_ready=False):
+    dut = RegisterSlice(16, cut_ready=cut_ready)
     sent, got, cycles = list(range(1, count + 1)), [], [0]
     violations = []
 
@@ -28,6 +28,8 @@ def _run(ready_pattern, count=200):
             valid, payload = ctx.get(dut.o.valid), ctx.get(dut.o.payload)
             if held is not None and (not valid or payload != held):
                 violations.append((held, valid, payload))
+            if cut_ready and ctx.get(dut.i.ready) != (not valid):
+                violations.append(("i.ready follows o.ready", valid, ready))
             await ctx.tick()
             cycles[0] += 1
             if valid and ready:
@@ -49,6 +51,18 @@ def test_register_slice_moves_one_payload_per_cycle_in_order():
 
 def test_register_slice_holds_its_payload_until_taken():
     sent, got, cycles, violations = _run(lambda rng: rng.random() < 0.4)
+    assert got == sent
+    assert violations == []
+
+
+def test_a_slice_that_cuts_ready_takes_a_payload_every_other_cycle_in_order():
+    sent, got, cycles, violations = _run(lambda rng: 1, cut_ready=True)
+    assert got == sent and not violations
+    assert 2 * len(sent) - 2 <= cycles <= 2 * len(sent) + 2
+
+
+def test_a_slice_that_cuts_ready_holds_its_payload_and_its_ready_is_a_register():
+    sent, got, cycles, violations = _run(lambda rng: rng.random() < 0.4, cut_ready=True)
     assert got == sent
     assert violations == []
 
