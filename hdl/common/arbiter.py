@@ -37,16 +37,27 @@ class RoundRobin(wiring.Component):
         m = Module()
         n = self._count
         last = Signal(range(n), init=n - 1)
-        m.d.comb += self.valid.eq(self.requests.any())
+        req = self.requests
+        m.d.comb += self.valid.eq(req.any())
+
+        # The first requester after ``last``, cyclically: the lowest request above
+        # ``last`` if there is one, else the lowest of all. ``x & -x`` isolates the
+        # lowest set bit through a carry chain, so the grant is a few logic levels
+        # deep, not a chain of ``n`` priority multiplexers (an FPGA's clock).
+        def lowest(x):
+            return x & (~x + 1)[:n]
+
+        above = Signal(n)
         with m.Switch(last):
             for l in range(n):
                 with m.Case(l):
-                    # Later assignments win: walk from the lowest priority
-                    # (last itself) to the highest (the one right after it).
-                    for off in reversed(range(1, n + 1)):
-                        idx = (l + off) % n
-                        with m.If(self.requests[idx]):
-                            m.d.comb += self.grant.eq(idx)
+                    m.d.comb += above.eq(req & (((1 << n) - 1) ^ ((1 << (l + 1)) - 1)))
+        onehot = Signal(n)
+        m.d.comb += onehot.eq(Mux(above.any(), lowest(above), lowest(req)))
+        for b in range(max(1, (n - 1).bit_length())):
+            if b < len(self.grant):
+                m.d.comb += self.grant[b].eq(Cat(onehot[i] for i in range(n) if i >> b & 1).any()
+                                             if any(i >> b & 1 for i in range(n)) else 0)
         with m.If(self.advance & self.valid):
             m.d.sync += last.eq(self.grant)
         return m
