@@ -577,12 +577,15 @@ PRESETS = {
     # A board's link is the UART: the link timing model is left out, and the
     # host trains in strict order: no relaxed-lookup support. Register
     # slices at the ports shorten the arbiters' paths for the board's clock, and
-    # checksums in four parts shrink the CRC networks.
-    "ulx3s": Config(tables=(32, 48), max_pooling=8, max_bags=32, log_buffer=128,
+    # checksums in four parts shrink the CRC networks. Routing on the 85F jams
+    # where 512-bit buses meet block RAM: the logger's buffer of 16 lines sits
+    # in LUT RAM, and MLPs of 16 keep the media at 512 lines (15 block RAMs
+    # 36 bits wide, not 29 of 18).
+    "ulx3s": Config(tables=(32, 48), max_pooling=8, max_bags=32, log_buffer=16,
                     defer_depth=64, cache_ids=16, host_window=4, blocks=("update", "checkpoint"),
                     register_slices=True, crc_folds=4,
                     pmem=PmemTiming(read_latency=24, write_latency=48, read_depth=16, wpq_depth=8),
-                    model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
+                    model=ModelShape(bottom_hidden=(16,), top_hidden=(16,), batch_size=16)),
     # The LFE5U-12F holds the pooling device only: the lookup engine with
     # its PMEM, CXL.mem target and control window (no update or checkpoint
     # engine, no relaxed lookup, no link model, no GPU window check: with it
