@@ -54,10 +54,8 @@ class RoundRobin(wiring.Component):
                     m.d.comb += above.eq(req & (((1 << n) - 1) ^ ((1 << (l + 1)) - 1)))
         onehot = Signal(n)
         m.d.comb += onehot.eq(Mux(above.any(), lowest(above), lowest(req)))
-        for b in range(max(1, (n - 1).bit_length())):
-            if b < len(self.grant):
-                m.d.comb += self.grant[b].eq(Cat(onehot[i] for i in range(n) if i >> b & 1).any()
-                                             if any(i >> b & 1 for i in range(n)) else 0)
+        for b in range(len(self.grant)):        # one-hot to binary: bit b is an OR
+            m.d.comb += self.grant[b].eq(Cat(onehot[i] for i in range(n) if i >> b & 1).any())
         with m.If(self.advance & self.valid):
             m.d.sync += last.eq(self.grant)
         return m
