@@ -214,7 +214,8 @@ def cmd_train(args):
         args.staleness = system.staleness
     relaxed = system.engines and (system.relaxed or args.relaxed or cfg.relaxed_lookup)
     if relaxed and "relaxed" not in cfg.blocks:
-        raise SystemExit(f"error: relaxed order (system {system.name}{', --relaxed' if args.relaxed else ''}) "
+        why = f"system {system.name}" + (", --relaxed" if args.relaxed else "")
+        raise SystemExit(f"error: relaxed order ({why}) "
                          f"needs the relaxed block, which this configuration leaves out "
                          f"(blocks: {', '.join(cfg.blocks) or 'none'}); use a strict-order system "
                          f"such as cxl-b")

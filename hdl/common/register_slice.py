@@ -1,4 +1,5 @@
-"""Register slices: cut the combinational path of a stream, keeping full throughput."""
+"""Register slices: cut the combinational path of a stream (at full rate, or at half rate
+when ``ready`` is cut too)."""
 
 from amaranth import *
 from amaranth.lib import stream, wiring
@@ -37,10 +38,6 @@ class RegisterSlice(wiring.Component):
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
         })
-
-    @property
-    def cut_ready(self):
-        return self._cut_ready
 
     def elaborate(self, platform):
         m = Module()

@@ -260,26 +260,26 @@ class LookupEngine(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
-                    m.d.sync += [desc.eq(self.desc.payload), error.eq(ErrorCode.NONE)]
-                    unsupported = Const(0)
+                    p = self.desc.payload
+                    m.d.sync += [desc.eq(p), error.eq(ErrorCode.NONE)]
+                    refused = p.op != Op.LOOKUP
                     if not has_relaxed:
-                        unsupported = (self.desc.payload.op == Op.FINISH) | self.desc.payload.relaxed
-                    with m.If(unsupported):
-                        m.d.sync += error.eq(ErrorCode.BAD_OP)
-                        m.next = "COMPLETE"
-                    with m.Elif(self.desc.payload.op == Op.FINISH):
-                        # Only the batch whose relaxed lookup filled the list.
-                        with m.If(owner_valid & (self.desc.payload.batch == owner)):
-                            # (Never reached without the relaxed block: refused above.)
-                            m.next = "FINISH_START" if has_relaxed else "COMPLETE"
-                        with m.Else():
-                            m.d.sync += error.eq(ErrorCode.NOT_DEFERRED)
+                        refused = refused | p.relaxed   # relaxed order needs the relaxed block
+                    with m.If(p.op == Op.FINISH):
+                        if has_relaxed:
+                            # Only the batch whose relaxed lookup filled the list.
+                            with m.If(owner_valid & (p.batch == owner)):
+                                m.next = "FINISH_START"
+                            with m.Else():
+                                m.d.sync += error.eq(ErrorCode.NOT_DEFERRED)
+                                m.next = "COMPLETE"
+                        else:
+                            m.d.sync += error.eq(ErrorCode.BAD_OP)
                             m.next = "COMPLETE"
-                    with m.Elif(self.desc.payload.op != Op.LOOKUP):
+                    with m.Elif(refused):
                         m.d.sync += error.eq(ErrorCode.BAD_OP)
                         m.next = "COMPLETE"
-                    with m.Elif((self.desc.payload.n_bags == 0)
-                                | (self.desc.payload.n_bags > cfg.max_bags)):
+                    with m.Elif((p.n_bags == 0) | (p.n_bags > cfg.max_bags)):
                         m.d.sync += error.eq(ErrorCode.BAD_SIZE)
                         m.next = "COMPLETE"
                     with m.Else():
