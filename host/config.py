@@ -298,8 +298,9 @@ class Config:
         and a port takes a request every other cycle at most (its slice cuts
         ``ready`` too); the long combinational paths from an engine's request
         through the arbiters and back are cut, which an FPGA's clock needs
-        (README, "FPGA boards"). Off in the simulation presets, so their cycle
-        counts stay comparable.
+        (README, "FPGA boards"). Recovery's verdict on each line it reads (its
+        checksum compare and what follows) is registered too, a cycle later.
+        Off in the simulation presets, so their cycle counts stay comparable.
     gpu_window : bool
         The control window checks every array a descriptor names against the
         GPU window (``GPU_BASE``, ``GPU_LIMIT``; ``OUT_OF_WINDOW``). Off only

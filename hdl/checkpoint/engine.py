@@ -228,6 +228,8 @@ class CheckpointEngine(wiring.Component):
         seal_slot = Signal(range(cfg.commit_lines))
         recovering = Signal()
         hdr_b = Signal(abits)           # the row a record being rolled back restores
+        pending = Signal()              # a received line still waits for its verdict
+        hold = Signal()                 # the next line waits for that verdict
 
         # Issue: sequential, except that the rollback walks records backwards.
         m.d.comb += [port.req.payload.tag.eq(0)]
@@ -272,11 +274,8 @@ class CheckpointEngine(wiring.Component):
         crc_in = Mux((single | (rcv_j == 0)) & (fold == 0), CRC_INIT, crc)
         crc_next = Signal(32)
         m.d.comb += crc_next.eq(crc_part(crc_in, zeroed, fold, cfg.crc_folds))
-        intact = (crc_next ^ CRC_XOR) == hdr.csum
-        undo_live = (intact & (hdr.magic == UNDO) & (hdr.gen == best_gen)
-                     & (hdr.batch > d_batch))
 
-        m.d.comb += port.rdata.ready.eq(reading & ~writing & last_fold)
+        m.d.comb += port.rdata.ready.eq(reading & ~writing & last_fold & ~hold)
         with m.If(port.rdata.valid & reading & ~writing & ~last_fold):
             m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
         rcv = port.rdata.valid & port.rdata.ready
@@ -286,26 +285,53 @@ class CheckpointEngine(wiring.Component):
                 m.d.sync += rcv_j.eq(Mux(rcv_j == rec - 1, 0, rcv_j + 1))
                 with m.If(rcv_j != rec - 1):
                     m.d.sync += linebuf[rcv_j].eq(rd)
+
+        # The verdict on a received line: at once, or (with register slices) a
+        # cycle later from registered copies, which takes the CRC network and
+        # the checksum compare out of one path into the decisions below.
+        if cfg.register_slices:
+            v_fire = Signal()
+            v_crc = Signal(32)
+            v_hdr = Signal(header_layout)
+            v_j = Signal.like(rcv_j)
+            v_left = Signal.like(rcv_left)
+            m.d.sync += v_fire.eq(rcv)
+            with m.If(rcv):
+                m.d.sync += [v_crc.eq(crc_next ^ CRC_XOR), v_hdr.eq(hdr), v_j.eq(rcv_j),
+                             v_left.eq(rcv_left)]
+            # A rollback decision starts its writes a cycle late: hold the next
+            # line back meanwhile, so that it cannot overwrite the line buffer.
+            m.d.comb += [pending.eq(v_fire), hold.eq(v_fire & (phase == 3))]
+            intact = v_crc == v_hdr.csum
+        else:
+            v_fire, v_hdr, v_j, v_left = rcv, hdr, rcv_j, rcv_left
+            intact = (crc_next ^ CRC_XOR) == hdr.csum
+        undo_live = (intact & (v_hdr.magic == UNDO) & (v_hdr.gen == best_gen)
+                     & (v_hdr.batch > d_batch))
+        with m.If(v_fire):
             with m.Switch(phase):
                 with m.Case(0):
-                    newer = Cat(hdr.batch, hdr.gen) > Cat(best_batch, best_gen)
-                    with m.If(intact & (hdr.magic == COMMIT) & (~found | newer)):
-                        m.d.sync += [found.eq(1), best_gen.eq(hdr.gen),
-                                     best_batch.eq(hdr.batch), best_k.eq(hdr.a[:8]),
-                                     best_slot.eq(cfg.commit_lines - rcv_left)]
+                    newer = Cat(v_hdr.batch, v_hdr.gen) > Cat(best_batch, best_gen)
+                    with m.If(intact & (v_hdr.magic == COMMIT) & (~found | newer)):
+                        m.d.sync += [found.eq(1), best_gen.eq(v_hdr.gen),
+                                     best_batch.eq(v_hdr.batch), best_k.eq(v_hdr.a[:8]),
+                                     best_slot.eq(cfg.commit_lines - v_left)]
                 with m.Case(1):
-                    k = (rcv_left == 1)
-                    with m.If(intact & (hdr.magic == SNAPSHOT)):
-                        m.d.sync += [rsv.bit_select(k, 1).eq(1), rsb[k].eq(hdr.batch)]
+                    k = (v_left == 1)
+                    with m.If(intact & (v_hdr.magic == SNAPSHOT)):
+                        m.d.sync += [rsv.bit_select(k, 1).eq(1), rsb[k].eq(v_hdr.batch)]
                 with m.Case(2):
-                    with m.If(rcv_j == rec - 1):
+                    with m.If(v_j == rec - 1):
                         m.d.sync += rcv_base.eq(rcv_base + rec)
-                        with m.If(undo_live & (~log_found | (hdr.a > max_lsn))):
-                            m.d.sync += [log_found.eq(1), max_lsn.eq(hdr.a), max_base.eq(rcv_base)]
+                        with m.If(undo_live & (~log_found | (v_hdr.a > max_lsn))):
+                            m.d.sync += [log_found.eq(1), max_lsn.eq(v_hdr.a),
+                                         max_base.eq(rcv_base)]
                 with m.Case(3):
-                    with m.If((rcv_j == rec - 1) & undo_live):
-                        m.d.sync += [hdr_b.eq(hdr.b), wr_j.eq(0), writing.eq(1),
+                    with m.If((v_j == rec - 1) & undo_live):
+                        m.d.sync += [hdr_b.eq(v_hdr.b), wr_j.eq(0), writing.eq(1),
                                      rolled.eq(rolled + 1)]
+        # Every line received has had its verdict.
+        received = (rcv_left == 0) & ~pending
         with m.If(writing & port.req.ready):
             m.d.sync += wr_j.eq(wr_j + 1)
             with m.If(wr_j == lpr - 1):
@@ -387,12 +413,12 @@ class CheckpointEngine(wiring.Component):
                     m.next = "R_COMMITS"
             with m.State("R_COMMITS"):
                 m.d.comb += recovering.eq(1)
-                with m.If(rcv_left == 0):
+                with m.If(received):
                     begin(1, cfg.snapshot_base[0], 2)
                     m.next = "R_SNAPS"
             with m.State("R_SNAPS"):
                 m.d.comb += recovering.eq(1)
-                with m.If(rcv_left == 0):
+                with m.If(received):
                     m.d.sync += reading.eq(0)
                     m.next = "R_DECIDE"
             with m.State("R_DECIDE"):
@@ -426,7 +452,7 @@ class CheckpointEngine(wiring.Component):
                     m.next = "R_SCAN"
             with m.State("R_SCAN"):
                 m.d.comb += recovering.eq(1)
-                with m.If(rcv_left == 0):
+                with m.If(received):
                     with m.If(log_found):
                         begin(3, max_base, slots * rec)
                         m.next = "R_ROLLBACK"
@@ -435,7 +461,7 @@ class CheckpointEngine(wiring.Component):
                         m.next = "R_DRAIN"
             with m.State("R_ROLLBACK"):
                 m.d.comb += recovering.eq(1)
-                with m.If((rcv_left == 0) & ~writing):
+                with m.If(received & ~writing):
                     m.d.sync += reading.eq(0)
                     m.next = "R_DRAIN"
             with m.State("R_DRAIN"):
