@@ -144,6 +144,18 @@ def test_recover_matches_the_reference_on_random_images(seed, folds, registered)
     assert not bad, f"{len(bad)} media lines differ from the reference, first {bad[0]}"
 
 
+def committed_media(rng, cfg, *, gen, batch):
+    """Random tables, then a commit record and an intact snapshot in slot 0, both of
+    ``batch`` in generation ``gen``; returns (tables, media)."""
+    tables = [rng.getrandbits(512) for _ in range(cfg.table_lines)]
+    media = list(tables) + [0] * (cfg.media_lines - cfg.table_lines)
+    media[cfg.commit_base] = commit_record(gen=gen, batch=batch)
+    data = [rng.getrandbits(512) for _ in range(cfg.snapshot_size - 1)]
+    media[cfg.snapshot_base[0]] = snapshot_header(gen=gen, batch=batch, data_lines=data)
+    media[cfg.snapshot_base[0] + 1:cfg.snapshot_base[1]] = data
+    return tables, media
+
+
 def test_torn_record_and_torn_row():
     """A power failure during batch 5's update: the first record is intact and its row
     torn (half updated), the second record is torn, so write-ahead kept its row
@@ -152,12 +164,7 @@ def test_torn_record_and_torn_row():
     rng = random.Random(1)
     cfg = CFG
     lpr = cfg.lines_per_row
-    after4 = [rng.getrandbits(512) for _ in range(cfg.table_lines)]
-    media = list(after4) + [0] * (cfg.media_lines - cfg.table_lines)
-    media[cfg.commit_base] = commit_record(gen=2, batch=4)
-    data = [rng.getrandbits(512) for _ in range(cfg.snapshot_size - 1)]
-    media[cfg.snapshot_base[0]] = snapshot_header(gen=2, batch=4, data_lines=data)
-    media[cfg.snapshot_base[0] + 1:cfg.snapshot_base[1]] = data
+    after4, media = committed_media(rng, cfg, gen=2, batch=4)
     rows = [cfg.table_base[0] + 3 * lpr, cfg.table_base[1] + 7 * lpr]
     records = [undo_record(gen=2, batch=5, lsn=k, addr=a, row_lines=after4[a:a + lpr])
                for k, a in enumerate(rows)]
@@ -183,12 +190,7 @@ def test_a_lone_record_in_the_last_log_slot_is_rolled_back(registered):
     rng = random.Random(2)
     cfg = replace(CFG, register_slices=registered)
     lpr = cfg.lines_per_row
-    before = [rng.getrandbits(512) for _ in range(cfg.table_lines)]
-    media = list(before) + [0] * (cfg.media_lines - cfg.table_lines)
-    media[cfg.commit_base] = commit_record(gen=1, batch=6)
-    data = [rng.getrandbits(512) for _ in range(cfg.snapshot_size - 1)]
-    media[cfg.snapshot_base[0]] = snapshot_header(gen=1, batch=6, data_lines=data)
-    media[cfg.snapshot_base[0] + 1:cfg.snapshot_base[1]] = data
+    before, media = committed_media(rng, cfg, gen=1, batch=6)
     row = cfg.table_base[1] + 5 * lpr
     at = cfg.log_base + (cfg.log_slots - 1) * cfg.rec_lines
     media[at:at + cfg.rec_lines] = undo_record(gen=1, batch=7, lsn=0, addr=row,
