@@ -16,7 +16,20 @@ __all__ = ["PmemController", "REGIONS"]
 #: Regions the line counters tell apart, in the order of ``reads_by_region``.
 REGIONS = ("data", "log", "snapshot")
 
-_TS_BITS = 32
+
+
+def _aged(m, name, issue, release, latency, depth):
+    """Whether the oldest of the entries still held was issued ``latency`` cycles ago or more.
+
+    Entries are issued at most one per cycle (``issue``) and released in issue
+    order (``release``). A shift register ages the issue strobes and a counter
+    holds how many held entries are old enough, so the answer is a register
+    compare: no timestamp subtraction in front of the release handshake."""
+    age = Signal(latency - 1, name=f"{name}_age")     # bit k: issued k + 1 cycles ago
+    m.d.sync += age.eq(Cat(issue, age[:-1]))
+    old = Signal(range(depth + 1), name=f"{name}_old")
+    m.d.sync += old.eq(old + age[latency - 2] - release)
+    return old != 0
 
 
 class PmemController(wiring.Component):
@@ -108,16 +121,13 @@ class PmemController(wiring.Component):
         rd = media.read_port()
         wr = media.write_port(granularity=8)
 
-        now = Signal(_TS_BITS)
-        m.d.sync += now.eq(now + 1)
-
         m.submodules.read_rate = read_rate = RateLimiter(*cfg.read_rate)
         m.submodules.write_rate = write_rate = RateLimiter(*cfg.write_rate)
 
         # -- write-pending queue: payload in a FIFO, addresses mirrored for hazard checks
         wpq_layout = data.StructLayout({
             "addr": abits, "data": LINE_BITS, "be": LINE_BYTES,
-            "tag": self._tag_bits, "client": client_bits, "ts": _TS_BITS,
+            "tag": self._tag_bits, "client": client_bits,
         })
         m.submodules.wpq = wpq = fifo.SyncFIFOBuffered(width=wpq_layout.size, depth=cfg.wpq_depth)
         wpq_head = wpq_layout(wpq.r_data)
@@ -131,7 +141,7 @@ class PmemController(wiring.Component):
 
         # -- reads in flight: data captured at acceptance, released after the latency
         rsp_layout = data.StructLayout({
-            "data": LINE_BITS, "tag": self._tag_bits, "client": client_bits, "ts": _TS_BITS,
+            "data": LINE_BITS, "tag": self._tag_bits, "client": client_bits,
         })
         # One entry more than reads in flight: a buffered FIFO briefly counts an
         # entry twice while it moves to the output register.
@@ -183,30 +193,29 @@ class PmemController(wiring.Component):
         rd_pending = Signal()
         rd_tag = Signal(self._tag_bits)
         rd_client = Signal(client_bits)
-        rd_ts = Signal(_TS_BITS)
         m.d.sync += [
             rd_pending.eq(issue_read),
             rd_tag.eq(sel.tag),
             rd_client.eq(arb.grant),
-            rd_ts.eq(now),
         ]
         rq_in = Signal(rsp_layout)
         m.d.comb += [
             rq_in.data.eq(rd.data), rq_in.tag.eq(rd_tag),
-            rq_in.client.eq(rd_client), rq_in.ts.eq(rd_ts),
+            rq_in.client.eq(rd_client),
             rq.w_data.eq(rq_in),
             rq.w_en.eq(rd_pending),
         ]
 
-        # Release reads in order once their latency has passed.
-        rq_due = rq.r_rdy & ((now - rq_head.ts)[:_TS_BITS] >= cfg.read_latency)
+        # Release reads in order once their latency has passed (counted from acceptance).
+        rq_pop = Signal()
+        rq_due = rq.r_rdy & _aged(m, "read", issue_read, rq_pop, cfg.read_latency,
+                                  cfg.read_depth)
         for i, p in enumerate(ports):
             m.d.comb += [
                 p.rdata.payload.tag.eq(rq_head.tag),
                 p.rdata.payload.data.eq(rq_head.data),
                 p.rdata.valid.eq(rq_due & (rq_head.client == i)),
             ]
-        rq_pop = Signal()
         with m.Switch(rq_head.client):
             for i, p in enumerate(ports):
                 with m.Case(i):
@@ -217,7 +226,7 @@ class PmemController(wiring.Component):
         # Enqueue writes.
         m.d.comb += [
             wpq_in.addr.eq(sel.addr[:abits]), wpq_in.data.eq(sel.data), wpq_in.be.eq(sel.be),
-            wpq_in.tag.eq(sel.tag), wpq_in.client.eq(arb.grant), wpq_in.ts.eq(now),
+            wpq_in.tag.eq(sel.tag), wpq_in.client.eq(arb.grant),
             wpq.w_en.eq(issue_write),
         ]
         with m.If(issue_write):
@@ -231,8 +240,10 @@ class PmemController(wiring.Component):
                     m.d.comb += wack_ready.eq(p.wack.ready)
         # The ack's valid must not depend on its ready: offer it whenever the
         # head is due and a write slot is free, drain when it is taken.
-        due = wpq.r_rdy & ((now - wpq_head.ts)[:_TS_BITS] >= cfg.write_latency) & write_rate.ok
-        drain = due & wack_ready
+        drain = Signal()
+        due = (wpq.r_rdy & _aged(m, "write", issue_write, drain, cfg.write_latency, cfg.wpq_depth)
+               & write_rate.ok)
+        m.d.comb += drain.eq(due & wack_ready)
         # The media is atomic per 8 bytes only: a line leaving the queue in the
         # cycle the power fails reaches the media for a pseudo-random subset of
         # its 8-byte words (a torn line), and is not acknowledged.
