@@ -15,7 +15,8 @@ from .cxl.link import CxlLink
 from .cxl.mem_target import CxlMemTarget
 from .cxl.messages import CxlCacheSignature, CxlMemSignature
 from .common.absent import AbsentEngine
-from .common.register_slice import LinePortSlice
+from .common.descriptor import descriptor_layout
+from .common.register_slice import LinePortSlice, RegisterSlice
 from .dispatch import Dispatcher
 from .pmem.controller import PmemController
 
@@ -147,7 +148,18 @@ class Device(wiring.Component):
             wiring.connect(m, wiring.flipped(self.cxl_cache), agent.cache)
 
         wiring.connect(m, wiring.flipped(self.control), control.bus)
-        wiring.connect(m, control.desc, dispatch.desc)
+        desc_held = C(0)
+        if cfg.register_slices:
+            # The doorbell queue's pop no longer waits on the engines' ready
+            # through the dispatcher's checks: a descriptor moves at most every
+            # other cycle, far more often than batches come.
+            m.submodules.desc_slice = desc_slice = RegisterSlice(
+                descriptor_layout(cfg), cut_ready=True)
+            wiring.connect(m, control.desc, desc_slice.i)
+            wiring.connect(m, desc_slice.o, dispatch.desc)
+            desc_held = desc_slice.o.valid
+        else:
+            wiring.connect(m, control.desc, dispatch.desc)
         wiring.connect(m, dispatch.lookup, lookup.desc)
         wiring.connect(m, dispatch.update, update.desc)
         wiring.connect(m, dispatch.ckpt, ckpt.desc)
@@ -161,7 +173,8 @@ class Device(wiring.Component):
             self.irq.eq(control.irq),
             self.state.busy.eq(lookup.busy | (update.busy if has_update else 0)),
             self.state.error.eq(control.error),
-            control.busy.eq(dispatch.busy | lookup.busy | (update.busy if has_update else 0)),
+            control.busy.eq(dispatch.busy | desc_held | lookup.busy
+                            | (update.busy if has_update else 0)),
             control.counter(Reg.LOOKUP_BUSY).eq(lookup.busy_cycles),
             control.counter(Reg.LOOKUP_LINES).eq(lookup.lines),
             control.counter(Reg.LOOKUP_BAGS).eq(lookup.bags),
