@@ -42,7 +42,8 @@ class PmemController(wiring.Component):
       ``pmem.read_depth`` reads in flight; its data returns ``read_latency``
       cycles after acceptance, in acceptance order. A read of a line that has
       a write pending waits until that write reached the media, so reads
-      always see the newest accepted write.
+      always see the newest accepted write. (With ``register_slices`` that
+      check is registered, and a read is served from its second cycle offered.)
     * A write is accepted into the write-pending queue (WPQ) when there is
       room. It leaves the queue for the media no earlier than
       ``write_latency`` cycles later, at most at ``pmem.write_rate``, and only
@@ -156,12 +157,30 @@ class PmemController(wiring.Component):
         can_read = read_rate.ok & (inflight < cfg.read_depth)
         can_write = wpq.w_rdy
         m.submodules.arb = arb = RoundRobin(n)
+        registered = self._config.register_slices
+        if registered:
+            # The hazard check leaves the arbitration path: each read's check
+            # is registered, made a cycle ahead against the writes pending now
+            # (one drained this cycle still counts: the read waits a cycle
+            # more), and a write accepted this cycle is compared in the next
+            # one from registers. A port holds its payload while it is offered
+            # and not taken (stream rule), so the registered check is for the
+            # read offered now: a read is eligible from its second cycle offered.
+            jw_valid = Signal()
+            jw_addr = Signal(abits)
         eligible = []
         for i, p in enumerate(ports):
             is_rd = p.req.payload.op == LineOp.READ
+            addr = p.req.payload.addr[:abits]
+            if registered:
+                offered = Signal(name=f"offered{i}")
+                blocked = Signal(name=f"blocked{i}")
+                m.d.sync += [offered.eq(p.req.valid & ~p.req.ready), blocked.eq(hazard(addr))]
+                clear = offered & ~blocked & ~(jw_valid & (jw_addr == addr))
+            else:
+                clear = ~hazard(addr)
             ok = Signal(name=f"eligible{i}")
-            m.d.comb += ok.eq(p.req.valid & Mux(
-                is_rd, can_read & ~hazard(p.req.payload.addr[:abits]), can_write))
+            m.d.comb += ok.eq(p.req.valid & Mux(is_rd, can_read & clear, can_write))
             eligible.append(ok)
         busier = Cat(ok for i, ok in enumerate(eligible) if i not in self._background).any()
         for i, ok in enumerate(eligible):
@@ -183,6 +202,8 @@ class PmemController(wiring.Component):
 
         issue_read = accept & (sel.op == LineOp.READ)
         issue_write = accept & (sel.op == LineOp.WRITE)
+        if registered:
+            m.d.sync += [jw_valid.eq(issue_write), jw_addr.eq(sel.addr[:abits])]
         m.d.comb += [
             read_rate.take.eq(issue_read),
             rd.addr.eq(sel.addr[:abits]),

@@ -12,12 +12,13 @@ from trainingcxl.sim.amaranth_streams import simulate as run, stream_get, stream
 FULL = (1 << 64) - 1
 
 
-def small_config(**timing):
+def small_config(registered=False, **timing):
+    """``registered``: the boards' register slices, which register the read hazard check."""
     t = dict(read_latency=8, write_latency=12, read_rate=(3, 5), write_rate=(1, 4),
              wpq_depth=4, read_depth=8)
     t.update(timing)
     return Config(tables=(16, 16), pmem=PmemTiming(**t), log_lines=8, commit_lines=2,
-                  snapshot_lines=2)
+                  snapshot_lines=2, register_slices=registered)
 
 
 def line(seed):
@@ -43,8 +44,9 @@ async def read(ctx, port, addr, tag=0):
     return rsp.data
 
 
-def test_write_then_read_across_ports_with_byte_enables():
-    cfg = small_config()
+@pytest.mark.parametrize("registered", [False, True])
+def test_write_then_read_across_ports_with_byte_enables(registered):
+    cfg = small_config(registered)
     dut = PmemController(cfg, n_ports=2)
     ref = {}
 
@@ -64,8 +66,10 @@ def test_write_then_read_across_ports_with_byte_enables():
     run(dut, tb)
 
 
-def test_latencies_match_configuration():
-    cfg = small_config(read_latency=9, write_latency=13, read_rate=(1, 1), write_rate=(1, 1))
+@pytest.mark.parametrize("registered", [False, True])
+def test_latencies_match_configuration(registered):
+    cfg = small_config(registered, read_latency=9, write_latency=13, read_rate=(1, 1),
+                       write_rate=(1, 1))
     dut = PmemController(cfg, n_ports=1)
     seen = {}
 
@@ -118,17 +122,42 @@ def test_read_bandwidth_is_the_configured_rate(rate):
     assert achieved == pytest.approx(rate[0] / rate[1], rel=0.06)
 
 
-def test_read_after_write_sees_the_pending_write():
-    cfg = small_config(write_latency=30)
+@pytest.mark.parametrize("registered", [False, True])
+@pytest.mark.parametrize("gap", [0, 1, 2])
+def test_read_after_write_sees_the_pending_write(registered, gap):
+    """The read is offered ``gap`` cycles after the write was taken."""
+    cfg = small_config(registered, write_latency=30)
     dut = PmemController(cfg, n_ports=2)
 
     async def tb(ctx):
         ctx.set(dut.port0.wack.ready, 1)
         await stream_put(ctx, dut.port0.req, req(LineOp.WRITE, 5, data=0xABC))
+        for _ in range(gap):
+            await ctx.tick()
         # The write is still pending: the read must wait for it, not see 0.
         assert await read(ctx, dut.port1, 5) == 0xABC
 
     run(dut, tb)
+
+
+def test_registered_check_sees_a_write_taken_in_the_reads_first_cycle():
+    """Registered hazard check: a read and a write of one line offered together. The read
+    is not yet eligible, so the write is taken; the read's check, made before the write
+    was pending, must not let it through in the next cycle."""
+    cfg = small_config(True, write_latency=30)
+    dut = PmemController(cfg, n_ports=2)
+
+    async def tb(ctx):
+        ctx.set(dut.port0.wack.ready, 1)
+        ctx.set(dut.port0.req.valid, 1)
+        ctx.set(dut.port0.req.payload, req(LineOp.WRITE, 5, data=0xABC))
+        assert await read(ctx, dut.port1, 5) == 0xABC
+
+    async def drop_write(ctx):
+        await ctx.tick().until(dut.port0.req.ready)
+        ctx.set(dut.port0.req.valid, 0)
+
+    run(dut, tb, drop_write)
 
 
 def test_power_fail_drops_queued_writes_and_keeps_persisted_ones():
