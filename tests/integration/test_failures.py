@@ -6,6 +6,7 @@ Verilator runs the rest.
 """
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,10 +20,10 @@ CONFIG = PRESETS["tiny"]
 JOB = "trainingcxl.sim.job_train"
 
 
-def train(sim, tmp_path, name, **args):
+def train(sim, tmp_path, name, config=CONFIG, **args):
     out = tmp_path / f"{name}.json"
     job = {"seed": 3, "batches": 5, "batch_size": 8, "check_every": 2, "out": str(out), **args}
-    run_bench(sim, CONFIG, JOB, args=job, results_name=f"failures-{name}")
+    run_bench(sim, config, JOB, args=job, results_name=f"failures-{name}")
     return json.loads(out.read_text())
 
 
@@ -68,13 +69,19 @@ def test_k0_failures_leave_the_model_of_a_run_without_failures(tmp_path):
             np.testing.assert_array_equal(a[k], b[k], err_msg=f"{name}:{k}")
 
 
-@pytest.mark.parametrize("staleness, relaxed", [(1, False), (8, True), (0, True)])
-def test_stale_snapshots_and_relaxed_order_recover_consistently(tmp_path, staleness, relaxed):
+@pytest.mark.parametrize("staleness, relaxed, registered",
+                         [(1, False, False), (8, True, False), (0, True, False), (1, False, True)])
+def test_stale_snapshots_and_relaxed_order_recover_consistently(tmp_path, staleness, relaxed,
+                                                                registered):
     """With K >= 1 the snapshot may lag (m < D is allowed, D - K <= m); in relaxed
-    order batch n+1's records exist before batch n commits. Both recover consistently."""
+    order batch n+1's records exist before batch n commits. Both recover consistently.
+    ``registered``: the boards' register slices, under which the newest snapshot, the
+    durable batch and recovery's choice of snapshot are registered a cycle late."""
     plan = [{"random": True}] * 4 + [{"phase": "recovery"}, {"phase": "snapshot", "offset": 10}]
-    rec = train("verilator", tmp_path, f"k{staleness}", batches=6, staleness=staleness,
-                relaxed=relaxed, failures=plan, failure_seed=staleness + 10 * relaxed)
+    config = replace(CONFIG, register_slices=True) if registered else CONFIG
+    rec = train("verilator", tmp_path, f"k{staleness}" + "-registered" * registered, config,
+                batches=6, staleness=staleness, relaxed=relaxed, failures=plan,
+                failure_seed=staleness + 10 * relaxed)
     fails = assert_recovered(rec, 4)
     for f in fails:
         assert f["recovered_batch"] - staleness <= f["recovered_mlp_batch"] <= f["recovered_batch"]
