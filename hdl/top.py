@@ -214,16 +214,6 @@ class Device(wiring.Component):
             ]
         if has_ckpt:
             wiring.connect(m, lookup.log, logger.tap)
-            if cfg.register_slices:
-                # The barrier sees ``drained`` a cycle late, which cuts the path
-                # from the lookup engine's row stamps through the logger's take
-                # into the dispatcher. The dispatcher runs one descriptor at a
-                # time, so while it could pass an UPDATE no lookup feeds the
-                # logger: ``drained`` can then only rise, and a late value only
-                # holds the UPDATE a cycle longer.
-                m.d.sync += dispatch.log_drained.eq(logger.drained)
-            else:
-                m.d.comb += dispatch.log_drained.eq(logger.drained)
             m.d.comb += [
                 ckpt.enable.eq(control.ckpt_ctrl[0]),
                 ckpt.staleness.eq(control.ckpt_ctrl[8:16]),
@@ -241,6 +231,7 @@ class Device(wiring.Component):
                 update.log_ok.eq(logger.query_logged),
                 dispatch.logging.eq(ckpt.logging),
                 dispatch.hold_lookup.eq(ckpt.hold_lookup),
+                dispatch.log_drained.eq(logger.drained),
                 dispatch.committed.eq(ckpt.committed),
                 dispatch.committed_valid.eq(ckpt.committed_valid),
                 self.state.logging.eq(ckpt.logging),

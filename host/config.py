@@ -300,10 +300,8 @@ class Config:
         through the arbiters and back are cut, which an FPGA's clock needs
         (README, "FPGA boards"). Registered too, a cycle later: a slice between
         the doorbell queue and the dispatcher, the PMEM controller's read
-        hazard check, recovery's verdict on each line it reads and its choice
-        of snapshot, and the checkpoint engine's newest snapshot and durable
-        batch. Off in the simulation presets, so their cycle counts stay
-        comparable.
+        hazard check, and recovery's verdict on each line it reads. Off in the
+        simulation presets, so their cycle counts stay comparable.
     gpu_window : bool
         The control window checks every array a descriptor names against the
         GPU window (``GPU_BASE``, ``GPU_LIMIT``; ``OUT_OF_WINDOW``). Off only

@@ -145,32 +145,20 @@ class CheckpointEngine(wiring.Component):
         # carries. Every commit record stores it, so a power failure cannot change it.
         k_eff = Signal(8)
 
-        # With register slices the newest snapshot and the durable batch are
-        # registered, a cycle late; both only grow between recoveries (a slot
-        # is emptied only while the other holds a newer snapshot, and commits
-        # come in batch order), so a late value holds lookups a cycle longer
-        # and reclaims log space a cycle later, never sooner. Each was a chain
-        # of three compares and an adder in front of the dispatcher and the
-        # logger's reclaim.
-        late = m.d.sync if cfg.register_slices else m.d.comb
         newest = Signal(32)
         newest_valid = Signal()
         with m.If(sv[0] & (~sv[1] | (sb[0] >= sb[1]))):
-            late += [newest.eq(sb[0]), newest_valid.eq(1)]
+            m.d.comb += [newest.eq(sb[0]), newest_valid.eq(1)]
         with m.Elif(sv[1]):
-            late += [newest.eq(sb[1]), newest_valid.eq(1)]
-        with m.Else():
-            late += [newest.eq(0), newest_valid.eq(0)]
+            m.d.comb += [newest.eq(sb[1]), newest_valid.eq(1)]
         reach = Signal(33)
         m.d.comb += [reach.eq(newest + k_eff), self.staleness_in_force.eq(k_eff)]
-        late += [
-            self.durable.eq(Mux(reach < committed, reach, committed)),
-            self.durable_valid.eq(committed_valid & newest_valid),
-        ]
         m.d.comb += [
             self.ready.eq(ready), self.gen.eq(gen), self.logging.eq(ready & self.enable),
             self.committed.eq(committed), self.committed_valid.eq(committed_valid),
             self.snapshot.eq(newest), self.snapshot_valid.eq(newest_valid),
+            self.durable.eq(Mux(reach < committed, reach, committed)),
+            self.durable_valid.eq(committed_valid & newest_valid),
             self.hold_lookup.eq(self.logging & committed_valid
                                 & (~newest_valid | (reach < committed))),
         ]
@@ -242,28 +230,6 @@ class CheckpointEngine(wiring.Component):
         hdr_b = Signal(abits)           # the row a record being rolled back restores
         pending = Signal()              # a received line still waits for its verdict
         hold = Signal()                 # the next line waits for that verdict
-
-        # The choice R_DECIDE acts on: the newest intact snapshot not after the
-        # newest commit (``usable``, ``mm``), and that snapshot's batch plus the
-        # commit's staleness bound (``mk``). With register slices it is made a
-        # cycle ahead from registers: R_DECIDE follows the cycle in which the
-        # last snapshot header had its verdict, so the inputs were final then;
-        # this takes three compares and an adder out of the path into
-        # ``restart`` and the logger.
-        usable_now = Cat(rsv[0] & (rsb[0] <= best_batch), rsv[1] & (rsb[1] <= best_batch))
-        pick_now = ~usable_now[0] | (usable_now[1] & (rsb[1] > rsb[0]))    # slot 1's batch
-        usable = Signal(2)
-        pick = Signal()
-        mk = Signal(33)
-        if cfg.register_slices:
-            sums = [Signal(33, name=f"rslot{k}_reach") for k in range(2)]
-            m.d.sync += [usable.eq(usable_now), pick.eq(pick_now)]
-            m.d.sync += [sums[k].eq(rsb[k] + best_k) for k in range(2)]
-            m.d.comb += mk.eq(Mux(pick, sums[1], sums[0]))
-        else:
-            m.d.comb += [usable.eq(usable_now), pick.eq(pick_now)]
-            m.d.comb += mk.eq(Mux(pick, rsb[1], rsb[0]) + best_k)
-        mm = Mux(pick, rsb[1], rsb[0])
 
         # Issue: sequential, except that the rollback walks records backwards.
         m.d.comb += [port.req.payload.tag.eq(0)]
@@ -457,6 +423,17 @@ class CheckpointEngine(wiring.Component):
                     m.next = "R_DECIDE"
             with m.State("R_DECIDE"):
                 m.d.comb += recovering.eq(1)
+                # The newest intact snapshot not after the newest commit.
+                usable = Signal(2)
+                m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= best_batch),
+                                          rsv[1] & (rsb[1] <= best_batch)))
+                mm = Signal(32)
+                with m.If(usable[0] & (~usable[1] | (rsb[0] >= rsb[1]))):
+                    m.d.comb += mm.eq(rsb[0])
+                with m.Else():
+                    m.d.comb += mm.eq(rsb[1])
+                mk = Signal(33)
+                m.d.comb += mk.eq(mm + best_k)
                 m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1])]
                 with m.If(~found | (usable == 0)):
                     m.d.sync += [error.eq(ErrorCode.NO_CHECKPOINT), ready.eq(1),
