@@ -75,9 +75,8 @@ def test_stale_snapshots_and_relaxed_order_recover_consistently(tmp_path, stalen
                                                                 registered):
     """With K >= 1 the snapshot may lag (m < D is allowed, D - K <= m); in relaxed
     order batch n+1's records exist before batch n commits. Both recover consistently.
-    ``registered``: the boards' register slices, under which (besides the slices)
-    the doorbell queue, the PMEM read hazard check and recovery's verdict on each
-    line it reads are registered a cycle late."""
+    ``registered``: the boards' register slices (``Config.register_slices`` says what
+    they register)."""
     plan = [{"random": True}] * 4 + [{"phase": "recovery"}, {"phase": "snapshot", "offset": 10}]
     config = replace(CONFIG, register_slices=True) if registered else CONFIG
     rec = train("verilator", tmp_path, f"k{staleness}" + "-registered" * registered, config,
