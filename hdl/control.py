@@ -4,98 +4,15 @@ from amaranth import *
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BYTES
-from .common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
+from trainingcxl.spec.registers import REG, REGISTERS, Access, Kind, Reg, constants, register
 
-__all__ = ["Reg", "ControlBusSignature", "ControlWindow", "DEVICE_ID"]
+__all__ = ["ControlBusSignature", "ControlWindow"]
 
-#: Value of the ID register: "TCXL" and the register map version.
-DEVICE_ID = (0x5443584C << 32) | 1
-
-
-class Reg(enum.IntEnum):
-    """Register addresses (64-bit registers, numbered in 8-byte words).
-
-    RO: read only; RW: read and write; W: write only (reads return 0).
-    """
-    ID = 0x00               # RO  DEVICE_ID
-    GEOMETRY = 0x01         # RO  tables | dim << 8 | lines_per_row << 24 | frac_bits << 32 | max_pooling << 40
-    HDM_BASE = 0x02         # RO  host line address of device memory
-    MEDIA = 0x03            # RO  media_lines | table_lines << 32
-    LIMITS = 0x04           # RO  max_bags | desc_depth << 32
-    DESC_OP = 0x08          # RW  op | relaxed << 8 | nolog << 9 | coalesced << 10 | batch << 32
-    DESC_SIZE = 0x09        # RW  n_bags | n_indices << 32
-    DESC_IDX = 0x0A         # RW  byte address of the indices (64-byte aligned)
-    DESC_OFF = 0x0B         # RW  byte address of the offsets
-    DESC_VEC = 0x0C         # RW  byte address of the vectors (pooled output)
-    DOORBELL = 0x0D         # W   any write submits the staged descriptor
-    GPU_BASE = 0x0E         # RW  byte address where the GPU window begins (descriptors' arrays must lie in it)
-    GPU_LIMIT = 0x0F        # RW  byte address where it ends (exclusive); after a reset, all host memory below HDM_BASE
-    STATUS = 0x10           # RO  busy | queue_full << 1 | queue_level << 8
-    SUBMITTED = 0x11        # RO  descriptors accepted by the doorbell
-    COMPLETED = 0x12        # RO  descriptors completed (with or without error)
-    LAST_DONE = 0x13        # RO  batch | op << 32 | error << 40 of the last completion
-    ERROR = 0x14            # RW  first error code since cleared | error count << 32; write clears
-    CYCLES = 0x18           # RO  cycles since the last power-up
-    LOOKUP_BUSY = 0x19      # RO  cycles the lookup engine was busy
-    LOOKUP_LINES = 0x1A     # RO  PMEM lines the lookup engine read
-    LOOKUP_BAGS = 0x1B      # RO  bags pooled
-    LOOKUP_OVERFLOWS = 0x1C  # RO bags whose pooled vector overflowed
-    PMEM_READS = 0x1D       # RO  media lines read
-    PMEM_WRITES = 0x1E      # RO  media lines written (persisted)
-    CACHE_READS = 0x1F      # RO  host lines read over CXL.cache
-    CACHE_WRITES = 0x20     # RO  host lines written over CXL.cache
-    MEM_ERRORS = 0x21       # RO  CXL.mem requests refused
-    MEM_LAST_ERROR = 0x22   # RO  kind | tag << 8 | line address << 24 of the last refusal
-    UPDATE_BUSY = 0x23      # RO  cycles the update engine was busy
-    UPDATE_LINES = 0x24     # RO  PMEM lines the update engine rewrote
-    UPDATE_FORWARDED = 0x25  # RO of those, lines that took a forwarded value (a hazard resolved on chip)
-    IRQ_ACK = 0x28          # RW  completions the host has seen; ``irq`` is high while COMPLETED differs
-    LOOKUP_LOG_HOLDS = 0x29  # RO cycles a lookup row read waited for the undo logger
-    CKPT_CTRL = 0x30        # RW  enable (bit 0) | host owns the checkpoint regions (bit 1, when not enabled) | staleness bound K << 8 (8 bits)
-    MLP_ADDR = 0x31         # RW  byte address of the GPU's staged MLP copy (64-byte aligned)
-    MLP_LINES = 0x32        # RW  its length in lines
-    CKPT_STATE = 0x33       # RO  ready | logging << 1 | snapshot busy << 2 | snapshot failed << 3 | K in force << 8 | gen << 16 | live records << 32
-    COMMITTED = 0x34        # RO  newest committed batch | valid << 32
-    SNAPSHOT = 0x35         # RO  newest valid snapshot's batch | valid << 32
-    DURABLE = 0x36          # RO  newest durable batch | valid << 32
-    RECOVERED = 0x37        # RO  D | m << 32, of the last RECOVER
-    RECOVERED_INFO = 0x38   # RO  D and m valid (bits 0, 1) | records rolled back << 32
-    LOG_RECORDS = 0x39      # RO  undo records written
-    LOG_FULL = 0x3A         # RO  cycles the undo logger waited for ring space
-    CKPT_STALLS = 0x3B      # RO  cycles a LOOKUP waited for the snapshot to come within K
-    LOG_BARRIER = 0x3C      # RO  cycles an UPDATE waited for its undo records to persist
-    RECOVER_CYCLES = 0x3D   # RO  cycles spent in RECOVER
-    SNAPSHOT_LINES = 0x3E   # RO  MLP lines pulled into snapshot slots
-    LOOKUP_STALLS = 0x40    # RO  busy cycles of the lookup engine without a PMEM read going out
-    UPDATE_STALLS = 0x41    # RO  busy cycles of the update engine without a PMEM read or write going out
-    PMEM_READS_DATA = 0x42  # RO  media lines read from the tables
-    PMEM_READS_LOG = 0x43   # RO  ... from the undo log and commit records
-    PMEM_READS_SNAPSHOT = 0x44   # RO  ... from the snapshot slots
-    PMEM_WRITES_DATA = 0x45      # RO  media lines written (persisted) to the tables
-    PMEM_WRITES_LOG = 0x46       # RO  ... to the undo log and commit records
-    PMEM_WRITES_SNAPSHOT = 0x47  # RO  ... to the snapshot slots
-    LINK_TO_DEVICE = 0x48        # RO  messages the link carried host -> device
-    LINK_TO_DEVICE_DATA = 0x49   # RO  of those, data lines
-    LINK_TO_HOST = 0x4A          # RO  messages the link carried device -> host
-    LINK_TO_HOST_DATA = 0x4B     # RO  of those, data lines
-    LINK_LATENCY = 0x4C     # RW  one-way link latency in cycles: CXL.mem (bits 0-11) | CXL.cache << 16
-    LOG_BUSY = 0x4D         # RO  cycles the undo logger held records not yet persistent
-    SNAPSHOT_BUSY = 0x4E    # RO  cycles a snapshot pull was in progress
-    CACHE_STRAYS = 0x4F     # RO  CXL.cache messages dropped: they named no outstanding transaction
-    CACHE_TIMEOUTS = 0x58   # RO  CXL.cache requests the host left unanswered (failed with err)
-    # The CXL.mem error log, newest refusal first (hdl/cxl/mem_target.py):
-    # record k at 0x50 + 2k (its line address) and 0x51 + 2k (kind | tag << 8 |
-    # its number among all refusals << 32, 0 when the record is empty).
-    MEM_ERROR_LOG0_ADDR = 0x50
-    MEM_ERROR_LOG0 = 0x51
-    MEM_ERROR_LOG1_ADDR = 0x52
-    MEM_ERROR_LOG1 = 0x53
-    MEM_ERROR_LOG2_ADDR = 0x54
-    MEM_ERROR_LOG2 = 0x55
-    MEM_ERROR_LOG3_ADDR = 0x56
-    MEM_ERROR_LOG3 = 0x57
-
+#: Read-only registers the control window computes itself; every other read-only
+#: register that is not a build-time constant is an input port (``counter``).
+_OWN = {"STATUS", "SUBMITTED", "COMPLETED", "LAST_DONE", "ERROR", "CYCLES"}
 
 class ControlBusSignature(wiring.Signature):
     """A register bus of two streams, seen from the device.
@@ -146,20 +63,9 @@ class ControlWindow(wiring.Component):
         ``LINK_LATENCY``; after a reset, ``config.link.latency`` for both protocols.
     """
 
-    COUNTERS = (Reg.LOOKUP_BUSY, Reg.LOOKUP_LINES, Reg.LOOKUP_BAGS, Reg.LOOKUP_OVERFLOWS,
-                Reg.PMEM_READS, Reg.PMEM_WRITES, Reg.CACHE_READS, Reg.CACHE_WRITES,
-                Reg.MEM_ERRORS, Reg.MEM_LAST_ERROR, Reg.UPDATE_BUSY, Reg.UPDATE_LINES,
-                Reg.UPDATE_FORWARDED, Reg.LOOKUP_LOG_HOLDS, Reg.CKPT_STATE, Reg.COMMITTED,
-                Reg.SNAPSHOT, Reg.DURABLE, Reg.RECOVERED, Reg.RECOVERED_INFO, Reg.LOG_RECORDS,
-                Reg.LOG_FULL, Reg.CKPT_STALLS, Reg.LOG_BARRIER, Reg.RECOVER_CYCLES,
-                Reg.SNAPSHOT_LINES, Reg.LOOKUP_STALLS, Reg.UPDATE_STALLS, Reg.PMEM_READS_DATA,
-                Reg.PMEM_READS_LOG, Reg.PMEM_READS_SNAPSHOT, Reg.PMEM_WRITES_DATA,
-                Reg.PMEM_WRITES_LOG, Reg.PMEM_WRITES_SNAPSHOT, Reg.LINK_TO_DEVICE,
-                Reg.LINK_TO_DEVICE_DATA, Reg.LINK_TO_HOST, Reg.LINK_TO_HOST_DATA,
-                Reg.LOG_BUSY, Reg.SNAPSHOT_BUSY, Reg.CACHE_STRAYS, Reg.CACHE_TIMEOUTS,
-                Reg.MEM_ERROR_LOG0_ADDR, Reg.MEM_ERROR_LOG0, Reg.MEM_ERROR_LOG1_ADDR,
-                Reg.MEM_ERROR_LOG1, Reg.MEM_ERROR_LOG2_ADDR, Reg.MEM_ERROR_LOG2,
-                Reg.MEM_ERROR_LOG3_ADDR, Reg.MEM_ERROR_LOG3)
+    #: The registers whose values come from the rest of the device, from the register map.
+    COUNTERS = tuple(Reg[r.name] for r in REGISTERS
+                     if r.access is Access.RO and r.kind is not Kind.CONST and r.name not in _OWN)
 
     def __init__(self, config):
         self._config = config
@@ -170,17 +76,20 @@ class ControlWindow(wiring.Component):
             "busy": In(1),
             "irq": Out(1),
             "error": Out(1),
-            "ckpt_ctrl": Out(64),
+            "ckpt_ctrl": Out(REG.CKPT_CTRL.layout),
             "mlp_addr": Out(64),
             "mlp_lines": Out(64),
-            "link_latency": Out(64, init=config.link.latency | config.link.latency << 16),
+            "link_latency": Out(REG.LINK_LATENCY.layout,
+                                init=REG.LINK_LATENCY.decode(REG.LINK_LATENCY.encode(
+                                    mem=config.link.latency, cache=config.link.latency))),
         }
         for reg in self.COUNTERS:
-            members[f"ctr_{reg.name.lower()}"] = In(64)
+            members[f"ctr_{reg.name.lower()}"] = In(register(reg).layout)
         super().__init__(members)
 
     def counter(self, reg):
-        return getattr(self, f"ctr_{reg.name.lower()}")
+        """The input port of register ``reg``, a view of its fields (:data:`REGISTERS`)."""
+        return getattr(self, f"ctr_{Reg(reg).name.lower()}")
 
     def elaborate(self, platform):
         m = Module()
@@ -202,7 +111,7 @@ class ControlWindow(wiring.Component):
         d_vec = Signal(64)
         submitted = Signal(32)
         completed = Signal(32)
-        last_done = Signal(64)
+        last_done = Signal(REG.LAST_DONE.layout)
         first_error = Signal(ErrorCode)
         error_count = Signal(32)
         cycles = Signal(64)
@@ -212,16 +121,18 @@ class ControlWindow(wiring.Component):
                      self.error.eq(first_error != ErrorCode.NONE)]
 
         staged = Signal(descriptor_layout(cfg))
+        op = data.View(REG.DESC_OP.layout, d_op)
+        size = data.View(REG.DESC_SIZE.layout, d_size)
         m.d.comb += [
-            staged.op.eq(d_op[:4]), staged.relaxed.eq(d_op[8]), staged.nolog.eq(d_op[9]),
-            staged.coalesced.eq(d_op[10]), staged.batch.eq(d_op[32:]),
-            staged.n_bags.eq(d_size[:24]), staged.n_indices.eq(d_size[32:]),
+            staged.op.eq(op.op), staged.relaxed.eq(op.relaxed), staged.nolog.eq(op.nolog),
+            staged.coalesced.eq(op.coalesced), staged.batch.eq(op.batch),
+            staged.n_bags.eq(size.n_bags), staged.n_indices.eq(size.n_indices),
             staged.idx_addr.eq(d_idx[6:]), staged.off_addr.eq(d_off[6:]),
             staged.vec_addr.eq(d_vec[6:]), staged.checked.eq(0),
             queue.w_data.eq(staged),
         ]
         aligned = (d_idx[:6] == 0) & (d_off[:6] == 0) & (d_vec[:6] == 0)
-        fits = (d_size[24:32] == 0)
+        fits = (size.reserved == 0)
 
         # The GPU window: every array the staged descriptor names must lie in
         # it, so that a descriptor cannot make the device read or write host
@@ -231,7 +142,7 @@ class ControlWindow(wiring.Component):
         gpu_limit = Signal(64, init=cfg.hdm_base * LINE_BYTES)
         in_window = Signal()
         if cfg.gpu_window:
-            n_bags, n_indices = d_size[:24], d_size[32:]
+            n_bags, n_indices = size.n_bags, size.n_indices
 
             def inside(byte_addr, lines):
                 start = byte_addr[6:]
@@ -241,7 +152,7 @@ class ControlWindow(wiring.Component):
             off_in = inside(d_off, (n_bags + 16) >> 4)              # n_bags + 1 offsets
             vec_in = inside(d_vec, n_bags * cfg.lines_per_row)
             mlp_in = inside(self.mlp_addr, self.mlp_lines)
-            with m.Switch(d_op[:4]):
+            with m.Switch(op.op):
                 with m.Case(Op.LOOKUP, Op.UPDATE):
                     m.d.sync += in_window.eq(idx_in & off_in & vec_in)
                 with m.Case(Op.FINISH):
@@ -275,7 +186,7 @@ class ControlWindow(wiring.Component):
             d = self.done.payload
             m.d.sync += [
                 completed.eq(completed + 1),
-                last_done.eq(Cat(d.batch, d.op.as_value(), Const(0, 4), d.error.as_value())),
+                last_done.batch.eq(d.batch), last_done.op.eq(d.op), last_done.error.eq(d.error),
             ]
             m.d.comb += done_error.eq(d.error)
 
@@ -290,22 +201,21 @@ class ControlWindow(wiring.Component):
         with m.If(rsp.valid & rsp.ready):
             m.d.sync += rsp_valid.eq(0)
 
-        geometry = (cfg.n_tables | cfg.dim << 8 | cfg.lines_per_row << 24
-                    | cfg.fixed.frac_bits << 32 | cfg.max_pooling << 40)
-        ro = {
-            Reg.ID: Const(DEVICE_ID, 64),
-            Reg.GEOMETRY: Const(geometry, 64),
-            Reg.HDM_BASE: Const(cfg.hdm_base, 64),
-            Reg.MEDIA: Const(cfg.media_lines | cfg.table_lines << 32, 64),
-            Reg.LIMITS: Const(cfg.max_bags | cfg.desc_depth << 32, 64),
-            Reg.STATUS: Cat(self.busy | queue.r_rdy, ~queue.w_rdy, Const(0, 6), queue.level),
+        status = Signal(REG.STATUS.layout)
+        error_word = Signal(REG.ERROR.layout)
+        m.d.comb += [status.busy.eq(self.busy | queue.r_rdy), status.queue_full.eq(~queue.w_rdy),
+                     status.queue_level.eq(queue.level),
+                     error_word.code.eq(first_error), error_word.count.eq(error_count)]
+        ro = {Reg[name]: Const(value, 64) for name, value in constants(cfg).items()}
+        ro.update({
+            Reg.STATUS: status,
             Reg.SUBMITTED: submitted,
             Reg.COMPLETED: completed,
             Reg.LAST_DONE: last_done,
-            Reg.ERROR: Cat(first_error.as_value(), Const(0, 24), error_count),
+            Reg.ERROR: error_word,
             Reg.CYCLES: cycles,
             Reg.DOORBELL: Const(0, 64),
-        }
+        })
         for reg in self.COUNTERS:
             ro[reg] = self.counter(reg)
         rw = {Reg.DESC_OP: d_op, Reg.DESC_SIZE: d_size, Reg.DESC_IDX: d_idx,

@@ -9,13 +9,14 @@ from .compute.lookup import LookupEngine
 from .compute.update import UpdateEngine
 from .checkpoint.engine import CheckpointEngine
 from .checkpoint.logger import UndoLogger
-from .control import ControlBusSignature, ControlWindow, Reg
+from trainingcxl.spec.registers import Reg
+from .control import ControlBusSignature, ControlWindow
 from .cxl.cache_agent import CacheAgent
 from .cxl.link import CxlLink
 from .cxl.mem_target import CxlMemTarget
 from .cxl.messages import CxlCacheSignature, CxlMemSignature
 from .common.absent import AbsentEngine
-from .common.descriptor import descriptor_layout
+from trainingcxl.spec.descriptors import descriptor_layout
 from .common.register_slice import LinePortSlice, RegisterSlice
 from .dispatch import Dispatcher
 from .pmem.controller import PmemController
@@ -136,8 +137,8 @@ class Device(wiring.Component):
             wiring.connect(m, wiring.flipped(self.cxl_cache), link.host_cache)
             wiring.connect(m, link.dev_cache, agent.cache)
             m.d.comb += [
-                link.mem_latency.eq(control.link_latency[0:12]),
-                link.cache_latency.eq(control.link_latency[16:28]),
+                link.mem_latency.eq(control.link_latency.mem),
+                link.cache_latency.eq(control.link_latency.cache),
                 control.counter(Reg.LINK_TO_DEVICE).eq(link.to_device),
                 control.counter(Reg.LINK_TO_DEVICE_DATA).eq(link.to_device_data),
                 control.counter(Reg.LINK_TO_HOST).eq(link.to_host),
@@ -194,16 +195,16 @@ class Device(wiring.Component):
             control.counter(Reg.PMEM_WRITES_LOG).eq(pmem.writes_by_region[1]),
             control.counter(Reg.PMEM_WRITES_SNAPSHOT).eq(pmem.writes_by_region[2]),
             # Software checkpointing: the host writes the log, commits and snapshots.
-            target.host_owns_checkpoints.eq(control.ckpt_ctrl[1] & ~control.ckpt_ctrl[0]),
-            control.counter(Reg.MEM_LAST_ERROR).eq(Cat(
-                target.last_error.as_value(), Const(0, 5), target.last_error_tag,
-                target.last_error_addr)),
+            target.host_owns_checkpoints.eq(control.ckpt_ctrl.host_owns & ~control.ckpt_ctrl.enable),
+            control.counter(Reg.MEM_LAST_ERROR).kind.eq(target.last_error),
+            control.counter(Reg.MEM_LAST_ERROR).tag.eq(target.last_error_tag),
+            control.counter(Reg.MEM_LAST_ERROR).addr.eq(target.last_error_addr),
         ]
         for k, record in enumerate(target.log):
+            entry = control.counter(Reg[f"MEM_ERROR_LOG{k}"])
             m.d.comb += [
                 control.counter(Reg[f"MEM_ERROR_LOG{k}_ADDR"]).eq(record.addr),
-                control.counter(Reg[f"MEM_ERROR_LOG{k}"]).eq(Cat(
-                    record.kind.as_value(), Const(0, 5), record.tag, Const(0, 8), record.seq)),
+                entry.kind.eq(record.kind), entry.tag.eq(record.tag), entry.seq.eq(record.seq),
             ]
         if has_update:
             m.d.comb += [
@@ -214,9 +215,10 @@ class Device(wiring.Component):
             ]
         if has_ckpt:
             wiring.connect(m, lookup.log, logger.tap)
+            state = control.counter(Reg.CKPT_STATE)
             m.d.comb += [
-                ckpt.enable.eq(control.ckpt_ctrl[0]),
-                ckpt.staleness.eq(control.ckpt_ctrl[8:16]),
+                ckpt.enable.eq(control.ckpt_ctrl.enable),
+                ckpt.staleness.eq(control.ckpt_ctrl.staleness),
                 ckpt.mlp_addr.eq(control.mlp_addr),
                 ckpt.mlp_lines.eq(control.mlp_lines[:32]),
                 logger.enable.eq(ckpt.logging),
@@ -237,15 +239,21 @@ class Device(wiring.Component):
                 self.state.logging.eq(ckpt.logging),
                 self.state.recovering.eq(ckpt.recovering),
                 self.state.unrecovered.eq(~ckpt.ready),
-                control.counter(Reg.CKPT_STATE).eq(Cat(
-                    ckpt.ready, ckpt.logging, ckpt.snap_busy, ckpt.snap_failed, Const(0, 4),
-                    ckpt.staleness_in_force, ckpt.gen, logger.live)),
-                control.counter(Reg.COMMITTED).eq(Cat(ckpt.committed, ckpt.committed_valid)),
-                control.counter(Reg.SNAPSHOT).eq(Cat(ckpt.snapshot, ckpt.snapshot_valid)),
-                control.counter(Reg.DURABLE).eq(Cat(ckpt.durable, ckpt.durable_valid)),
-                control.counter(Reg.RECOVERED).eq(Cat(ckpt.recovered_d, ckpt.recovered_m)),
-                control.counter(Reg.RECOVERED_INFO).eq(Cat(ckpt.recovered_flags, Const(0, 30),
-                                                           ckpt.rolled_back)),
+                state.ready.eq(ckpt.ready), state.logging.eq(ckpt.logging),
+                state.snapshot_busy.eq(ckpt.snap_busy), state.snapshot_failed.eq(ckpt.snap_failed),
+                state.staleness.eq(ckpt.staleness_in_force), state.gen.eq(ckpt.gen),
+                state.live_records.eq(logger.live),
+                control.counter(Reg.COMMITTED).batch.eq(ckpt.committed),
+                control.counter(Reg.COMMITTED).valid.eq(ckpt.committed_valid),
+                control.counter(Reg.SNAPSHOT).batch.eq(ckpt.snapshot),
+                control.counter(Reg.SNAPSHOT).valid.eq(ckpt.snapshot_valid),
+                control.counter(Reg.DURABLE).batch.eq(ckpt.durable),
+                control.counter(Reg.DURABLE).valid.eq(ckpt.durable_valid),
+                control.counter(Reg.RECOVERED).d.eq(ckpt.recovered_d),
+                control.counter(Reg.RECOVERED).m.eq(ckpt.recovered_m),
+                control.counter(Reg.RECOVERED_INFO).d_valid.eq(ckpt.recovered_flags[0]),
+                control.counter(Reg.RECOVERED_INFO).m_valid.eq(ckpt.recovered_flags[1]),
+                control.counter(Reg.RECOVERED_INFO).rolled_back.eq(ckpt.rolled_back),
                 control.counter(Reg.LOG_RECORDS).eq(logger.records),
                 control.counter(Reg.LOG_FULL).eq(logger.full_cycles),
                 control.counter(Reg.CKPT_STALLS).eq(dispatch.stall_cycles),

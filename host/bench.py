@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from .argtypes import nonneg, positive, save_figure, write_json
-from .config import LINE_BYTES, Config, ModelShape
+from trainingcxl.spec.config import LINE_BYTES, Config, ModelShape
 from .energy import DEFAULT_ENERGY, Activity, link_bytes
 from .systems import SYSTEMS
 
@@ -188,7 +188,7 @@ def _recovery_vs_log(args, workload, say):
 
 def _sim_speed(args, say):
     """Simulated cycles per wall-second of one short ``cxl`` run under both simulators."""
-    from .config import PRESETS
+    from trainingcxl.spec.config import PRESETS
     from .failures import run_train
     cfg = PRESETS["tiny"]
     speed = {}

@@ -4,7 +4,7 @@ Three layers, each usable alone:
 
 * a *transport* moves bytes: :class:`SerialTransport` (``pyserial``, a real
   board) or the simulated board's UART pins (``trainingcxl.sim.board_uart``);
-* :class:`BridgeClient` speaks :mod:`~trainingcxl.host.bridge_protocol` over it;
+* :class:`BridgeClient` speaks :mod:`~trainingcxl.spec.bridge_protocol` over it;
 * :class:`BoardDevice` offers the device operations the training driver uses
   (tables, LOOKUP, UPDATE, COMMIT, SNAPSHOT_MLP, RECOVER, checkpoint state),
   through the bridge, with the host arrays in the board's host window.
@@ -17,12 +17,12 @@ import asyncio
 
 import numpy as np
 
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
-from trainingcxl.hdl.control import DEVICE_ID, Reg
-from .bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, RSP_LEN, RSP_SYNC, Command,
+from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.spec.registers import DEVICE_ID, Reg
+from trainingcxl.spec.bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, RSP_LEN, RSP_SYNC, Command,
                               FrameError, Status, decode_response, encode_request)
-from .config import LINE_BYTES
-from .host_layout import HostLayout
+from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.host_layout import HostLayout
 from .device_regs import (decode_checkpoint_state, desc_op_word, geometry_word, gpu_window_writes,
                           read_snapshot)
 

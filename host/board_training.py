@@ -24,12 +24,12 @@ import copy
 
 import numpy as np
 
-from trainingcxl.hdl.common.descriptor import ErrorCode
-from .bridge_protocol import Status
+from trainingcxl.spec.descriptors import ErrorCode
+from trainingcxl.spec.bridge_protocol import Status
 from .board import BridgeError
 from .data import initial_tables
 from .dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
-from .config import LINE_BYTES
+from trainingcxl.spec.config import LINE_BYTES
 from .fixed import wrap32
 from .golden import coalesce_update
 from .resume import recovered_state_matches, resume_models

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .argtypes import (nonneg as _nonneg, positive as _positive, save_figure,
                        write_json as _write_json)
-from .config import PRESETS, ConfigError, load_config
+from trainingcxl.spec.config import PRESETS, ConfigError, load_config
 
 __all__ = ["main"]
 

@@ -3,10 +3,10 @@ simulated bench (``sim/device_tb.py``) and the board driver (``host/board.py``).
 
 import numpy as np
 
-from trainingcxl.hdl.control import Reg
+from trainingcxl.spec.registers import Reg
 
-from .config import LINE_BYTES
-from .records import SNAPSHOT, checksum, valid_header
+from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.records import SNAPSHOT, checksum, valid_header
 
 __all__ = ["geometry_word", "desc_op_word", "gpu_window_writes", "decode_checkpoint_state",
            "read_snapshot"]

@@ -6,7 +6,7 @@ near-memory engines and of the host path); an :class:`EnergyModel` turns the
 counts into joules, one term per count (:class:`EnergyBreakdown`). The model is
 linear: every term is a count times a per-event energy, or a duration times a
 power. Units: one *cycle* is a period of the device clock (``clock_mhz``,
-nominally :data:`~trainingcxl.host.config.NOMINAL_CLOCK_MHZ` = 250 MHz, 4 ns);
+nominally :data:`~trainingcxl.spec.config.NOMINAL_CLOCK_MHZ` = 250 MHz, 4 ns);
 one *line* is 64 bytes (512 bits).
 
 Defaults (:data:`DEFAULT_ENERGY`); the key in brackets names the source below,
@@ -50,7 +50,7 @@ Sources:
   assumes.
 * [V100] NVIDIA Tesla V100 GPU Accelerator datasheet (2017/2018): maximum
   power consumption 300 W for the SXM2 board (250 W for PCIe). The SXM2 is
-  the 15.7 TFLOP/s part :class:`~trainingcxl.host.config.GpuTiming` models.
+  the 15.7 TFLOP/s part :class:`~trainingcxl.spec.config.GpuTiming` models.
   Board power at TDP is an upper bound for small-batch MLP kernels.
 * [OPT19] Intel Optane DC Persistent Memory (100 series) product brief,
   2019: a module's average power budget is configurable in 12-18 W (set per
@@ -102,7 +102,7 @@ import math
 import operator
 from dataclasses import dataclass
 
-from .config import LINE_BITS, LINE_BYTES, NOMINAL_CLOCK_MHZ
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES, NOMINAL_CLOCK_MHZ
 
 __all__ = [
     "EnergyModel", "Activity", "EnergyBreakdown", "DEFAULT_ENERGY", "link_bytes",

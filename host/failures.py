@@ -146,7 +146,7 @@ def _staleness(text):
 
 def run_train(spec):
     """One training job in its own process; returns ``(spec, record or None, error text)``."""
-    from trainingcxl.host.config import Config
+    from trainingcxl.spec.config import Config
     from trainingcxl.sim.runner import BenchFailure, run_bench
     cfg = Config.from_dict(spec["config"])
     with tempfile.TemporaryDirectory(prefix="trainingcxl-run-") as tmp:

@@ -31,7 +31,7 @@ def step_cost(config, batch_size):
     gradient written and read, the parameter written (16 bytes each), plus
     each activation written forward and read backward (8 bytes each). Cycles
     are ``launches + FLOPs / flops_per_cycle + bytes / bytes_per_cycle`` with
-    the :class:`~trainingcxl.host.config.GpuTiming` of ``config``.
+    the :class:`~trainingcxl.spec.config.GpuTiming` of ``config``.
     """
     b = batch_size
     layers = _mlp_widths(config)

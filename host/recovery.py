@@ -7,7 +7,7 @@ including torn records, and compare the results bit for bit.
 
 from dataclasses import dataclass, field
 
-from .records import COMMIT, SNAPSHOT, commit_record, decode_undo, valid_header
+from trainingcxl.spec.records import COMMIT, SNAPSHOT, commit_record, decode_undo, valid_header
 
 __all__ = ["Recovery", "recover"]
 

@@ -1,7 +1,7 @@
 """The configuration ladder of the evaluation (DESIGN section 8): five systems, one device.
 
 Every system runs on the same RTL, the same PMEM model and the same CXL link
-(:class:`~trainingcxl.host.config.Config`); they differ in who does the
+(:class:`~trainingcxl.spec.config.Config`); they differ in who does the
 embedding work, how data reaches the engines and how checkpoints are taken.
 Each step up the ladder changes one thing:
 

@@ -8,10 +8,10 @@ tests pin down the engine's rules one at a time.
 import cocotb
 import numpy as np
 
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
-from trainingcxl.hdl.control import Reg
+from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.spec.registers import Reg
 from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
-from trainingcxl.host.config import LINE_BYTES
+from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import coalesce_update, embedding_update
 from .device_tb import DeviceTB, bench_args, bench_config

@@ -10,8 +10,8 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles
 
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
-from trainingcxl.hdl.control import Reg
+from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.spec.registers import Reg
 from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import embedding_bag_sum, embedding_update

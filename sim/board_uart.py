@@ -5,7 +5,7 @@ from collections import deque
 import cocotb
 from cocotb.triggers import Event, FallingEdge, Timer
 
-from trainingcxl.host.bridge_protocol import IDLE_TIMEOUT_BITS
+from trainingcxl.spec.bridge_protocol import IDLE_TIMEOUT_BITS
 from .streams import wait_or_fail
 
 __all__ = ["UartPins"]

@@ -8,13 +8,13 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
-from trainingcxl.hdl.control import DEVICE_ID, Reg
+from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.spec.registers import DEVICE_ID, Reg
 from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
-from trainingcxl.host.config import LINE_BYTES, NOMINAL_CLOCK_MHZ, Config
+from trainingcxl.spec.config import LINE_BYTES, NOMINAL_CLOCK_MHZ, Config
 from trainingcxl.host.device_regs import (decode_checkpoint_state, desc_op_word, geometry_word,
                                           gpu_window_writes, read_snapshot)
-from trainingcxl.host.host_layout import HostLayout
+from trainingcxl.spec.host_layout import HostLayout
 from .control_driver import ControlDriver
 from .cxl_mem_master import CxlMemMaster
 from .host_memory import HostMemory

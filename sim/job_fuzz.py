@@ -18,10 +18,10 @@ import sys
 import cocotb
 import numpy as np
 
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
-from trainingcxl.hdl.control import Reg
+from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.spec.registers import Reg
 from trainingcxl.hdl.cxl.messages import M2SReqOpcode, M2SRwDOpcode, S2MDrsOpcode, S2MNdrOpcode
-from trainingcxl.host.config import LINE_BYTES
+from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import embedding_bag_sum, embedding_update
 from .cxl_mem_master import FULL_BE

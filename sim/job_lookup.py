@@ -15,7 +15,7 @@ import time
 import cocotb
 import numpy as np
 
-from trainingcxl.hdl.common.descriptor import ErrorCode
+from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import embedding_bag_sum
 from .device_tb import DeviceTB, bench_args, bench_config

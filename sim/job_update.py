@@ -14,7 +14,7 @@ import json
 import cocotb
 import numpy as np
 
-from trainingcxl.hdl.common.descriptor import ErrorCode
+from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import embedding_update
 from .device_tb import DeviceTB, bench_args, bench_config

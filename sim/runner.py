@@ -62,8 +62,9 @@ def _hdl_digest():
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
-    cfg = Path(__file__).resolve().parent.parent / "host" / "config.py"
-    h.update(cfg.read_bytes())
+    spec = Path(__file__).resolve().parent.parent / "spec"
+    for path in sorted(spec.rglob("*.py")):
+        h.update(path.read_bytes())
     return h.hexdigest()[:12]
 
 

@@ -5,7 +5,7 @@ the batch needs over CXL.mem, the GPU pools them (bit-exact with the device's
 arithmetic, :mod:`trainingcxl.host.golden`), and after the GPU step the host
 writes the updated rows back. Checkpointing is the software kind a
 PMEM-based system does, in the device's own on-media formats
-(:mod:`trainingcxl.host.records`), so that the same invariants can be checked:
+(:mod:`trainingcxl.spec.records`), so that the same invariants can be checked:
 
 1. an undo record per row (its old lines, then a header) into the log ring,
    then a fence (every write acknowledged, i.e. persistent);
@@ -19,19 +19,19 @@ headers and the whole log ring, runs :func:`trainingcxl.host.recovery.recover`
 on them, writes back the rows it restores, fences, then the new commit record.
 
 Copies between host and GPU memory are charged with
-:class:`~trainingcxl.host.config.CopyTiming`; the GPU's pooling and updating
+:class:`~trainingcxl.spec.config.CopyTiming`; the GPU's pooling and updating
 with :func:`~trainingcxl.host.gpu.embedding_cycles`.
 """
 
 import numpy as np
 
-from trainingcxl.hdl.common.descriptor import ErrorCode
-from trainingcxl.hdl.control import Reg
-from trainingcxl.host.config import LINE_BYTES
+from trainingcxl.spec.descriptors import ErrorCode
+from trainingcxl.spec.registers import Reg
+from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.host.golden import embedding_bag_sum, embedding_update
 from trainingcxl.host.gpu import embedding_cycles
 from trainingcxl.host.recovery import recover
-from trainingcxl.host.records import (COMMIT, SNAPSHOT, commit_record, snapshot_header,
+from trainingcxl.spec.records import (COMMIT, SNAPSHOT, commit_record, snapshot_header,
                                       undo_record, valid_header)
 
 __all__ = ["SoftwareEmbeddings"]

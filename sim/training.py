@@ -28,7 +28,7 @@ import numpy as np
 from cocotb.triggers import Event, First, Timer
 from cocotb.utils import get_sim_time
 
-from trainingcxl.hdl.common.descriptor import ErrorCode
+from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.data import initial_tables
 from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
 from trainingcxl.host.failures import PHASES

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from trainingcxl.host.config import PRESETS, Config
+from trainingcxl.spec.config import PRESETS, Config
 from trainingcxl.sim.runner import verilog_for
 from trainingcxl.sim.toolchain import setup_verilator
 

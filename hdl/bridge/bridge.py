@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, MAX_REQ_PAYLOAD,
+from trainingcxl.spec.bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, MAX_REQ_PAYLOAD,
                                               MAX_RSP_PAYLOAD, POWER_FAIL_CYCLES, REQ_LEN,
                                               REQ_SYNC, RSP_LEN, RSP_SYNC, Command, Status)
 from ..control import ControlBusSignature
@@ -36,7 +36,7 @@ class Source(enum.Enum, shape=2):
 
 
 class HostBridge(wiring.Component):
-    """Executes the requests of :mod:`~trainingcxl.host.bridge_protocol`, one at a time.
+    """Executes the requests of :mod:`~trainingcxl.spec.bridge_protocol`, one at a time.
 
     Requests arrive as bytes on ``rx``; each gets one response frame on ``tx``.
     Control-window accesses go to ``control``, line reads and writes of device

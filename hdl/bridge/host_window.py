@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..cxl.messages import (CQID_BITS, UQID_BITS, D2HReqOpcode, H2DRspOpcode,
                             CxlCacheSignature)
-from trainingcxl.host.config import LINE_BITS
+from trainingcxl.spec.config import LINE_BITS
 
 __all__ = ["HostPortSignature", "HostWindow"]
 

@@ -6,8 +6,8 @@ from amaranth.lib import wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.bridge_protocol import POWER_FAIL_CYCLES
-from trainingcxl.host.host_layout import HostLayout
+from trainingcxl.spec.bridge_protocol import POWER_FAIL_CYCLES
+from trainingcxl.spec.host_layout import HostLayout
 from ..top import Device
 from .bridge import HostBridge
 from .host_window import HostWindow

@@ -1,4 +1,4 @@
-"""CRC-32C of 512-bit lines as XOR networks (host/records.py defines the CRC).
+"""CRC-32C of 512-bit lines as XOR networks (spec/records.py defines the CRC).
 
 ``crc_line`` takes a whole line in one cycle. ``crc_part`` takes one of
 ``folds`` equal parts, most significant first, so that ``folds`` cycles give the
@@ -10,8 +10,8 @@ from functools import lru_cache
 
 from amaranth import *
 
-from trainingcxl.host.config import LINE_BITS
-from trainingcxl.host.records import CRC_INIT, CRC_XOR, crc_update
+from trainingcxl.spec.config import LINE_BITS
+from trainingcxl.spec.records import CRC_INIT, CRC_XOR, crc_update
 
 __all__ = ["CRC_INIT", "CRC_XOR", "crc_line", "crc_part"]
 

@@ -4,9 +4,9 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS, LINE_BYTES
-from trainingcxl.host.records import COMMIT, SNAPSHOT, UNDO
-from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
+from trainingcxl.spec.records import COMMIT, SNAPSHOT, UNDO
+from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LineOp, LinePortSignature
 from ..cxl.messages import ADDR_BITS
 from .crc import CRC_INIT, CRC_XOR, crc_part

@@ -1,9 +1,9 @@
-"""Header line layout of the checkpoint records, built from host/records.py's field list."""
+"""Header line layout of the checkpoint records, built from spec/records.py's field list."""
 
 from amaranth import *
 from amaranth.lib import data
 
-from trainingcxl.host.records import HEADER_FIELDS
+from trainingcxl.spec.records import HEADER_FIELDS
 from .crc import CRC_INIT, CRC_XOR, crc_line
 
 __all__ = ["header_layout", "sealed_header"]
@@ -14,7 +14,7 @@ header_layout = data.StructLayout(dict(HEADER_FIELDS))
 
 def sealed_header(m, *, magic, gen, batch, a=0, b=0, crc=CRC_INIT):
     """A header line with its checksum: the CRC register ``crc`` (after the record's
-    data lines, if any) fed the header with ``csum`` zero (host/records.py)."""
+    data lines, if any) fed the header with ``csum`` zero (spec/records.py)."""
     if isinstance(crc, int):
         crc = Const(crc, 32)
     body = Signal(header_layout)

@@ -6,8 +6,8 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS, LINE_BYTES
-from trainingcxl.host.records import UNDO
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
+from trainingcxl.spec.records import UNDO
 from ..common.line_port import LineOp, LinePortSignature
 from .crc import CRC_INIT, crc_part
 from .layouts import sealed_header
@@ -63,7 +63,7 @@ class UndoLogger(wiring.Component):
     the lookup's own PMEM reads (``tap``): logging costs no extra read, and
     the records are written while the GPU computes, before the update comes.
     Each record goes to the next slot of the ring (``log_slots`` slots of
-    ``rec_lines`` lines, the header last; host/records.py).
+    ``rec_lines`` lines, the header last; spec/records.py).
 
     Space is reclaimed a batch at a time: the ring keeps the first log
     sequence number (LSN) of each batch with live records, and frees a

@@ -4,8 +4,8 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BYTES
-from trainingcxl.host.records import SNAPSHOT
+from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.records import SNAPSHOT
 from ..common.line_port import LineOp, LinePortSignature
 from ..compute.host_reader import HostLineReader
 from ..cxl.messages import ADDR_BITS

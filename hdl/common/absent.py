@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .descriptor import ErrorCode, completion_layout, descriptor_layout
+from trainingcxl.spec.descriptors import ErrorCode, completion_layout, descriptor_layout
 
 __all__ = ["AbsentEngine"]
 

@@ -7,7 +7,7 @@ agent's clients, so an engine does not care which memory is behind a port.
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS, LINE_BYTES
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 
 __all__ = ["LineOp", "LinePortSignature"]
 

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..common.descriptor import ErrorCode
+from trainingcxl.spec.descriptors import ErrorCode
 
 __all__ = ["bag_layout", "BagSequencer"]
 

@@ -5,7 +5,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS
+from trainingcxl.spec.config import LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
 from ..cxl.messages import ADDR_BITS
 from .gather import defer_layout, mark_layout

@@ -5,7 +5,7 @@ from amaranth.hdl import ResetInserter
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..common.descriptor import ErrorCode, Op, completion_layout, descriptor_layout
+from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
 from ..checkpoint.logger import UndoTapSignature
 from ..cxl.messages import ADDR_BITS

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS
+from trainingcxl.spec.config import LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
 from ..cxl.messages import ADDR_BITS
 from .pool import pooled_layout

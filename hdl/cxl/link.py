@@ -186,7 +186,7 @@ class CxlLink(wiring.Component):
 
     Each direction is a :class:`LinkDirection` of four channels sharing
     ``config.link.rate`` messages per cycle (the defaults and their origin are
-    in ``LinkTiming``, ``host/config.py``). CXL.mem channels take
+    in ``LinkTiming``, ``spec/config.py``). CXL.mem channels take
     ``mem_latency`` cycles, CXL.cache channels ``cache_latency`` cycles, with
     the semantics of :class:`LinkDirection` (offered ``max(L, 2)`` cycles
     after the input handshake). Both inputs reset to ``config.link.latency``.

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, enum, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS, LINE_BYTES
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
 from ..common.register_slice import RegisterSlice

@@ -19,7 +19,7 @@ Departures from the specification, all in responses:
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS, LINE_BYTES
+from trainingcxl.spec.config import ADDR_BITS, LINE_BITS, LINE_BYTES
 
 __all__ = [
     "ADDR_BITS", "TAG_BITS", "CQID_BITS", "UQID_BITS",
@@ -29,7 +29,6 @@ __all__ = [
     "CxlMemSignature", "CxlCacheSignature",
 ]
 
-ADDR_BITS = 46          # Address[51:6]
 TAG_BITS = 16
 CQID_BITS = 12
 UQID_BITS = 12

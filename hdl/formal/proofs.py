@@ -2,7 +2,7 @@
 
 from amaranth.lib import data
 
-from trainingcxl.host.config import Config, ModelShape, PmemTiming
+from trainingcxl.spec.config import Config, ModelShape, PmemTiming
 from ..common.merge import StreamMerge
 from ..common.register_slice import RegisterSlice
 from ..cxl.cache_agent import CacheAgent

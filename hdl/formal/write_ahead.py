@@ -16,7 +16,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..checkpoint.logger import UndoLogger
-from ..common.descriptor import ErrorCode, Op
+from trainingcxl.spec.descriptors import ErrorCode, Op
 from .streams import stream_rule
 
 __all__ = ["dispatcher_write_ahead", "LoggerHarness"]

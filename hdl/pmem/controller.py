@@ -6,7 +6,7 @@ from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.host.config import LINE_BITS, LINE_BYTES
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from ..common.arbiter import RoundRobin
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.rate import RateLimiter

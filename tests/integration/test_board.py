@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from trainingcxl.host.config import PRESETS
+from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.runner import run_bench
 
 pytestmark = pytest.mark.cocotb

@@ -3,7 +3,7 @@
 
 import pytest
 
-from trainingcxl.host.config import PRESETS
+from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.runner import run_bench
 
 BENCH = "trainingcxl.sim.bench_checkpoint"

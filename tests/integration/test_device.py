@@ -7,7 +7,7 @@ test of :mod:`trainingcxl.sim.bench_device`, whose docstrings say what they chec
 
 import pytest
 
-from trainingcxl.host.config import PRESETS
+from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.runner import run_bench
 
 BENCH = "trainingcxl.sim.bench_device"

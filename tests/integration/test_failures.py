@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trainingcxl.host.cli import main
-from trainingcxl.host.config import PRESETS
+from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.runner import run_bench
 
 pytestmark = pytest.mark.cocotb

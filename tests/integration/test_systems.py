@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainingcxl.host.config import PRESETS
+from trainingcxl.spec.config import PRESETS
 from trainingcxl.host.systems import SYSTEMS
 from trainingcxl.sim.runner import run_bench
 

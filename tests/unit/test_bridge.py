@@ -8,7 +8,7 @@ from trainingcxl.hdl.bridge.bridge import HostBridge
 from trainingcxl.hdl.bridge.host_window import HostWindow
 from trainingcxl.hdl.bridge.uart import UartRx, UartTx
 from trainingcxl.hdl.cxl.messages import D2HReqOpcode, H2DRspOpcode
-from trainingcxl.host.bridge_protocol import (POWER_FAIL_CYCLES, REQ_SYNC, RSP_LEN, Command,
+from trainingcxl.spec.bridge_protocol import (POWER_FAIL_CYCLES, REQ_SYNC, RSP_LEN, Command,
                                               FrameError, Status, crc8, decode_response,
                                               encode_request)
 from trainingcxl.sim.amaranth_streams import simulate, stream_get, stream_put

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trainingcxl.host.config import PRESETS, Config, ConfigError, PmemTiming, load_config
+from trainingcxl.spec.config import PRESETS, Config, ConfigError, PmemTiming, load_config
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -65,7 +65,7 @@ def test_load_from_files(tmp_path):
 
 
 def test_checkpoint_regions_size_themselves():
-    from trainingcxl.host.config import ModelShape
+    from trainingcxl.spec.config import ModelShape
     from trainingcxl.host.dlrm import DenseModel
     for name, cfg in PRESETS.items():
         assert cfg.mlp_params == DenseModel(cfg).parameters().size, name

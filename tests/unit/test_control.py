@@ -2,9 +2,10 @@
 
 from amaranth.sim import Simulator
 
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
-from trainingcxl.hdl.control import DEVICE_ID, ControlWindow, Reg
-from trainingcxl.host.config import Config
+from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.hdl.control import ControlWindow
+from trainingcxl.spec.registers import DEVICE_ID, Reg
+from trainingcxl.spec.config import Config
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 CFG = Config(tables=(8, 8), desc_depth=2)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from trainingcxl.host.config import Config, ModelShape
+from trainingcxl.spec.config import Config, ModelShape
 from trainingcxl.host.criteo import CriteoDataset, CriteoFormatError, write_sample
 from trainingcxl.host.dlrm import FixedPointTrainer, FloatTrainer
 from trainingcxl.host.data import initial_tables

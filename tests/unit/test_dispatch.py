@@ -2,9 +2,9 @@
 
 from amaranth.sim import Simulator
 
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
+from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.dispatch import Dispatcher
-from trainingcxl.host.config import PRESETS
+from trainingcxl.spec.config import PRESETS
 
 LOOKUP = {"op": Op.LOOKUP, "batch": 5, "n_bags": 4, "n_indices": 9,
           "idx_addr": 0x100, "off_addr": 0x200, "vec_addr": 0x300}
@@ -220,7 +220,7 @@ def handed_out_or_refused(dut, steps):
 def test_a_logged_lookup_larger_than_the_undo_ring_is_refused():
     """With a ring of 8 records and tables of 80 rows, a logged LOOKUP of 9
     indices could fill the ring with records only its own commit frees."""
-    from trainingcxl.host.config import Config
+    from trainingcxl.spec.config import Config
     cfg = Config(tables=(40, 40), log_lines=8 * PRESETS["tiny"].rec_lines)
     assert cfg.log_slots == 8
     logging = {"logging": 1, "log_drained": 1}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from trainingcxl.host.config import Config, ModelShape
+from trainingcxl.spec.config import Config, ModelShape
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, embedding_deltas
 from trainingcxl.host.golden import embedding_update

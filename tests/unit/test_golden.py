@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from trainingcxl.host.config import Config
+from trainingcxl.spec.config import Config
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.fixed import from_fixed, to_fixed, wrap32
 from trainingcxl.host.golden import check_batch, embedding_bag_sum
@@ -90,7 +90,7 @@ def test_fixed_point_rounding_and_saturation():
 
 
 def test_a_coalesced_update_changes_the_tables_as_the_batch_does():
-    from trainingcxl.host.config import PRESETS
+    from trainingcxl.spec.config import PRESETS
     from trainingcxl.host.golden import coalesce_update, embedding_update
     cfg = PRESETS["small"]
     rng = np.random.default_rng(3)

@@ -13,7 +13,7 @@ from trainingcxl.hdl.cxl.link import LATENCY_BITS, MIN_LATENCY, CxlLink, LinkDir
 from trainingcxl.hdl.cxl.messages import (CxlCacheSignature, CxlMemSignature, D2HReqOpcode,
                                           H2DRspOpcode, M2SReqOpcode, M2SRwDOpcode,
                                           S2MDrsOpcode)
-from trainingcxl.host.config import Config, LinkTiming
+from trainingcxl.spec.config import Config, LinkTiming
 from trainingcxl.sim.amaranth_streams import simulate as run, stream_get, stream_put
 
 

@@ -12,8 +12,8 @@ from amaranth.sim import Simulator
 
 from trainingcxl.hdl.checkpoint.logger import UndoLogger
 from trainingcxl.hdl.pmem.controller import PmemController
-from trainingcxl.host.config import Config, PmemTiming
-from trainingcxl.host.records import decode_undo
+from trainingcxl.spec.config import Config, PmemTiming
+from trainingcxl.spec.records import decode_undo
 
 CFG = Config(tables=(8, 8), dim=32, log_lines=9, commit_lines=2, snapshot_lines=2, log_buffer=8,
              pmem=PmemTiming(read_latency=6, write_latency=8, wpq_depth=4, read_depth=8))

@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 from trainingcxl.hdl.cxl.mem_target import CxlMemTarget, MemError
 from trainingcxl.hdl.cxl.messages import (M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode)
 from trainingcxl.hdl.pmem.controller import PmemController
-from trainingcxl.host.config import Config, PmemTiming
+from trainingcxl.spec.config import Config, PmemTiming
 from trainingcxl.sim.amaranth_streams import stream_put
 
 CFG = Config(tables=(24, 8), log_lines=8, commit_lines=2, snapshot_lines=2,

@@ -6,7 +6,7 @@ import pytest
 
 from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.pmem.controller import PmemController
-from trainingcxl.host.config import Config, PmemTiming
+from trainingcxl.spec.config import Config, PmemTiming
 from trainingcxl.sim.amaranth_streams import simulate as run, stream_get, stream_put
 
 FULL = (1 << 64) - 1

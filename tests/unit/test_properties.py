@@ -5,7 +5,7 @@ import math
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from trainingcxl.host.config import Config, ConfigError
+from trainingcxl.spec.config import Config, ConfigError
 from trainingcxl.host.criteo import N_CAT, N_DENSE, CriteoFormatError, _parse
 from trainingcxl.host.golden import embedding_bag_sum
 

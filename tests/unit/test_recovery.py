@@ -10,10 +10,10 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from trainingcxl.hdl.checkpoint.engine import CheckpointEngine
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
+from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.pmem.controller import PmemController
-from trainingcxl.host.config import Config, PmemTiming
-from trainingcxl.host.records import commit_record, snapshot_header, undo_record
+from trainingcxl.spec.config import Config, PmemTiming
+from trainingcxl.spec.records import commit_record, snapshot_header, undo_record
 from trainingcxl.host.recovery import recover
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
@@ -207,7 +207,7 @@ def test_crc_parts_give_the_line_checksum(folds):
     from amaranth import Signal
     from amaranth.sim import Simulator
     from trainingcxl.hdl.checkpoint.crc import crc_part
-    from trainingcxl.host.records import CRC_INIT, crc_update
+    from trainingcxl.spec.records import CRC_INIT, crc_update
 
     rng = random.Random(folds)
     m = Module()

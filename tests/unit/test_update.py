@@ -8,11 +8,11 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from trainingcxl.hdl.common.descriptor import ErrorCode, Op
+from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.compute.update import UpdateEngine
 from trainingcxl.hdl.pmem.controller import PmemController
-from trainingcxl.host.config import Config, PmemTiming
+from trainingcxl.spec.config import Config, PmemTiming
 from trainingcxl.host.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.golden import embedding_update
 from trainingcxl.sim.amaranth_host import host_port_model, row_lines, words_to_lines

@@ -2,7 +2,7 @@
 
 from amaranth.lib import data, enum
 
-from ..cxl.messages import ADDR_BITS
+from .config import ADDR_BITS
 
 __all__ = ["Op", "ErrorCode", "descriptor_layout", "completion_layout"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
-    "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ConfigError",
+    "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "ConfigError",
     "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "ModelShape", "GpuTiming", "Config",
     "PRESETS", "load_config",
 ]
@@ -32,6 +32,8 @@ NOMINAL_CLOCK_MHZ = 250
 BLOCKS = ("link", "update", "checkpoint", "relaxed")
 LINE_BYTES = 64
 LINE_BITS = 8 * LINE_BYTES
+#: Width of a host physical line address (Address[51:6]): every pointer a descriptor holds.
+ADDR_BITS = 46
 
 
 class ConfigError(ValueError):
