@@ -1,7 +1,7 @@
 """The control window: the device's register file, reached from the host (CXL.io-like)."""
 
 from amaranth import *
-from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BYTES

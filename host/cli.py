@@ -2,15 +2,14 @@
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from .argtypes import (nonneg as _nonneg, positive as _positive, save_figure,
+from trainingcxl.host.tools.argtypes import (nonneg as _nonneg, positive as _positive, save_figure,
                        write_json as _write_json)
 from trainingcxl.spec.config import PRESETS, ConfigError, load_config
+from trainingcxl.host.tools.jobs import run_job
 
 __all__ = ["main"]
 
@@ -20,30 +19,6 @@ def _config_arg(text):
         return load_config(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _run_job(sim, config, job_args, *, job="lookup", waves=None, partial=False):
-    """Run ``trainingcxl.sim.job_<job>`` on ``sim`` and return its JSON record.
-
-    ``waves``: where to copy a waveform of the run. ``partial``: a job that
-    failed after writing its record (a golden mismatch) still returns it;
-    otherwise, and when no record was written, ``BenchFailure`` propagates.
-    """
-    from trainingcxl.sim.runner import BenchFailure, run_bench, waves_file
-    with tempfile.TemporaryDirectory(prefix="trainingcxl-job-") as tmp:
-        out = Path(tmp) / "job.json"
-        try:
-            run_bench(sim, config, f"trainingcxl.sim.job_{job}", args={**job_args, "out": str(out)},
-                      quiet=True, results_name=f"{job}-{sim}", waves=waves is not None,
-                      log=lambda text: print(text, file=sys.stderr, flush=True))
-        except BenchFailure:
-            if not (partial and out.exists()):
-                raise
-        record = json.loads(out.read_text())
-    if waves is not None:
-        shutil.copyfile(waves_file(sim, config), waves)
-        record["waves"] = str(waves)
-    return record
 
 
 def _check_workload(config, args):
@@ -66,7 +41,7 @@ def cmd_lookup_demo(args):
     t0 = time.monotonic()
     from trainingcxl.sim.runner import BenchFailure
     try:
-        rec = _run_job(args.sim, cfg, job, waves=args.waves)
+        rec = run_job(args.sim, cfg, job, waves=args.waves)
     except BenchFailure as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -114,7 +89,7 @@ def cmd_bench_lookup(args):
               f"config with {big.n_tables} tables", flush=True)
         job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
                "min_pooling": big.max_pooling // 2}
-        rec = _run_job("verilator", big, job)
+        rec = run_job("verilator", big, job)
         lines = sum(b["pmem_lines"] for b in rec["batches"])
         busy = sum(b["busy_cycles"] for b in rec["batches"])
         achieved = lines / busy
@@ -133,7 +108,7 @@ def cmd_bench_lookup(args):
         common = {"seed": args.seed, "batches": 4, "batch_size": 128}
         for k, sim in enumerate(("verilator", "icarus")):
             print(f"[{2 + k}/3] simulation speed on {sim}: the same small workload", flush=True)
-            rec = _run_job(sim, small, common)
+            rec = run_job(sim, small, common)
             speed[sim] = rec["total_cycles_per_s"]
             result.setdefault("speed_runs", {})[sim] = rec
             result["golden_match"] = result["golden_match"] and rec["golden_match"]
@@ -174,7 +149,7 @@ def _plot_losses(record, path):
 def cmd_train(args):
     from trainingcxl.sim.runner import BenchFailure
     if args.target != "sim":
-        from .board_cli import cmd_train_board
+        from trainingcxl.host.tools.board_cli import cmd_train_board
         return cmd_train_board(args)
     if args.config is None:
         args.config = PRESETS["small"]
@@ -188,7 +163,7 @@ def cmd_train(args):
         raise SystemExit(f"error: --batch-size {args.batch_size} x {cfg.n_tables} tables exceeds "
                          f"the configuration's max_bags ({cfg.max_bags})")
     if args.data != "synthetic":
-        from .criteo import CriteoDataset
+        from trainingcxl.host.model.criteo import CriteoDataset
         try:     # fail here, before any build, on a bad file or a mismatched configuration
             ds = CriteoDataset(cfg, args.data, batch_size=args.batch_size, on_error=args.on_bad_lines)
         except (OSError, ValueError) as e:
@@ -196,8 +171,8 @@ def cmd_train(args):
         if ds.skipped:
             print(f"note: skipped {ds.skipped} malformed lines of {args.data}, first: {ds.problems[0]}",
                   file=sys.stderr)
-    from .failures import check_checkpoint_regions, failure_plan
-    from .systems import SYSTEMS
+    from trainingcxl.host.tools.failures import check_checkpoint_regions, failure_plan
+    from trainingcxl.host.protocol.systems import SYSTEMS
     system = SYSTEMS[args.system]
     try:
         check_checkpoint_regions(cfg, args.batch_size)
@@ -237,7 +212,7 @@ def cmd_train(args):
         job["dump"] = str(Path(args.dump).resolve())
     t0 = time.monotonic()
     try:
-        rec = _run_job(args.sim, cfg, job, job="train", partial=True)
+        rec = run_job(args.sim, cfg, job, job="train", partial=True)
     except BenchFailure as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -260,7 +235,7 @@ def cmd_train(args):
     print(f"  checkpointing      {c['log_records']:,} undo records, {c['snapshot_lines']:,} MLP "
           f"lines snapshotted; updates waited {c['log_barrier']:,} cycles for the log, lookups "
           f"{c['lookup_log_holds']:,} for log space and {c['ckpt_stalls']:,} for snapshots")
-    from .failures import failure_summary
+    from trainingcxl.host.tools.failures import failure_summary
     for line in failure_summary(rec):
         print(line)
     print(f"  wall time          {rec['wall_s']:.1f} s")
@@ -276,7 +251,7 @@ def cmd_train(args):
 
 
 def cmd_make_criteo_sample(args):
-    from .criteo import write_sample
+    from trainingcxl.host.model.criteo import write_sample
     path = write_sample(args.output, lines=args.lines, seed=args.seed)
     print(f"wrote {args.lines} Criteo-format lines to {path}")
     return 0
@@ -289,7 +264,7 @@ def cmd_bench_update(args):
     print(f"UPDATE bandwidth: {args.batches} batches of {args.batch_size} samples on Verilator, "
           f"bags of {cfg.max_pooling // 4} to {cfg.max_pooling} rows", flush=True)
     try:
-        rec = _run_job("verilator", cfg, {"seed": args.seed, "batches": args.batches,
+        rec = run_job("verilator", cfg, {"seed": args.seed, "batches": args.batches,
                                           "batch_size": args.batch_size,
                                           "min_pooling": cfg.max_pooling // 4}, job="update")
     except BenchFailure as e:
@@ -340,7 +315,7 @@ def cmd_fuzz(args):
           f"training batch every {args.every}, on {args.sim}", flush=True)
     t0 = time.monotonic()
     try:
-        rec = _run_job(args.sim, cfg, {"cases": args.cases, "seed": args.seed, "every": args.every},
+        rec = run_job(args.sim, cfg, {"cases": args.cases, "seed": args.seed, "every": args.every},
                        job="fuzz", partial=True)
     except BenchFailure as e:
         print(f"error: {e}", file=sys.stderr)
@@ -458,14 +433,14 @@ def build_parser():
                     help=f"a preset ({', '.join(PRESETS)}) or a .json/.toml file of configuration "
                          f"fields (default: small; on board targets the board's own)")
     workload_options(sp, 50, None)
-    from .board_cli import add_target_options
+    from trainingcxl.host.tools.board_cli import add_target_options
     add_target_options(sp)
     sp.add_argument("--data", default="synthetic",
                     help="'synthetic' (Zipf rows, a learnable signal) or a Criteo-format TSV file "
                          "(default: synthetic)")
     sp.add_argument("--on-bad-lines", choices=("raise", "skip"), default="raise",
                     help="malformed TSV lines: stop with the line number, or skip and count them")
-    from .systems import SYSTEMS
+    from trainingcxl.host.protocol.systems import SYSTEMS
     sp.add_argument("--system", choices=tuple(SYSTEMS), default="cxl",
                     help="the rung of the evaluation ladder to train on (default: cxl): "
                          + "; ".join(f"{s.name}: {s.summary}" for s in SYSTEMS.values()))
@@ -482,13 +457,13 @@ def build_parser():
     sp.add_argument("--dump", metavar="DIR", help="write final tables, MLP parameters and the "
                                                  "batches used as .npz files into DIR")
     sp.add_argument("--plot", metavar="OUT.png", help="draw the loss curve, device vs float32")
-    from .failures import add_failure_options, add_commands
+    from trainingcxl.host.tools.failures import add_failure_options, add_commands
     add_failure_options(sp)
     sp.set_defaults(func=cmd_train)
     add_commands(sub, config_option)
-    from .bench import add_bench_command
+    from trainingcxl.host.tools.bench import add_bench_command
     add_bench_command(sub)
-    from .board_cli import add_build_command
+    from trainingcxl.host.tools.board_cli import add_build_command
     add_build_command(sub)
 
     sp = sub.add_parser("make-criteo-sample", help="write a small Criteo-format TSV with a learnable signal")

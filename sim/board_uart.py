@@ -1,4 +1,4 @@
-"""The simulated board's UART pins as a byte transport for the host driver (:mod:`trainingcxl.host.board`)."""
+"""The simulated board's UART pins as a byte transport for the host driver (:mod:`trainingcxl.host.driver.bridge`)."""
 
 from collections import deque
 

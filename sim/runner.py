@@ -217,7 +217,7 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
     """Run cocotb ``module`` (an importable module name) on the device built for ``sim``.
 
     ``args`` (JSON-serialisable) reach the bench through the environment
-    (:func:`trainingcxl.sim.device_tb.bench_args`). ``quiet`` keeps cocotb to
+    (:func:`trainingcxl.sim.bench_env.bench_args`). ``quiet`` keeps cocotb to
     warnings, so the bench's own progress lines stand out. Raises :class:`BenchFailure`
     unless every test of the run passed; returns the number of tests. ``work_dir``
     (default: the build folder) is where the simulator runs; give each of several

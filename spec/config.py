@@ -149,7 +149,7 @@ class LinkTiming:
       64-byte line per 4 ns cycle.
 
     The host memory behind CXL.cache adds its own access time
-    (``trainingcxl.sim.device_tb.DeviceTB.HOST_DELAY``).
+    (``trainingcxl.host.driver.ports.DeviceTB.HOST_DELAY``).
     """
     latency: int = 10
     rate: tuple[int, int] = (1, 1)

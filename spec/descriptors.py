@@ -56,7 +56,7 @@ def descriptor_layout(config):
     that logs in a pass of its own (``cxl-d``, ``near-data``) pools without
     logging, then repeats the ``LOOKUP`` with logging before the update.
     ``coalesced`` (``UPDATE`` only): the batch's rows, each once, one per bag
-    with its summed delta (:func:`trainingcxl.host.golden.coalesce_update`),
+    with its summed delta (:func:`trainingcxl.host.model.golden.coalesce_update`),
     instead of the lookup's bags; the rows are then read and written once each.
     """
     return data.StructLayout({

@@ -150,7 +150,7 @@ class UpdateEngine(wiring.Component):
     The batch is the same CSR form as for ``LOOKUP``; ``vec_addr`` points at
     the per-bag deltas (``n_bags * lines_per_row`` lines, bag ``k`` at
     ``vec_addr + k * lines_per_row``), already scaled by the learning rate and
-    in the embedding fixed point (see :mod:`trainingcxl.host.dlrm`). Every row
+    in the embedding fixed point (see :mod:`trainingcxl.host.model.dlrm`). Every row
     of bag ``k`` becomes ``row - delta_k``, lane by lane, wrapping; a row in
     several bags, or several times in one, gets every contribution (the RMW
     unit orders or forwards them). The descriptor completes when every write

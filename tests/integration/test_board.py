@@ -19,7 +19,7 @@ def _train(sim, preset, tmp_path, **args):
     cfg = PRESETS[preset]
     out = tmp_path / "board.json"
     job = {"seed": 0, "batch_size": cfg.model.batch_size, "out": str(out), "quiet": True, **args}
-    run_bench(sim, cfg, "trainingcxl.sim.job_board", top="board", args=job, quiet=True,
+    run_bench(sim, cfg, "trainingcxl.sim.jobs.job_board", top="board", args=job, quiet=True,
               results_name=f"board-{preset}-{sim}", work_dir=tmp_path)
     return json.loads(out.read_text())
 

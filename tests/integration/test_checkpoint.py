@@ -1,12 +1,12 @@
 """The checkpoint engine's rules on the whole device, under both simulators
-(:mod:`trainingcxl.sim.bench_checkpoint`)."""
+(:mod:`trainingcxl.sim.jobs.bench_checkpoint`)."""
 
 import pytest
 
 from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.runner import run_bench
 
-BENCH = "trainingcxl.sim.bench_checkpoint"
+BENCH = "trainingcxl.sim.jobs.bench_checkpoint"
 CONFIG = PRESETS["tiny"]
 
 pytestmark = pytest.mark.cocotb

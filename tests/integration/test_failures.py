@@ -17,7 +17,7 @@ from trainingcxl.sim.runner import run_bench
 
 pytestmark = pytest.mark.cocotb
 CONFIG = PRESETS["tiny"]
-JOB = "trainingcxl.sim.job_train"
+JOB = "trainingcxl.sim.jobs.job_train"
 
 
 def train(sim, tmp_path, name, config=CONFIG, **args):

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from trainingcxl.spec.config import PRESETS
-from trainingcxl.host.systems import SYSTEMS
+from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.sim.runner import run_bench
 
 pytestmark = pytest.mark.cocotb
 CONFIG = PRESETS["tiny"]
-JOB = "trainingcxl.sim.job_train"
+JOB = "trainingcxl.sim.jobs.job_train"
 
 
 def train(sim, tmp_path, name, **args):

@@ -1,6 +1,6 @@
 """Short training runs on the simulated device, under both simulators.
 
-The job (:mod:`trainingcxl.sim.job_train`) itself fails unless every pooled
+The job (:mod:`trainingcxl.sim.jobs.job_train`) itself fails unless every pooled
 vector and every table check equals the golden model; these tests add the
 record's own consistency.
 """
@@ -10,12 +10,12 @@ import json
 import pytest
 
 from trainingcxl.spec.config import PRESETS
-from trainingcxl.host.criteo import write_sample
+from trainingcxl.host.model.criteo import write_sample
 from trainingcxl.sim.runner import run_bench
 
 pytestmark = pytest.mark.cocotb
 CONFIG = PRESETS["tiny"]
-JOB = "trainingcxl.sim.job_train"
+JOB = "trainingcxl.sim.jobs.job_train"
 
 
 @pytest.fixture(params=["verilator", "icarus"])

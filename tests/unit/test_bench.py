@@ -2,10 +2,10 @@
 
 import pytest
 
-from trainingcxl.host.bench import WORKLOADS, analyse_run
+from trainingcxl.host.tools.bench import WORKLOADS, analyse_run
 from trainingcxl.host.cli import build_parser, main
-from trainingcxl.host.energy import DEFAULT_ENERGY, link_bytes
-from trainingcxl.host.systems import SYSTEMS, system
+from trainingcxl.host.model.energy import DEFAULT_ENERGY, link_bytes
+from trainingcxl.host.protocol.systems import SYSTEMS, system
 
 COUNTERS = ("cycles lookup_busy lookup_lines lookup_bags lookup_overflows pmem_reads pmem_writes "
             "cache_reads cache_writes mem_errors update_busy update_lines update_forwarded "

@@ -7,14 +7,14 @@ import pytest
 
 from trainingcxl.spec.descriptors import Op
 from trainingcxl.spec.registers import Reg
-from trainingcxl.host.board import BridgeClient, BridgeError
-from trainingcxl.host.board_cli import board_failures
-from trainingcxl.host.board_training import BOARD_PHASES
+from trainingcxl.host.driver.bridge import BridgeClient, BridgeError
+from trainingcxl.host.tools.board_cli import board_failures
+from trainingcxl.host.protocol.board_training import BOARD_PHASES
 from trainingcxl.spec.bridge_protocol import Command, FrameError, Status, crc8, encode_request
 from trainingcxl.spec.config import PRESETS
-from trainingcxl.host.device_regs import (decode_checkpoint_state, desc_op_word, geometry_word,
+from trainingcxl.host.driver.device import (decode_checkpoint_state, desc_op_word, geometry_word,
                                           gpu_window_writes)
-from trainingcxl.host.failures import parse_fail_in
+from trainingcxl.host.tools.failures import parse_fail_in
 from trainingcxl.spec.host_layout import HostLayout
 
 

@@ -61,7 +61,7 @@ def test_help_of_training_commands(command):
 
 
 def test_failure_options_build_a_plan():
-    from trainingcxl.host.failures import failure_plan, parse_fail_in
+    from trainingcxl.host.tools.failures import failure_plan, parse_fail_in
     assert parse_fail_in("update@3+40") == {"phase": "update", "batch": 3, "offset": 40}
     assert parse_fail_in("recovery") == {"phase": "recovery"}
     plan = failure_plan(fail_at=[900, 500], fail_in=[parse_fail_in("recovery"),

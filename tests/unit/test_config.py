@@ -66,7 +66,7 @@ def test_load_from_files(tmp_path):
 
 def test_checkpoint_regions_size_themselves():
     from trainingcxl.spec.config import ModelShape
-    from trainingcxl.host.dlrm import DenseModel
+    from trainingcxl.host.model.dlrm import DenseModel
     for name, cfg in PRESETS.items():
         assert cfg.mlp_params == DenseModel(cfg).parameters().size, name
         assert cfg.snapshot_size == cfg.mlp_lines + 1

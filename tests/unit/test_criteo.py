@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from trainingcxl.spec.config import Config, ModelShape
-from trainingcxl.host.criteo import CriteoDataset, CriteoFormatError, write_sample
-from trainingcxl.host.dlrm import FixedPointTrainer, FloatTrainer
-from trainingcxl.host.data import initial_tables
-from trainingcxl.host.golden import check_batch
+from trainingcxl.host.model.criteo import CriteoDataset, CriteoFormatError, write_sample
+from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
+from trainingcxl.host.model.data import initial_tables
+from trainingcxl.host.model.golden import check_batch
 
 CFG = Config(tables=(97, 50, 211, 13), max_pooling=1, max_bags=512,
              model=ModelShape(dense_features=13, bottom_hidden=(16,), top_hidden=(16,), lr=0.1))

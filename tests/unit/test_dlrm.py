@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from trainingcxl.spec.config import Config, ModelShape
-from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, embedding_deltas
-from trainingcxl.host.golden import embedding_update
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, embedding_deltas
+from trainingcxl.host.model.golden import embedding_update
 
 CFG = Config(tables=(40, 30, 20), max_pooling=4, max_bags=512,
              model=ModelShape(dense_features=5, bottom_hidden=(8,), top_hidden=(6,), lr=0.1))

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from trainingcxl.host import energy as energy_module
-from trainingcxl.host.energy import (
+from trainingcxl.host.model.energy import (
     DEFAULT_ENERGY, Activity, EnergyBreakdown, EnergyModel, link_bytes,
 )
 

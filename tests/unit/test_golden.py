@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from trainingcxl.spec.config import Config
-from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.fixed import from_fixed, to_fixed, wrap32
-from trainingcxl.host.golden import check_batch, embedding_bag_sum
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.fixed import from_fixed, to_fixed, wrap32
+from trainingcxl.host.model.golden import check_batch, embedding_bag_sum
 
 CFG = Config(tables=(50, 30, 20), max_pooling=8, max_bags=300)
 
@@ -91,7 +91,7 @@ def test_fixed_point_rounding_and_saturation():
 
 def test_a_coalesced_update_changes_the_tables_as_the_batch_does():
     from trainingcxl.spec.config import PRESETS
-    from trainingcxl.host.golden import coalesce_update, embedding_update
+    from trainingcxl.host.model.golden import coalesce_update, embedding_update
     cfg = PRESETS["small"]
     rng = np.random.default_rng(3)
     batch = SyntheticWorkload(cfg, seed=3, batch_size=32).batch(0)

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from trainingcxl.spec.config import Config, ConfigError
-from trainingcxl.host.criteo import N_CAT, N_DENSE, CriteoFormatError, _parse
-from trainingcxl.host.golden import embedding_bag_sum
+from trainingcxl.host.model.criteo import N_CAT, N_DENSE, CriteoFormatError, _parse
+from trainingcxl.host.model.golden import embedding_bag_sum
 
 # Derandomized: CI runs the same examples every time.
 PROPERTY = settings(max_examples=300, deadline=None, derandomize=True)

@@ -14,7 +14,7 @@ from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
 from trainingcxl.spec.records import commit_record, snapshot_header, undo_record
-from trainingcxl.host.recovery import recover
+from trainingcxl.host.model.recovery import recover
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 CFG = Config(tables=(12, 20), dim=32, log_lines=30, commit_lines=3, snapshot_lines=4,

@@ -13,8 +13,8 @@ from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.compute.update import UpdateEngine
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
-from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.golden import embedding_update
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.golden import embedding_update
 from trainingcxl.sim.amaranth_host import host_port_model, row_lines, words_to_lines
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 

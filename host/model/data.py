@@ -5,7 +5,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .fixed import to_fixed
+from trainingcxl.host.model.fixed import to_fixed
 
 __all__ = ["Batch", "SyntheticWorkload", "initial_tables"]
 

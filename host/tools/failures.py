@@ -1,7 +1,7 @@
 """Power-failure injection from the command line: plans, campaigns and sweeps.
 
 ``trainingcxl train --inject-failures N --fail-at C --fail-in PHASE`` builds a
-failure plan (the entry list of :class:`trainingcxl.sim.training.FailurePlan`);
+failure plan (the entry list of :class:`trainingcxl.host.protocol.training.FailurePlan`);
 ``trainingcxl campaign`` runs many independent training runs with random
 failures over mixed configurations, in parallel; ``trainingcxl sweep`` cuts
 the power at every cycle (or every k-th) of a whole batch, and at every cycle
@@ -21,18 +21,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from .argtypes import nonneg as _nonneg, positive as _positive, write_json as _write_json
+from trainingcxl.host.protocol.phases import BATCH_PHASES, PHASES
+from trainingcxl.host.tools.argtypes import nonneg as _nonneg, positive as _positive, write_json as _write_json
 
 __all__ = ["PHASES", "BATCH_PHASES", "failure_plan", "check_checkpoint_regions", "failure_summary",
            "add_failure_options", "add_commands", "run_train", "parallel_runs", "prebuild",
            "Progress"]
 
-#: The host's phases, as failures report them. ``snapshot`` is the host staging
-#: the MLP and, with K = 0, waiting for the pull; ``check`` is the golden
-#: comparison of the tables; ``recovery`` is ``RECOVER`` after a failure.
-PHASES = ("lookup", "gpu", "log", "update", "commit", "snapshot", "check", "recovery")
-#: The phases of every batch in every system (``log`` is only in those with a logging pass).
-BATCH_PHASES = ("lookup", "gpu", "update", "commit", "snapshot")
 
 
 def parse_fail_in(text):
@@ -160,7 +155,7 @@ def run_train(spec):
             os.dup2(log_file.fileno(), 1)
             os.dup2(log_file.fileno(), 2)
             try:
-                run_bench(spec.get("sim", "verilator"), cfg, "trainingcxl.sim.job_train",
+                run_bench(spec.get("sim", "verilator"), cfg, "trainingcxl.sim.jobs.job_train",
                           args=args, quiet=True, results_name=f"run{spec['index']}",
                           work_dir=tmp, waves=spec.get("waves", False), log=lambda text: None)
             except BenchFailure as e:

@@ -15,9 +15,10 @@ import cocotb
 import numpy as np
 
 from trainingcxl.spec.descriptors import ErrorCode
-from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.golden import embedding_update
-from .device_tb import DeviceTB, bench_args, bench_config
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.golden import embedding_update
+from trainingcxl.host.driver.ports import DeviceTB
+from ..bench_env import bench_args, bench_config
 from .job_lookup import progress
 
 

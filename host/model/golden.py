@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fixed import fits32, wrap32
+from trainingcxl.host.model.fixed import fits32, wrap32
 
 __all__ = ["PoolResult", "embedding_bag_sum", "embedding_update", "check_batch", "coalesce_update"]
 

@@ -2,7 +2,7 @@
 
 Nothing near the memory computes. For each batch the host reads every row
 the batch needs over CXL.mem, the GPU pools them (bit-exact with the device's
-arithmetic, :mod:`trainingcxl.host.golden`), and after the GPU step the host
+arithmetic, :mod:`trainingcxl.host.model.golden`), and after the GPU step the host
 writes the updated rows back. Checkpointing is the software kind a
 PMEM-based system does, in the device's own on-media formats
 (:mod:`trainingcxl.spec.records`), so that the same invariants can be checked:
@@ -15,22 +15,22 @@ PMEM-based system does, in the device's own on-media formats
    parameters, fence, the header, fence.
 
 Recovery is software too: the host reads the commit records, the snapshot
-headers and the whole log ring, runs :func:`trainingcxl.host.recovery.recover`
+headers and the whole log ring, runs :func:`trainingcxl.host.model.recovery.recover`
 on them, writes back the rows it restores, fences, then the new commit record.
 
 Copies between host and GPU memory are charged with
 :class:`~trainingcxl.spec.config.CopyTiming`; the GPU's pooling and updating
-with :func:`~trainingcxl.host.gpu.embedding_cycles`.
+with :func:`~trainingcxl.host.model.gpu.embedding_cycles`.
 """
 
 import numpy as np
 
 from trainingcxl.spec.descriptors import ErrorCode
-from trainingcxl.spec.registers import Reg
+from trainingcxl.host.driver.device import Recovery
 from trainingcxl.spec.config import LINE_BYTES
-from trainingcxl.host.golden import embedding_bag_sum, embedding_update
-from trainingcxl.host.gpu import embedding_cycles
-from trainingcxl.host.recovery import recover
+from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
+from trainingcxl.host.model.gpu import embedding_cycles
+from trainingcxl.host.model.recovery import recover
 from trainingcxl.spec.records import (COMMIT, SNAPSHOT, commit_record, snapshot_header,
                                       undo_record, valid_header)
 
@@ -56,7 +56,7 @@ class _Media(dict):
 
 
 class SoftwareEmbeddings:
-    """The host side of the ``pmem`` system on a :class:`~trainingcxl.sim.device_tb.DeviceTB`.
+    """The host side of the ``pmem`` system on a :class:`~trainingcxl.host.driver.ports.DeviceTB`.
 
     ``wait(cycles)`` is how the caller charges modelled time (GPU work and
     copies). Counts of what the host did go to :attr:`stats`.
@@ -78,7 +78,7 @@ class SoftwareEmbeddings:
 
     async def configure(self):
         """The host owns the checkpoint regions: the device's engine stays off."""
-        await self.tb.ctl.write(Reg.CKPT_CTRL, 0b10)
+        await self.tb.host_owns_checkpoints()
 
     async def _copy(self, nbytes):
         cycles = self.cfg.copy.cycles(nbytes)
@@ -93,15 +93,10 @@ class SoftwareEmbeddings:
 
     async def _fenced_write(self, lines):
         """Write ``{media line: data}`` and wait until every line is persistent."""
-        base = self.cfg.hdm_base
-        result = await self.tb.mem.write_lines({base + a: v for a, v in lines.items()})
-        bad = [a for a, op in result.items() if op.name != "Cmp"]
-        assert not bad, f"{len(bad)} software checkpoint writes refused, first at {bad[0]:#x}"
+        await self.tb.write_media(lines)
 
     async def _read(self, media_addrs):
-        base = self.cfg.hdm_base
-        got = await self.tb.mem.read_lines([base + a for a in media_addrs])
-        return {a: got[base + a][0] for a in media_addrs}
+        return await self.tb.read_media_lines(media_addrs)
 
     # -- embeddings ------------------------------------------------------------------------
 
@@ -187,7 +182,7 @@ class SoftwareEmbeddings:
         media = _Media(await self._read(regions))
         result = recover(cfg, media, staleness=0)
         if not result.found:
-            return ErrorCode.NO_CHECKPOINT, None, None, 0, await tb.cycles() - t0
+            return Recovery(ErrorCode.NO_CHECKPOINT, None, None, 0, await tb.cycles() - t0)
         seal = next(a for a in result.writes if cfg.commit_base <= a < cfg.commit_base + cfg.commit_lines)
         rows = {a: v for a, v in result.writes.items() if a != seal}
         if rows:
@@ -200,4 +195,5 @@ class SoftwareEmbeddings:
             if h is not None and h.batch == result.m:
                 self.newest_slot = slot
         assert valid_header(result.writes[seal], COMMIT) is not None
-        return ErrorCode.NONE, result.d, result.m, result.rolled_back, await tb.cycles() - t0
+        return Recovery(ErrorCode.NONE, result.d, result.m, result.rolled_back,
+                        await tb.cycles() - t0)

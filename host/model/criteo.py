@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import Batch
+from trainingcxl.host.model.data import Batch
 
 __all__ = ["CriteoFormatError", "CriteoDataset", "write_sample", "N_DENSE", "N_CAT"]
 

@@ -26,18 +26,17 @@ import numpy as np
 
 from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.spec.bridge_protocol import Status
-from .board import BridgeError
-from .data import initial_tables
-from .dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
-from trainingcxl.spec.config import LINE_BYTES
-from .fixed import wrap32
-from .golden import coalesce_update
-from .resume import recovered_state_matches, resume_models
+from trainingcxl.host.driver.bridge import BridgeError
+from trainingcxl.host.model.data import initial_tables
+from trainingcxl.host.model.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
+from trainingcxl.host.driver.device import lines_to_rows, rows_to_lines
+from trainingcxl.host.protocol.phases import BOARD_PHASES
+from trainingcxl.host.model.fixed import wrap32
+from trainingcxl.host.model.golden import coalesce_update
+from trainingcxl.host.protocol.resume import recovered_state_matches, resume_models
 
 __all__ = ["BOARD_PHASES", "BoardTraining"]
 
-#: Where a planned failure can hit: just after this descriptor of the batch is submitted.
-BOARD_PHASES = ("lookup", "update", "commit", "snapshot")
 
 
 class _PowerLost(Exception):
@@ -45,7 +44,7 @@ class _PowerLost(Exception):
 
 
 class BoardTraining:
-    """One training run on ``device`` (a :class:`~trainingcxl.host.board.BoardDevice`).
+    """One training run on ``device`` (a :class:`~trainingcxl.host.driver.bridge.BoardDevice`).
 
     ``failures`` is a list of ``(batch, phase)``: the host cuts the power just
     after submitting that phase's descriptor of that batch (once each).
@@ -146,7 +145,8 @@ class BoardTraining:
         rec = self.record
         batch = self.data.batch(b - 1)
         await self._check_power()
-        error, pooled = await self._guarded(self._lookup(b, batch))
+        looked = await self._guarded(self._lookup(b, batch))
+        error, pooled = looked.error, looked.pooled
         want = self.golden.step(batch)
         loss_ref = self.reference.step(batch).loss
         same = error == ErrorCode.NONE and np.array_equal(pooled, want.pooled)
@@ -160,7 +160,7 @@ class BoardTraining:
         else:
             if not coalesced:
                 indices, offsets, rows = batch.indices, batch.offsets, deltas
-            up = await self._guarded(self._update(b, indices, offsets, rows, coalesced))
+            up, _ = await self._guarded(self._update(b, indices, offsets, rows, coalesced))
         if self.checkpointing:
             committed = await self._guarded(self._commit(b))
             self.history[b] = (copy.deepcopy(self.golden), copy.deepcopy(self.reference))
@@ -180,14 +180,10 @@ class BoardTraining:
             if offsets[k + 1] == offsets[k]:
                 continue
             t, row = k % cfg.n_tables, int(indices[offsets[k]])
-            first = dev.row_addr(t, row)
-            lines = [await dev.bridge.mem_read(first + j) for j in range(cfg.lines_per_row)]
-            raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in lines)
-            old = np.frombuffer(raw, dtype=np.int32).astype(np.int64)
-            new = wrap32(old - np.asarray(deltas[k], dtype=np.int64)).astype(np.int32).tobytes()
-            for j in range(cfg.lines_per_row):
-                await dev.bridge.mem_write(first + j, int.from_bytes(
-                    new[j * LINE_BYTES:(j + 1) * LINE_BYTES], "little"))
+            first = cfg.table_base[t] + row * cfg.lines_per_row
+            old = lines_to_rows(await dev.read_media(first, cfg.lines_per_row), cfg.dim)[0]
+            new = wrap32(old.astype(np.int64) - np.asarray(deltas[k], dtype=np.int64))
+            await dev.write_media(dict(enumerate(rows_to_lines(new.astype(np.int32)), first)))
 
     async def _lookup(self, b, batch):
         return await self.dev.lookup(b, batch.indices, batch.offsets,

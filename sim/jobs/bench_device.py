@@ -13,11 +13,12 @@ from cocotb.triggers import ClockCycles
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.spec.registers import Reg
 from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
-from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.golden import embedding_bag_sum, embedding_update
-from .device_tb import DeviceTB, bench_args, bench_config
-from .layouts import pack
-from .streams import StreamMonitor, random_pauses
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
+from trainingcxl.host.driver.ports import DeviceTB
+from ..bench_env import bench_args, bench_config
+from ..layouts import pack
+from ..streams import StreamMonitor, random_pauses
 
 FULL = (1 << 64) - 1
 
@@ -344,7 +345,7 @@ async def test_relaxed_lookup_matches_strict(dut):
         if i + 1 < n:
             error, _ = await tb.finish(i + 1, nb.n_bags)
             assert error == ErrorCode.NONE, error
-            pooled = tb.pooled(i + 1, nb.n_bags)
+            pooled = await tb.pooled(i + 1, nb.n_bags)
     assert shared > 0, "no row was shared between consecutive batches: nothing was deferred"
     got = await tb.read_tables()
     for k in range(cfg.n_tables):

@@ -5,7 +5,7 @@ import copy
 
 import numpy as np
 
-from .dlrm import DenseModel, Gpu
+from trainingcxl.host.model.dlrm import DenseModel, Gpu
 
 __all__ = ["recovered_state_matches", "resume_models"]
 

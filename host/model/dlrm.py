@@ -12,7 +12,7 @@ Embedding gradients. The GPU computes the loss gradient of every pooled
 vector in floating point; it multiplies it by the learning rate and rounds it
 to the device's fixed point *before* handing it to the device (one delta per
 bag, :func:`embedding_deltas`). The device then subtracts the bag's delta from
-every row of the bag (:func:`trainingcxl.host.golden.embedding_update`).
+every row of the bag (:func:`trainingcxl.host.model.golden.embedding_update`).
 Scaling on the GPU keeps a multiplier array and a second rounding out of the
 device, and makes the update pure integer subtraction, which is associative:
 the relaxed lookup can correct a pooled vector by exactly the amount the
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fixed import from_fixed, to_fixed
-from .golden import embedding_bag_sum, embedding_update
+from trainingcxl.host.model.fixed import from_fixed, to_fixed
+from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
 
 __all__ = ["DenseModel", "embedding_deltas", "StepResult", "FixedPointTrainer", "FloatTrainer", "Gpu"]
 

@@ -53,7 +53,7 @@ def board_failures(args, batches, board_phases):
 def cmd_train_board(args):
     """Training through the UART host bridge: the simulated board top, or a real board."""
     from trainingcxl.boards.targets import board as find_board
-    from .board_training import BOARD_PHASES
+    from trainingcxl.host.protocol.board_training import BOARD_PHASES
     b = find_board(args.board)
     cfg = b.config
     if args.config is not None and args.config != cfg:
@@ -122,7 +122,7 @@ def _train_sim_board(args, cfg, failures, k):
         job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
                "staleness": k, "failures": [list(f) for f in failures], "out": str(out)}
         try:
-            run_bench(args.sim, cfg, "trainingcxl.sim.job_board", top="board", args=job,
+            run_bench(args.sim, cfg, "trainingcxl.sim.jobs.job_board", top="board", args=job,
                       quiet=True, results_name=f"board-{args.sim}",
                       log=lambda text: print(text, file=sys.stderr, flush=True))
         except BenchFailure as e:
@@ -133,9 +133,9 @@ def _train_sim_board(args, cfg, failures, k):
 
 
 def _train_on_board(args, b, failures, k):
-    from .board import BoardDevice, BridgeClient, SerialTransport
-    from .board_training import BoardTraining
-    from .data import SyntheticWorkload
+    from trainingcxl.host.driver.bridge import BoardDevice, BridgeClient, SerialTransport
+    from trainingcxl.host.protocol.board_training import BoardTraining
+    from trainingcxl.host.model.data import SyntheticWorkload
     try:
         transport = SerialTransport(args.port, args.baud or b.baud)
     except Exception as e:              # pyserial's SerialException, or a missing module

@@ -2,8 +2,8 @@
 ``trainingcxl train --target sim-board``.
 
 The host side is exactly the one that drives a real board
-(:class:`~trainingcxl.host.board.BoardDevice`,
-:class:`~trainingcxl.host.board_training.BoardTraining`); only the transport
+(:class:`~trainingcxl.host.driver.bridge.BoardDevice`,
+:class:`~trainingcxl.host.protocol.board_training.BoardTraining`); only the transport
 differs: :class:`~trainingcxl.sim.board_uart.UartPins` instead of a serial port.
 
 Arguments (from the runner): ``seed``, ``batches``, ``batch_size``,
@@ -18,13 +18,13 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer
 
-from trainingcxl.host.board import BoardDevice, BridgeClient
-from trainingcxl.host.board_training import BoardTraining
-from trainingcxl.host.data import SyntheticWorkload
-from .board_uart import UartPins
-from .device_tb import PERIOD_NS, bench_args, bench_config
-from .runner import BOARD_SIM_DIVISOR
-from .training import progress
+from trainingcxl.host.driver.bridge import BoardDevice, BridgeClient
+from trainingcxl.host.protocol.board_training import BoardTraining
+from trainingcxl.host.model.data import SyntheticWorkload
+from ..board_uart import UartPins
+from ..bench_env import PERIOD_NS, bench_args, bench_config
+from ..runner import BOARD_SIM_DIVISOR
+from trainingcxl.host.protocol.training import progress
 
 
 class _ButtonPresses(BoardTraining):

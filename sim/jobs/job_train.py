@@ -4,13 +4,13 @@ Each batch: the device pools the batch's embeddings (``LOOKUP``) and logs the
 old rows; the GPU model runs the MLPs forward and backward on the pooled
 vectors, charging its cycle cost while the simulation runs on; it hands the
 device one delta per bag (already scaled by the learning rate, see
-:mod:`trainingcxl.host.dlrm`); the device applies them (``UPDATE``), commits
+:mod:`trainingcxl.host.model.dlrm`); the device applies them (``UPDATE``), commits
 the batch (``COMMIT``) and pulls a snapshot of the MLP (``SNAPSHOT_MLP``).
 Beside it the golden model trains on the same data: every pooled vector is
 compared bit for bit, and the tables are read back through CXL.mem and
 compared at the first and last batch and every ``check_every`` batches. A
 float32 reference trains on the same data too. Power failures, when asked
-for, are injected and recovered from (:mod:`trainingcxl.sim.training`).
+for, are injected and recovered from (:mod:`trainingcxl.host.protocol.training`).
 
 In relaxed order (``relaxed``, or the configuration's ``relaxed_lookup``)
 the lookup of batch ``i+1`` runs while the GPU computes batch ``i``, before
@@ -25,7 +25,7 @@ Arguments (from the runner): ``seed``, ``batches``, ``batch_size``, ``data``
 happened), ``extend`` (train past ``batches``, up to 4x, until they have),
 ``quiet``, ``dump`` (a folder), ``min_pooling`` and ``zipf_alpha`` (of
 synthetic data), ``system`` (a rung of the ladder,
-:mod:`trainingcxl.host.systems`), ``checkpointing`` (false: no log, commits
+:mod:`trainingcxl.host.protocol.systems`), ``checkpointing`` (false: no log, commits
 or snapshots), ``measure_from`` (first batch of the measured window, whose
 counter deltas go to ``window``) and ``out`` (the JSON record).
 """
@@ -37,10 +37,11 @@ from pathlib import Path
 import cocotb
 import numpy as np
 
-from trainingcxl.host.criteo import CriteoDataset
-from trainingcxl.host.data import SyntheticWorkload
-from .device_tb import DeviceTB, bench_args, bench_config
-from .training import FailurePlan, TrainingRun, progress
+from trainingcxl.host.model.criteo import CriteoDataset
+from trainingcxl.host.model.data import SyntheticWorkload
+from trainingcxl.host.driver.ports import DeviceTB
+from ..bench_env import bench_args, bench_config
+from trainingcxl.host.protocol.training import FailurePlan, TrainingRun, progress
 
 
 def dataset(cfg, args):

@@ -1,7 +1,7 @@
 """Fuzzing the device: random invalid CXL.mem messages and descriptors mixed with
 checked training traffic (the job behind ``trainingcxl fuzz``).
 
-Arguments (:func:`~trainingcxl.sim.device_tb.bench_args`): ``cases`` (invalid
+Arguments (:func:`~trainingcxl.host.driver.ports.bench_args`): ``cases`` (invalid
 inputs to send), ``seed``, ``every`` (a checked lookup, update and commit after
 every that many invalid inputs) and ``out`` (where the JSON record goes).
 
@@ -22,10 +22,12 @@ from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.spec.registers import Reg
 from trainingcxl.hdl.cxl.messages import M2SReqOpcode, M2SRwDOpcode, S2MDrsOpcode, S2MNdrOpcode
 from trainingcxl.spec.config import LINE_BYTES
-from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.golden import embedding_bag_sum, embedding_update
-from .cxl_mem_master import FULL_BE
-from .device_tb import DeviceTB, bench_args, bench_config, rows_to_lines
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
+from ..cxl_mem_master import FULL_BE
+from trainingcxl.host.driver.device import rows_to_lines
+from trainingcxl.host.driver.ports import DeviceTB
+from ..bench_env import bench_args, bench_config
 
 #: The kinds of invalid input, each with the refusal it must get.
 KINDS = ("mem_unmapped_read", "mem_unmapped_write", "mem_protected_write", "mem_poisoned_write",
@@ -220,7 +222,7 @@ async def fuzz_job(dut):
     # Batch 0 committed with its snapshot: lookups are held while the newest
     # snapshot lags the newest commit by more than the staleness bound.
     assert await tb.commit(0) == ErrorCode.NONE
-    tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
+    await tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
     assert await tb.snapshot(0) == ErrorCode.NONE
     await tb.wait_snapshot(0)
     wl = SyntheticWorkload(cfg, seed=seed, batch_size=4)
@@ -265,7 +267,7 @@ async def fuzz_job(dut):
                 rec["batches"] += 1
                 if batch_id % 100 == 0:
                     # Keep the newest snapshot within the staleness bound of 255 commits.
-                    tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
+                    await tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
                     if await tb.snapshot(batch_id) != ErrorCode.NONE:
                         rec["lost_commits"] += 1
                     await tb.wait_snapshot(batch_id)

@@ -1,7 +1,7 @@
 """A lookup workload on the simulated device: the job behind ``trainingcxl lookup-demo``
 and ``trainingcxl bench-lookup``.
 
-Arguments come from the runner (:func:`~trainingcxl.sim.device_tb.bench_args`):
+Arguments come from the runner (:func:`~trainingcxl.host.driver.ports.bench_args`):
 ``seed``, ``batches``, ``batch_size``, ``min_pooling``, ``max_pooling``,
 ``zipf_alpha``, ``host_delay`` (cycles, a pair), ``protocol_checks`` and ``out``
 (where the JSON record goes).
@@ -16,9 +16,10 @@ import cocotb
 import numpy as np
 
 from trainingcxl.spec.descriptors import ErrorCode
-from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.golden import embedding_bag_sum
-from .device_tb import DeviceTB, bench_args, bench_config
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.golden import embedding_bag_sum
+from trainingcxl.host.driver.ports import DeviceTB
+from ..bench_env import bench_args, bench_config
 
 
 def progress(text):

@@ -1,7 +1,7 @@
 """cocotb tests of the checkpoint engine on the whole device, under Verilator and Icarus.
 
 Run through pytest (``tests/integration/test_checkpoint.py``). Training runs
-with injected power failures live in :mod:`trainingcxl.sim.job_train`; these
+with injected power failures live in :mod:`trainingcxl.sim.jobs.job_train`; these
 tests pin down the engine's rules one at a time.
 """
 
@@ -12,9 +12,10 @@ from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.spec.registers import Reg
 from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
 from trainingcxl.spec.config import LINE_BYTES
-from trainingcxl.host.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.golden import coalesce_update, embedding_update
-from .device_tb import DeviceTB, bench_args, bench_config
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.golden import coalesce_update, embedding_update
+from trainingcxl.host.driver.ports import DeviceTB
+from ..bench_env import bench_args, bench_config
 
 NONE = ErrorCode.NONE
 
@@ -31,7 +32,7 @@ async def formatted(dut, *, staleness=0, seed=1):
     await tb.configure_checkpoints(staleness)
     assert await tb.commit(0) == NONE
     params = np.random.default_rng(seed).normal(size=tb.config.mlp_params).astype(np.float32)
-    tb.stage_mlp(params)
+    await tb.stage_mlp(params)
     assert await tb.snapshot(0) == NONE
     await tb.wait_snapshot(0)
     return tb, tables, params
@@ -74,7 +75,7 @@ async def test_recover_rolls_back_what_is_not_durable(dut):
     after1 = await train_batch(tb, 1, wl.batch(1), tables, rng)
     assert await tb.commit(1) == NONE
     params1 = rng.normal(size=cfg.mlp_params).astype(np.float32)
-    tb.stage_mlp(params1)
+    await tb.stage_mlp(params1)
     assert await tb.snapshot(1) == NONE
     await tb.wait_snapshot(1)
     await train_batch(tb, 2, wl.batch(2), after1, rng)
@@ -150,7 +151,7 @@ async def test_checkpoint_rules_refuse_bad_requests(dut):
     # A coalesced update after a logged lookup of its batch: refused, before any row
     # changes, if it names a single row the lookup did not log. (With K = 0 the lookup
     # waits for batch 0's snapshot.)
-    tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
+    await tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
     assert await tb.snapshot(0) == NONE
     await tb.wait_snapshot(0)
     assert (await tb.lookup(1, batch.indices, batch.offsets)).error == NONE
@@ -205,7 +206,7 @@ async def test_host_faults_during_update_and_snapshot(dut):
     assert await tb.commit(1) == NONE
 
     params1 = rng.normal(size=cfg.mlp_params).astype(np.float32)
-    tb.stage_mlp(params1)
+    await tb.stage_mlp(params1)
     tb.host.inject("error", "read", line=tb.mlp_line + cfg.mlp_lines // 2)
     assert await tb.snapshot(1) == NONE              # the pull starts, then fails
     for _ in range(1000):

@@ -12,7 +12,7 @@ Batch ``b`` (device batch id) trains on data batch ``b - 1``; batch 0 is the
 initial state, committed and snapshotted before training starts.
 
 ``system`` picks the rung of the configuration ladder
-(:mod:`trainingcxl.host.systems`): who pools and updates (the engines, or the
+(:mod:`trainingcxl.host.protocol.systems`): who pools and updates (the engines, or the
 host and GPU over CXL.mem with :mod:`.software_path`), how data moves
 (CXL.cache or modelled DMA copies) and how rows are logged. With
 ``measure_from`` the run also reports a measured window: counters and
@@ -29,15 +29,16 @@ from cocotb.triggers import Event, First, Timer
 from cocotb.utils import get_sim_time
 
 from trainingcxl.spec.descriptors import ErrorCode
-from trainingcxl.host.data import initial_tables
-from trainingcxl.host.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
-from trainingcxl.host.failures import PHASES
-from trainingcxl.host.golden import coalesce_update
-from trainingcxl.host.resume import recovered_state_matches, resume_models
-from trainingcxl.host.gpu import step_cost
-from trainingcxl.host.systems import SYSTEMS
-from .device_tb import PERIOD_NS, LookupResult
-from .software_path import SoftwareEmbeddings
+from trainingcxl.host.model.data import initial_tables
+from trainingcxl.host.model.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
+from trainingcxl.host.protocol.phases import PHASES
+from trainingcxl.host.model.golden import coalesce_update
+from trainingcxl.host.protocol.resume import recovered_state_matches, resume_models
+from trainingcxl.host.model.gpu import step_cost
+from trainingcxl.host.protocol.systems import SYSTEMS
+from trainingcxl.host.driver.device import LookupResult
+from trainingcxl.sim.bench_env import PERIOD_NS
+from trainingcxl.host.protocol.software_path import SoftwareEmbeddings
 
 __all__ = ["PHASES", "FailurePlan", "TrainingRun"]
 
@@ -277,7 +278,7 @@ class TrainingRun:
             if self.soft is not None:
                 await self.soft.snapshot(0, self.gpu.model.parameters())
             else:
-                tb.stage_mlp(self.gpu.model.parameters())
+                await tb.stage_mlp(self.gpu.model.parameters())
                 assert await tb.snapshot(0) == ErrorCode.NONE
                 await tb.wait_snapshot(0)
         self.history, self.mlp_history = {}, {}
@@ -432,7 +433,7 @@ class TrainingRun:
                     early = None
                 else:
                     fin, _ = await tb.finish(b + 1, nxt.n_bags)
-                    early.pooled = tb.pooled(b + 1, nxt.n_bags)
+                    early.pooled = await tb.pooled(b + 1, nxt.n_bags)
                     if fin != ErrorCode.NONE:
                         early.error = fin
             self.enter("commit", b)
@@ -498,7 +499,7 @@ class TrainingRun:
         if not st["snapshot_busy"]:
             if not self.system.coherent:
                 await self._copy(self.cfg.mlp_params * 4, hops=2)       # GPU -> host -> device
-            tb.stage_mlp(self.gpu.model.parameters())
+            await tb.stage_mlp(self.gpu.model.parameters())
             if self.k == 0:
                 error = await tb.snapshot(b)
                 assert error == ErrorCode.NONE, f"SNAPSHOT_MLP({b}) refused: {error!r}"

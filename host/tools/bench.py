@@ -1,11 +1,11 @@
 """``trainingcxl bench``: the configuration ladder, measured on the RTL (DESIGN section 8).
 
-Every system of :mod:`trainingcxl.host.systems` trains the same batches of
+Every system of :mod:`trainingcxl.host.protocol.systems` trains the same batches of
 each workload twice, with checkpointing and without. A run measures a window
 of batches (the first batch, which warms the device, and the table checks
 are outside it) with the device's counters and the host's modelled time.
 From the windows come cycles per batch, speedups over ``pmem``, checkpoint
-overhead, PMEM and link bytes, and energy (:mod:`trainingcxl.host.energy`).
+overhead, PMEM and link bytes, and energy (:mod:`trainingcxl.host.model.energy`).
 Separate runs measure the lookup and update engines against the PMEM
 model's bandwidth bound, the recovery time against the log size, and the
 simulators' speed on one run. Simulations are deterministic: the same seed
@@ -16,10 +16,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .argtypes import nonneg, positive, save_figure, write_json
+from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure, write_json
 from trainingcxl.spec.config import LINE_BYTES, Config, ModelShape
-from .energy import DEFAULT_ENERGY, Activity, link_bytes
-from .systems import SYSTEMS
+from trainingcxl.host.model.energy import DEFAULT_ENERGY, Activity, link_bytes
+from trainingcxl.host.protocol.systems import SYSTEMS
 
 __all__ = ["Workload", "WORKLOADS", "add_bench_command", "analyse_run"]
 
@@ -125,7 +125,7 @@ def _train_spec(index, workload, system_name, checkpointing, args, *, failures=(
 
 
 def _ladder(args, workloads, systems, say):
-    from .failures import parallel_runs, prebuild
+    from trainingcxl.host.tools.failures import parallel_runs, prebuild
     specs = []
     for w in workloads:
         for s in systems:
@@ -146,16 +146,16 @@ def _ladder(args, workloads, systems, say):
 def _engine_efficiency(args, workload, say):
     """The lookup and update engines against the PMEM model's bound, on the workload's
     tables with large batches (the existing bandwidth jobs)."""
-    from .cli import _run_job
+    from trainingcxl.host.tools.jobs import run_job
     cfg = workload.config
     big = max(1, cfg.max_bags // cfg.n_tables)
     say(f"[engines] lookup and update bandwidth on {workload.name}, batches of {big} samples")
     job = {"seed": args.seed, "batches": 2, "batch_size": big, "min_pooling": cfg.max_pooling // 2}
-    look = _run_job("verilator", cfg, job, job="lookup")
+    look = run_job("verilator", cfg, job, job="lookup")
     lines = sum(b["pmem_lines"] for b in look["batches"])
     busy = sum(b["busy_cycles"] for b in look["batches"])
     peak = cfg.pmem.read_rate[0] / cfg.pmem.read_rate[1]
-    upd = _run_job("verilator", cfg, {**job, "min_pooling": cfg.max_pooling // 4}, job="update")
+    upd = run_job("verilator", cfg, {**job, "min_pooling": cfg.max_pooling // 4}, job="update")
     return {"lookup_efficiency": lines / busy / peak, "lookup_lines": lines, "lookup_busy_cycles": busy,
             "update_efficiency": upd["update_efficiency"], "update_lines": upd["lines"],
             "update_busy_cycles": upd["busy_cycles"], "update_bound_cycles": upd["bound_cycles"],
@@ -165,7 +165,7 @@ def _engine_efficiency(args, workload, say):
 def _recovery_vs_log(args, workload, say):
     """Recovery cycles of the ``cxl`` system after a failure in an update, for log rings
     of 1x, 2x and 4x the automatic size (each a device of its own)."""
-    from .failures import parallel_runs, prebuild
+    from trainingcxl.host.tools.failures import parallel_runs, prebuild
     base = workload.config
     sizes = [base.log_size * f for f in (1, 2, 4)]
     configs = [base.replace(log_lines=n) for n in sizes]
@@ -189,7 +189,7 @@ def _recovery_vs_log(args, workload, say):
 def _sim_speed(args, say):
     """Simulated cycles per wall-second of one short ``cxl`` run under both simulators."""
     from trainingcxl.spec.config import PRESETS
-    from .failures import run_train
+    from trainingcxl.host.tools.failures import run_train
     cfg = PRESETS["tiny"]
     speed = {}
     for sim in ("verilator", "icarus"):

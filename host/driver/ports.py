@@ -1,0 +1,142 @@
+"""The driver on a simulated device's own ports: a cocotb transport and the bench that owns it."""
+
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
+from cocotb.utils import get_sim_time
+
+from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
+from trainingcxl.sim.bench_env import PERIOD_NS
+from trainingcxl.sim.control_driver import ControlDriver
+from trainingcxl.sim.cxl_mem_master import CxlMemMaster
+from trainingcxl.sim.host_memory import HostMemory
+from trainingcxl.sim.streams import StreamMonitor
+from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.host_layout import HostLayout
+from .device import Device, DeviceError
+
+__all__ = ["PortsTransport", "DeviceTB"]
+
+
+class _SimDeadline:
+    def __init__(self, cycles):
+        self.start, self.cycles = get_sim_time("ns"), cycles
+
+    def expired(self):
+        return (get_sim_time("ns") - self.start) / PERIOD_NS > self.cycles
+
+
+class PortsTransport:
+    """The device's ports under cocotb: the control window's streams, a CXL.mem master
+    and the host memory that answers CXL.cache (see :mod:`trainingcxl.host.driver.device`
+    for what a transport provides)."""
+
+    interrupts = True
+    #: Cycles host memory takes to answer a CXL.cache request, beyond the link:
+    #: a DRAM access of about 80 ns, with jitter so that answers overtake each other.
+    HOST_DELAY = (16, 32)
+    #: The same for the device's own staging buffer (``near-data``).
+    LOCAL_DELAY = (2, 6)
+
+    def __init__(self, dut, *, ctl, mem, host):
+        self.dut, self.ctl, self.mem, self.host = dut, ctl, mem, host
+
+    async def read_reg(self, reg):
+        return await self.ctl.read(reg)
+
+    async def write_reg(self, reg, value):
+        await self.ctl.write(reg, value)
+
+    async def read_lines(self, addrs):
+        addrs = list(addrs)
+        got = await self.mem.read_lines(addrs)
+        return [got[a][0] for a in addrs]
+
+    async def write_lines(self, lines):
+        result = await self.mem.write_lines(lines)
+        bad = [a for a, op in result.items() if op.name != "Cmp"]
+        if bad:
+            raise DeviceError(f"{len(bad)} CXL.mem writes refused, first at {bad[0]:#x}")
+
+    async def write_host(self, line, array):
+        self.host.write_array(line * LINE_BYTES, array)
+
+    async def read_host(self, line, count, dtype):
+        return self.host.read_array(line * LINE_BYTES, count, dtype)
+
+    async def idle(self):
+        if not self.dut.irq.value:
+            await First(RisingEdge(self.dut.irq), Timer(65536 * PERIOD_NS, "ns"))
+
+    async def sleep(self, cycles):
+        await ClockCycles(self.dut.clk, cycles)
+
+    def deadline(self, cycles):
+        return _SimDeadline(cycles)
+
+    async def power_fail(self, cycles=2):
+        """Cut the power: every volatile state of the device is lost; host requests in flight too."""
+        self.dut.power_fail.value = 1
+        await ClockCycles(self.dut.clk, cycles)
+        self.dut.power_fail.value = 0
+        self.mem.forget_outstanding()
+        self.ctl.forget()
+        self.host.forget()
+        await RisingEdge(self.dut.clk)
+
+    async def check_link(self, layout):
+        pass
+
+    def use_local_host_memory(self):
+        self.host.delay = self.LOCAL_DELAY
+
+
+class DeviceTB(Device):
+    """A simulated device with its clock, reset and host-side models, driven by the
+    one driver (:class:`~trainingcxl.host.driver.device.Device`) over its ports.
+
+    Host memory for descriptors is laid out by :class:`HostLayout` from host
+    line ``HOST_BASE``. ``protocol_checks`` watches every stream the device drives
+    (valid and payload held until taken); :meth:`check_models` reports what the
+    host models saw wrong.
+    """
+
+    HOST_BASE = HostLayout.BASE
+    HOST_DELAY = PortsTransport.HOST_DELAY
+
+    def __init__(self, dut, config, *, seed=0, backpressure=None, gaps=None, host_delay=None,
+                 protocol_checks=True):
+        self.dut = dut
+        self.clock = dut.clk
+        Clock(dut.clk, PERIOD_NS, unit="ns").start()
+        dut.rst.value = 1
+        dut.power_fail.value = 0
+        layout = HostLayout(config, base=self.HOST_BASE)
+        self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
+        # The link's latency is in the RTL; host memory adds its own access time.
+        self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE, lines=layout.lines,
+                               period_ns=PERIOD_NS,
+                               delay=self.HOST_DELAY if host_delay is None else host_delay,
+                               seed=seed, pause=backpressure)
+        self.ctl = ControlDriver(dut, dut.clk)
+        super().__init__(PortsTransport(dut, ctl=self.ctl, mem=self.mem, host=self.host),
+                         config, layout=layout)
+        self.idx_line, self.off_line, self.out_line = (
+            self.idx_lines[0], self.off_lines[0], self.out_lines[0])
+        self.monitors = []
+        if protocol_checks:
+            for prefix, shape in (("cxl_mem__s2m_ndr", S2MNdr), ("cxl_mem__s2m_drs", S2MDrs),
+                                  ("cxl_cache__d2h_req", D2HReq), ("cxl_cache__d2h_data", D2HData)):
+                self.monitors.append(StreamMonitor(dut, prefix, shape, dut.clk))
+
+    async def reset(self, cycles=4):
+        self.submitted = 0
+        self.dut.rst.value = 1
+        await ClockCycles(self.clock, cycles)
+        self.dut.rst.value = 0
+        await RisingEdge(self.clock)
+
+    def check_models(self):
+        errors = self.mem.errors + self.host.errors
+        for mon in self.monitors:
+            errors += mon.violations
+        assert not errors, "host models saw protocol errors:\n" + "\n".join(errors[:10])
