@@ -197,7 +197,7 @@ def test_an_edit_of_any_module_the_gateware_imports_rebuilds(scratch):
     edit("host/gateware_constant.py", "WIDTH = 3", "WIDTH = 4")
     changed("an edit of a host module the gateware imports")
     # A module the gateware does not import: no rebuild.
-    edit("host/golden.py", '"""', '"""Edited. ', )
+    edit("host/model/golden.py", '"""', '"""Edited. ', )
     assert probe()["key"] == keys[-1]
 
     after = probe("stub")
