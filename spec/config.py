@@ -100,14 +100,14 @@ class PmemTiming:
     (a typical DDR4 idle latency) and one 64-byte line per cycle at 250 MHz
     (16 GB/s, about one DDR4-2000 channel):
 
-    ============  ============  ==============  ===============
-    figure        DRAM          PMEM (factor)   PMEM in cycles
-    ============  ============  ==============  ===============
-    read latency  80 ns         240 ns (3x)     60
-    write latency 80 ns         560 ns (7x)     140
-    read bw       16 GB/s       9.6 GB/s (0.6x) 3 lines / 5
-    write bw      16 GB/s       1.6 GB/s (0.1x) 1 line / 10
-    ============  ============  ==============  ===============
+    =============  ========  ===============  ==============
+    figure         DRAM      PMEM (factor)    PMEM in cycles
+    =============  ========  ===============  ==============
+    read latency   80 ns     240 ns (3x)      60
+    write latency  80 ns     560 ns (7x)      140
+    read bw        16 GB/s   9.6 GB/s (0.6x)  3 lines / 5
+    write bw       16 GB/s   1.6 GB/s (0.1x)  1 line / 10
+    =============  ========  ===============  ==============
 
     ``write_latency`` is the time a write spends in the volatile write-pending
     queue before it reaches the media (and becomes persistent).
