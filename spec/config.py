@@ -60,7 +60,7 @@ class FixedPoint:
     An element is a ``total_bits``-bit integer ``q`` that stands for
     ``q / 2**frac_bits``. Pooling adds elements exactly in ``total_bits +
     guard_bits`` bits and returns the low ``total_bits`` bits (wrapping); a bag
-    whose exact sum does not fit is counted as an overflow. See README,
+    whose exact sum does not fit is counted as an overflow. See docs/design.md,
     "Arithmetic".
     """
     total_bits: int = 32
@@ -300,7 +300,7 @@ class Config:
         and a port takes a request every other cycle at most (its slice cuts
         ``ready`` too); the long combinational paths from an engine's request
         through the arbiters and back are cut, which an FPGA's clock needs
-        (README, "FPGA boards"). Registered too, a cycle later: a slice between
+        (docs/boards.md). Registered too, a cycle later: a slice between
         the doorbell queue and the dispatcher, the PMEM controller's read
         hazard check, and recovery's verdict on each line it reads. Off in the
         simulation presets, so their cycle counts stay comparable.
