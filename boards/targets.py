@@ -16,7 +16,7 @@ class Board:
 
     ``preset`` names the device configuration (``spec/config.py``), which the
     host driver reads too; ``baud`` is the UART rate of the host bridge;
-    ``seed`` the nextpnr placement seed the README's figures were built with;
+    ``seed`` the nextpnr placement seed the figures of docs/boards.md were built with;
     ``placer`` nextpnr's placer: ``"static"`` (electrostatic) spreads a large
     design so that it routes where the default ``"heap"`` leaves it congested;
     ``nextpnr_opts`` further nextpnr options (placer and router tuning).
@@ -45,13 +45,13 @@ BOARDS = {
                    "batches of 16)",
                    # With timing-driven placement and routing, router2 gets the full
                    # device down to a few hundred overused wires and then diverges;
-                   # without, it converges, and 25 MHz still holds (README, "FPGA boards").
+                   # without, it converges, and 25 MHz still holds (docs/boards.md).
                    placer="static", nextpnr_opts=("--no-tmdriv",)),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
                        "no update or checkpoint engine; tables of 16 and 24 rows)",
                        # Seed 1 stalls router2 at about 20 overused wires on this
-                       # netlist; seed 2 routes (README, "FPGA boards").
+                       # netlist; seed 2 routes (docs/boards.md).
                        seed=2),
 }
 

@@ -21,7 +21,7 @@ class Dispatcher(wiring.Component):
     offsets and indices goes out ``checked``, so the update engine need not
     check the batch again before changing rows.
 
-    Checkpointing (DESIGN section 7). ``COMMIT``, ``SNAPSHOT_MLP`` and
+    Checkpointing (docs/design.md, "Checkpoint protocol"). ``COMMIT``, ``SNAPSHOT_MLP`` and
     ``RECOVER`` go to the checkpoint engine. While ``logging``:
 
     * a ``LOOKUP`` waits while ``hold_lookup`` (the newest snapshot lags the

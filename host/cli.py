@@ -425,8 +425,8 @@ def build_parser():
                                     "trains beside it. Each batch is committed and the MLP "
                                     "snapshotted; with --inject-failures, --fail-at or --fail-in "
                                     "the power fails at chosen moments, the device recovers "
-                                    "(RECOVER), DESIGN section 7's invariants are checked against "
-                                    "the golden model, and training resumes.")
+                                    "(RECOVER), the invariants of docs/design.md, \"Invariants\", "
+                                    "are checked against the golden model, and training resumes.")
     sp.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
                     help="simulator (default: verilator; icarus is about 30x slower, use --config tiny)")
     sp.add_argument("--config", type=_config_arg, default=None,

@@ -60,7 +60,7 @@ class FixedPoint:
     An element is a ``total_bits``-bit integer ``q`` that stands for
     ``q / 2**frac_bits``. Pooling adds elements exactly in ``total_bits +
     guard_bits`` bits and returns the low ``total_bits`` bits (wrapping); a bag
-    whose exact sum does not fit is counted as an overflow. See README,
+    whose exact sum does not fit is counted as an overflow. See docs/design.md,
     "Arithmetic".
     """
     total_bits: int = 32
@@ -100,14 +100,14 @@ class PmemTiming:
     (a typical DDR4 idle latency) and one 64-byte line per cycle at 250 MHz
     (16 GB/s, about one DDR4-2000 channel):
 
-    ============  ============  ==============  ===============
-    figure        DRAM          PMEM (factor)   PMEM in cycles
-    ============  ============  ==============  ===============
-    read latency  80 ns         240 ns (3x)     60
-    write latency 80 ns         560 ns (7x)     140
-    read bw       16 GB/s       9.6 GB/s (0.6x) 3 lines / 5
-    write bw      16 GB/s       1.6 GB/s (0.1x) 1 line / 10
-    ============  ============  ==============  ===============
+    =============  ========  ===============  ==============
+    figure         DRAM      PMEM (factor)    PMEM in cycles
+    =============  ========  ===============  ==============
+    read latency   80 ns     240 ns (3x)      60
+    write latency  80 ns     560 ns (7x)      140
+    read bw        16 GB/s   9.6 GB/s (0.6x)  3 lines / 5
+    write bw       16 GB/s   1.6 GB/s (0.1x)  1 line / 10
+    =============  ========  ===============  ==============
 
     ``write_latency`` is the time a write spends in the volatile write-pending
     queue before it reaches the media (and becomes persistent).
@@ -300,7 +300,7 @@ class Config:
         and a port takes a request every other cycle at most (its slice cuts
         ``ready`` too); the long combinational paths from an engine's request
         through the arbiters and back are cut, which an FPGA's clock needs
-        (README, "FPGA boards"). Registered too, a cycle later: a slice between
+        (docs/boards.md). Registered too, a cycle later: a slice between
         the doorbell queue and the dispatcher, the PMEM controller's read
         hazard check, and recovery's verdict on each line it reads. Off in the
         simulation presets, so their cycle counts stay comparable.

@@ -1,7 +1,7 @@
 """Every board's top level: the build plan, and synthesis with the YoWASP Yosys.
 
 Place and route is the separate command ``trainingcxl build --board NAME``
-(README, "FPGA boards"): it takes minutes per board, synthesis checks here
+(docs/boards.md): it takes minutes per board, synthesis checks here
 that each top elaborates, maps onto the ECP5 and fits.
 """
 

@@ -19,7 +19,7 @@ _CSUM = slice(128, 160)         # the csum field inside a header line
 
 
 class CheckpointEngine(wiring.Component):
-    """Commits, MLP snapshots, recovery, and the state they share (DESIGN section 7).
+    """Commits, MLP snapshots, recovery, and the state they share (docs/design.md, "Checkpoint protocol").
 
     State. ``gen`` is the recovery generation: every record carries it, and
     each recovery starts a new one, so records of a timeline that a recovery

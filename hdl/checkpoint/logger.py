@@ -56,7 +56,9 @@ class UndoTapSignature(wiring.Signature):
 
 
 class UndoLogger(wiring.Component):
-    """Writes an undo record for the first read of every row in every batch (DESIGN section 7).
+    """Writes an undo record for the first read of every row in every batch.
+
+    See docs/design.md, "Checkpoint protocol".
 
     A stamp memory holds, per row, the last batch that logged it, so a row
     read many times in a batch is logged once. The rows' old lines come from

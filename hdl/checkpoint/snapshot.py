@@ -18,8 +18,8 @@ __all__ = ["SnapshotPuller"]
 class SnapshotPuller(wiring.Component):
     """Copies ``count`` lines of MLP parameters from host memory into snapshot slot ``slot``.
 
-    It runs in the background, beside lookups and updates (DESIGN section 7:
-    the pull is spread over later batches). Order of writes, each waited for
+    It runs in the background, beside lookups and updates (docs/design.md,
+    "Checkpoint protocol": the pull is spread over later batches). Order of writes, each waited for
     until persistent: a zero header (the slot is invalid from here on), the
     data lines, then the header with the batch, the length, the data
     checksum and its own checksum. A slot is thus valid only once its data is

@@ -43,7 +43,7 @@ class _Datapath(Elaboratable):
 
 
 class LookupEngine(wiring.Component):
-    """Runs ``LOOKUP`` descriptors (DESIGN section 5).
+    """Runs ``LOOKUP`` descriptors (docs/design.md, "Operations").
 
     For a batch in CSR form it reads the offsets and the indices from host
     memory (CXL.cache), gathers every row from PMEM with many reads in flight,

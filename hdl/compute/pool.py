@@ -17,7 +17,7 @@ def pooled_layout(config):
 
 
 class SumPool(wiring.Component):
-    """Adds the lines of each bag (README, "Arithmetic").
+    """Adds the lines of each bag (docs/design.md, "Arithmetic").
 
     Elements are added exactly in ``fixed.acc_bits`` bits (enough for
     ``max_pooling`` rows); the pooled element is the low 32 bits of the exact

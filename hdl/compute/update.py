@@ -145,7 +145,7 @@ class _Datapath(Elaboratable):
 
 
 class UpdateEngine(wiring.Component):
-    """Runs ``UPDATE`` descriptors (DESIGN section 5).
+    """Runs ``UPDATE`` descriptors (docs/design.md, "Operations").
 
     The batch is the same CSR form as for ``LOOKUP``; ``vec_addr`` points at
     the per-bag deltas (``n_bags * lines_per_row`` lines, bag ``k`` at

@@ -40,7 +40,7 @@ error_record = data.StructLayout({
 
 
 class CxlMemTarget(wiring.Component):
-    """Serves CXL.mem requests from the device's PMEM (DESIGN sections 3, 4).
+    """Serves CXL.mem requests from the device's PMEM (docs/design.md, "Interfaces", "Memory map").
 
     Device memory occupies host line addresses ``[hdm_base, hdm_base +
     media_lines)``; host line ``hdm_base + k`` is media line ``k``. Requests

@@ -1,7 +1,7 @@
 """The write-ahead rule as a formal property of the dispatcher.
 
-No row changes before its undo record is persistent (DESIGN section 7). The
-rule has two halves. The dispatcher's, proved here with the engines and the
+No row changes before its undo record is persistent (docs/design.md,
+"Checkpoint protocol"). The rule has two halves. The dispatcher's, proved here with the engines and the
 logger as a free environment: while logging, it hands an ``UPDATE`` to the
 update engine only when the undo logger says ``log_drained``, and only for a
 batch whose ``LOOKUP`` completed cleanly with logging on (so the logger took

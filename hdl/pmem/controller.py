@@ -33,7 +33,7 @@ def _aged(m, name, issue, release, latency, depth):
 
 
 class PmemController(wiring.Component):
-    """Persistent memory behind a controller with PMEM-like timing (DESIGN section 6).
+    """Persistent memory behind a controller with PMEM-like timing (docs/design.md, "Failure model").
 
     Clients reach the media through line ports served round-robin, one
     request per cycle.

@@ -1,6 +1,6 @@
 """Fixed-point conversions and the pooling arithmetic, bit-exact with the RTL.
 
-See README, "Arithmetic". Elements are int32 holding ``q / 2**frac_bits``.
+See docs/design.md, "Arithmetic". Elements are int32 holding ``q / 2**frac_bits``.
 """
 
 import numpy as np

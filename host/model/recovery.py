@@ -1,7 +1,7 @@
 """The reference of the device's RECOVER: what it must find and write, on a media image.
 
 Mirrors :class:`trainingcxl.hdl.checkpoint.engine.CheckpointEngine` step by
-step (DESIGN section 7), so a test can hand both the same PMEM contents,
+step (docs/design.md, "Checkpoint protocol"), so a test can hand both the same PMEM contents,
 including torn records, and compare the results bit for bit.
 """
 

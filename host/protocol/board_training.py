@@ -15,7 +15,7 @@ and phase: just after that phase's descriptor is submitted) or from the
 board's button at any moment. The host notices a button failure from the
 bridge (``POWER_LOST``) or from the bridge's failure counters, which it reads
 at every batch and after any error. After a failure it re-arms the
-checkpoint registers, runs RECOVER, checks the invariants of DESIGN section 7
+checkpoint registers, runs RECOVER, checks the invariants (docs/design.md, "Invariants")
 against the golden model's history, reloads the MLP from the snapshot and
 resumes at D + 1.
 """

@@ -1,4 +1,6 @@
-"""The configuration ladder of the evaluation (DESIGN section 8): five systems, one device.
+"""The configuration ladder of the evaluation: five systems, one device.
+
+See docs/design.md, "Configuration ladder".
 
 Every system runs on the same RTL, the same PMEM model and the same CXL link
 (:class:`~trainingcxl.spec.config.Config`); they differ in who does the

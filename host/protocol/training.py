@@ -1,11 +1,13 @@
-"""The host of a failure-tolerant DLRM training run on the simulated device (DESIGN sections 7, 8).
+"""The host of a failure-tolerant DLRM training run on the simulated device.
+
+See docs/design.md, "Checkpoint protocol" and "Host model".
 
 :class:`TrainingRun` drives the device batch by batch (``LOOKUP``, GPU step,
 ``UPDATE``, ``COMMIT``, ``SNAPSHOT_MLP``) beside a golden model, and
 :class:`FailurePlan` cuts the power at chosen moments. After each power
 failure the host loses what is volatile (the GPU's MLP parameters and
 memory, its own progress), resets the device, runs ``RECOVER``, checks
-DESIGN section 7's invariants against the golden model's history, reloads
+the invariants (docs/design.md, "Invariants") against the golden model's history, reloads
 the MLP from the snapshot the device chose, and resumes at batch ``D + 1``.
 
 Batch ``b`` (device batch id) trains on data batch ``b - 1``; batch 0 is the

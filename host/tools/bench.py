@@ -1,4 +1,6 @@
-"""``trainingcxl bench``: the configuration ladder, measured on the RTL (DESIGN section 8).
+"""``trainingcxl bench``: the configuration ladder, measured on the RTL.
+
+See docs/design.md, "Configuration ladder".
 
 Every system of :mod:`trainingcxl.host.protocol.systems` trains the same batches of
 each workload twice, with checkpointing and without. A run measures a window

@@ -184,7 +184,7 @@ def add_build_command(sub):
     sp.add_argument("--synth-only", action="store_true",
                     help="stop after synthesis (what CI checks; no bitstream)")
     sp.add_argument("--seed", type=int, default=None,
-                    help="nextpnr placement seed (default: the board's, see the README's table)")
+                    help="nextpnr placement seed (default: the board's, see the table in docs/boards.md)")
     sp.add_argument("--baud", type=int, default=None,
                     help="UART rate of the host bridge (default: the board's, 1000000)")
     sp.add_argument("--program", action="store_true",

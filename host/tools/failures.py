@@ -6,8 +6,8 @@ failure plan (the entry list of :class:`trainingcxl.host.protocol.training.Failu
 failures over mixed configurations, in parallel; ``trainingcxl sweep`` cuts
 the power at every cycle (or every k-th) of a whole batch, and at every cycle
 of a recovery after one of them. Each failure is followed by ``RECOVER`` and
-the checks of DESIGN section 7's invariants; any inconsistent run leaves a
-reproducer (and its waveform) behind.
+the checks of the invariants (docs/design.md, "Invariants"); any inconsistent
+run leaves a reproducer (and its waveform) behind.
 """
 
 import argparse
@@ -447,7 +447,8 @@ def add_commands(sub, config_option):
         description="Runs independent training runs on Verilator, each with random power "
                     "failures (some in named phases, some during the recovery of the one "
                     "before), over every staleness bound and lookup order given; every "
-                    "failure is recovered from and DESIGN section 7's invariants are checked "
+                    "failure is recovered from and the invariants of docs/design.md, "
+                    "\"Invariants\", are checked "
                     "against the golden model. Prints a summary; --json writes runs, "
                     "failures, consistent, inconsistent, lost_commits and a breakdown by phase "
                     "and configuration. A bad run leaves a reproducer and its waveform.")

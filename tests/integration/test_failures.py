@@ -1,4 +1,4 @@
-"""Training with injected power failures: recovery, DESIGN section 7's invariants,
+"""Training with injected power failures: recovery, the invariants (docs/design.md, "Invariants"),
 bit-identical results for K = 0, and small versions of the campaign and the sweep.
 
 Icarus runs one short training run with failures (it is about 50x slower);
@@ -104,7 +104,7 @@ def test_campaign_of_100_failures(tmp_path):
 
 def test_sweep_over_a_batch_and_a_recovery(tmp_path):
     """Every 250th cycle of a batch, and every 150th of a recovery (the full sweep is
-    ``trainingcxl sweep``; README, "Power failures")."""
+    ``trainingcxl sweep``; docs/checkpointing.md, "Power failures in training")."""
     out = tmp_path / "sweep.json"
     code = main(["sweep", "--every", "250", "--recovery-every", "150", "--jobs", "2",
                  "--reproducers", str(tmp_path / "repro"), "--json", str(out)])
