@@ -17,7 +17,6 @@ finders directly, given the parent's search locations. Sources are parsed with
 
 import ast
 import functools
-import importlib.machinery
 import sys
 from pathlib import Path
 

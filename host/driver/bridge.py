@@ -204,6 +204,9 @@ class BridgeTransport:
     def use_local_host_memory(self):
         raise DeviceError("a board's host window is its only host memory")
 
+    def forget_host_memory(self):
+        pass                            # the host window keeps its lines; the host rewrites them
+
 
 class BoardDevice(Device):
     """The device on a board (or the simulated board top), through its UART bridge."""

@@ -33,6 +33,10 @@ A transport provides (every method a coroutine unless marked):
     an object whose ``expired()`` says when a wait of about ``cycles`` is over;
 ``power_fail()``
     cut the device's power;
+``forget_host_memory()`` (plain)
+    the GPU's memory loses its contents (a power failure of the whole system);
+``use_local_host_memory()`` (plain)
+    the engines' host memory becomes the device's own buffer (``near-data``);
 ``check_link(layout)``
     make sure the far end is a device built for ``layout``.
 """
@@ -201,6 +205,12 @@ class Device:
         self.submitted = seq
         return seq
 
+    async def _submit_only(self, op, batch_id, after_submit):
+        seq = await self._submit(op, batch_id, 0, 0, 0)
+        if after_submit is not None:
+            await after_submit()
+        return seq
+
     async def wait_completed(self, count):
         """Wait until ``count`` descriptors have completed; returns the count completed."""
         deadline = self.transport.deadline(self.timeout_cycles)
@@ -301,7 +311,7 @@ class Device:
         """``COMMIT``; returns its error, or without ``wait`` its sequence number at once
         (the device commits in order; ``COMMITTED`` and ``ERROR`` show the outcome)."""
         if not wait:
-            return await self._submit(Op.COMMIT, batch_id, 0, 0, 0)
+            return await self._submit_only(Op.COMMIT, batch_id, after_submit)
         return (await self._run(Op.COMMIT, batch_id, 0, 0, 0, after_submit=after_submit))[0]
 
     async def stage_mlp(self, params):
@@ -313,7 +323,7 @@ class Device:
         completes when the pull has started. Without ``wait``, returns its sequence
         number at once."""
         if not wait:
-            return await self._submit(Op.SNAPSHOT_MLP, batch_id, 0, 0, 0)
+            return await self._submit_only(Op.SNAPSHOT_MLP, batch_id, after_submit)
         return (await self._run(Op.SNAPSHOT_MLP, batch_id, 0, 0, 0,
                                 after_submit=after_submit))[0]
 
@@ -370,6 +380,10 @@ class Device:
             raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in lines)
             return np.frombuffer(raw, dtype=np.float32)[:cfg.mlp_params].copy()
         return None
+
+    def forget_host_memory(self):
+        """The GPU's memory lost its contents (a power failure of the whole system)."""
+        self.transport.forget_host_memory()
 
     async def local_host_memory(self):
         """What the engines read and write over CXL.cache is in the device's own buffer

@@ -89,6 +89,9 @@ class PortsTransport:
     def use_local_host_memory(self):
         self.host.delay = self.LOCAL_DELAY
 
+    def forget_host_memory(self):
+        self.host.clear()
+
 
 class DeviceTB(Device):
     """A simulated device with its clock, reset and host-side models, driven by the

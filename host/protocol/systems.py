@@ -29,7 +29,7 @@ Each step up the ladder changes one thing:
 
 from dataclasses import dataclass
 
-__all__ = ["System", "SYSTEMS", "system"]
+__all__ = ["System", "SYSTEMS", "LOOKUP_ONLY", "system"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,10 @@ class System:
     ``coherent``: engines reach GPU memory over CXL.cache (else explicit
     copies); ``log_pass``: rows are logged in a pass of their own before the
     update (else the lookup's reads are logged); ``relaxed``: relaxed lookup
-    order; ``staleness``: the default bound K of MLP snapshots.
+    order; ``staleness``: the default bound K of MLP snapshots;
+    ``device_updates``: with ``engines``, the device's update engine applies
+    the deltas (else the host does, over CXL.mem). How a system trains is
+    its strategy (:func:`trainingcxl.host.protocol.strategies.strategy`).
     """
     name: str
     engines: bool
@@ -49,6 +52,7 @@ class System:
     relaxed: bool
     staleness: int
     summary: str
+    device_updates: bool = True
 
 
 SYSTEMS = {s.name: s for s in (
@@ -63,6 +67,12 @@ SYSTEMS = {s.name: s for s in (
     System("cxl", engines=True, coherent=True, log_pass=False, relaxed=True, staleness=1,
            summary="cxl-b plus relaxed lookup and relaxed MLP snapshots (K = 1)"),
 )}
+
+
+#: Not a rung of the ladder: a device with the lookup engine alone (the small board).
+LOOKUP_ONLY = System("lookup-only", engines=True, coherent=True, log_pass=False, relaxed=False,
+                     staleness=0, device_updates=False,
+                     summary="the device pools; the host updates over CXL.mem; no checkpoints")
 
 
 def system(name):

@@ -53,7 +53,7 @@ def board_failures(args, batches, board_phases):
 def cmd_train_board(args):
     """Training through the UART host bridge: the simulated board top, or a real board."""
     from trainingcxl.boards.targets import board as find_board
-    from trainingcxl.host.protocol.board_training import BOARD_PHASES
+    from trainingcxl.host.protocol.phases import BOARD_PHASES
     b = find_board(args.board)
     cfg = b.config
     if args.config is not None and args.config != cfg:
@@ -134,7 +134,7 @@ def _train_sim_board(args, cfg, failures, k):
 
 def _train_on_board(args, b, failures, k):
     from trainingcxl.host.driver.bridge import BoardDevice, BridgeClient, SerialTransport
-    from trainingcxl.host.protocol.board_training import BoardTraining
+    from trainingcxl.host.protocol.board import board_training
     from trainingcxl.host.model.data import SyntheticWorkload
     try:
         transport = SerialTransport(args.port, args.baud or b.baud)
@@ -146,7 +146,8 @@ def _train_on_board(args, b, failures, k):
         client = BridgeClient(transport)
         device = BoardDevice(client, b.config)
         data = SyntheticWorkload(b.config, seed=args.seed, batch_size=args.batch_size)
-        training = BoardTraining(device, data, batches=args.batches, seed=args.seed, staleness=k,
+        await device.check_identity()
+        training = board_training(device, data, batches=args.batches, seed=args.seed, staleness=k,
                                  failures=failures,
                                  log=lambda text: print(text, file=sys.stderr, flush=True))
         record = await training.run()
@@ -222,7 +223,7 @@ def cmd_build(args):
                   f"MHz required: {'met' if f['met'] else 'NOT MET'}")
         print(f"  bitstream        {rep['bitstream']}")
     if "seconds" in rep:
-        print(f"  time             " + ", ".join(f"{k} {v:.0f} s" for k, v in rep["seconds"].items()))
+        print("  time             " + ", ".join(f"{k} {v:.0f} s" for k, v in rep["seconds"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(rep, indent=2))
         print(f"  JSON             {args.json}")

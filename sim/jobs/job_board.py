@@ -3,7 +3,7 @@
 
 The host side is exactly the one that drives a real board
 (:class:`~trainingcxl.host.driver.bridge.BoardDevice`,
-:class:`~trainingcxl.host.protocol.board_training.BoardTraining`); only the transport
+:func:`~trainingcxl.host.protocol.board.board_training`); only the transport
 differs: :class:`~trainingcxl.sim.board_uart.UartPins` instead of a serial port.
 
 Arguments (from the runner): ``seed``, ``batches``, ``batch_size``,
@@ -19,7 +19,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer
 
 from trainingcxl.host.driver.bridge import BoardDevice, BridgeClient
-from trainingcxl.host.protocol.board_training import BoardTraining
+from trainingcxl.host.protocol.board import BoardFailures, board_training
 from trainingcxl.host.model.data import SyntheticWorkload
 from ..board_uart import UartPins
 from ..bench_env import PERIOD_NS, bench_args, bench_config
@@ -27,21 +27,21 @@ from ..runner import BOARD_SIM_DIVISOR
 from trainingcxl.host.protocol.training import progress
 
 
-class _ButtonPresses(BoardTraining):
+class _ButtonPresses(BoardFailures):
     """Presses the board's button at the start of the listed batches (once each)."""
 
     def __init__(self, *args, dut, presses, **kwargs):
         super().__init__(*args, **kwargs)
         self.dut, self.presses = dut, set(presses)
 
-    async def _batch(self, b):
-        if b in self.presses:
-            self.presses.discard(b)
+    async def before_batch(self, run, batch):
+        if batch in self.presses:
+            self.presses.discard(batch)
             self.dut.button.value = 1
             await Timer(64 * PERIOD_NS, "ns")       # held past the debouncer
             self.dut.button.value = 0
             await Timer(64 * PERIOD_NS, "ns")
-        await super()._batch(b)
+        await super().before_batch(run, batch)
 
 
 @cocotb.test()
@@ -58,11 +58,14 @@ async def board_job(dut):
     client = BridgeClient(uart)
     device = BoardDevice(client, cfg)
     data = SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"])
-    run = _ButtonPresses(device, data, batches=args.get("batches", 4), seed=args.get("seed", 0),
-                         staleness=args.get("staleness", 0),
-                         failures=[tuple(f) for f in args.get("failures", [])],
+    batches = args.get("batches", 4)
+    failures = [tuple(f) for f in args.get("failures", [])]
+    await device.check_identity()
+    run = board_training(device, data, batches=batches, seed=args.get("seed", 0),
+                         staleness=args.get("staleness", 0), failures=failures,
                          log=(lambda text: None) if args.get("quiet") else progress,
-                         dut=dut, presses=args.get("button", []))
+                         failure_source=_ButtonPresses(failures, batches=batches, dut=dut,
+                                                       presses=args.get("button", [])))
     wall0 = time.perf_counter()
     record = await run.run()
     record["loss"] = [record["loss"][b] for b in sorted(record["loss"])]

@@ -41,7 +41,9 @@ from trainingcxl.host.model.criteo import CriteoDataset
 from trainingcxl.host.model.data import SyntheticWorkload
 from trainingcxl.host.driver.ports import DeviceTB
 from ..bench_env import bench_args, bench_config
-from trainingcxl.host.protocol.training import FailurePlan, TrainingRun, progress
+from trainingcxl.host.protocol.systems import system
+from trainingcxl.host.protocol.timed import FailurePlan, SimRuntime
+from trainingcxl.host.protocol.training import TrainingRun, progress
 
 
 def dataset(cfg, args):
@@ -64,14 +66,14 @@ async def train_job(dut):
     await tb.reset()
     await tb.check_identity()
     plan = FailurePlan(args.get("failures", []), seed=args.get("failure_seed", 0))
-    run = TrainingRun(tb, data, batches=n, seed=args.get("seed", 0),
+    run = TrainingRun(tb, data, system=system(args.get("system", "cxl-b")), runtime=SimRuntime(),
+                      failures=plan, batches=n, seed=args.get("seed", 0),
                       staleness=args.get("staleness", 0),
                       relaxed=bool(args.get("relaxed", cfg.relaxed_lookup)),
-                      check_every=args.get("check_every", 10), plan=plan,
+                      check_every=args.get("check_every", 10),
                       until_plan_done=args.get("until_plan_done", False),
                       extend=args.get("extend", False),
                       log=(lambda text: None) if args.get("quiet") else progress,
-                      system=args.get("system", "cxl-b"),
                       checkpointing=args.get("checkpointing", True),
                       measure_from=args.get("measure_from"))
     wall0 = time.perf_counter()

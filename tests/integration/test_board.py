@@ -1,7 +1,7 @@
 """The simulated board top driven through its UART pins by the board's host driver.
 
 The host side is the code that drives a real board over a serial port
-(``host/board.py``, ``host/board_training.py``); only the transport is the
+(``host/driver/bridge.py``, ``host/protocol/board.py``); only the transport is the
 simulated pins (``sim/board_uart.py``).
 """
 

@@ -1,4 +1,4 @@
-"""The configuration ladder (host/systems.py): every system trains bit-exactly and recovers
+"""The configuration ladder (host/protocol/systems.py): every system trains bit-exactly and recovers
 from power failures, does its embedding work and checkpoints where it says it does, and
 the RTL link and region counters see that traffic."""
 

@@ -9,7 +9,7 @@ from trainingcxl.spec.descriptors import Op
 from trainingcxl.spec.registers import Reg
 from trainingcxl.host.driver.bridge import BridgeClient, BridgeError
 from trainingcxl.host.tools.board_cli import board_failures
-from trainingcxl.host.protocol.board_training import BOARD_PHASES
+from trainingcxl.host.protocol.phases import BOARD_PHASES
 from trainingcxl.spec.bridge_protocol import Command, FrameError, Status, crc8, encode_request
 from trainingcxl.spec.config import PRESETS
 from trainingcxl.host.driver.device import (decode_checkpoint_state, desc_op_word, geometry_word,

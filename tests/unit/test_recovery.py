@@ -1,4 +1,4 @@
-"""RECOVER in amaranth.sim, against the host's reference (host/recovery.py), on media
+"""RECOVER in amaranth.sim, against the host's reference (host/model/recovery.py), on media
 images with torn records, torn rows, old generations and stale commits."""
 
 import random
