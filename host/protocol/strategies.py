@@ -45,7 +45,11 @@ class Engines:
     def __init__(self, system):
         self.system = system
 
+    def bind(self, run):
+        """Called once by the run that uses this strategy."""
+
     def stats(self):
+        """What the host did beside the device, to add to the run's ``host`` figures."""
         return {}
 
     async def configure(self, run):

@@ -143,6 +143,9 @@ class FailurePlan:
         await run.device.power_fail()
         run.device.forget_host_memory()
 
+    async def start(self, run):
+        pass
+
     async def before_batch(self, run, batch):
         pass
 

@@ -109,8 +109,7 @@ class TrainingRun:
                            "gpu_copy_bytes": 0}
         self.counters = {}
         self._epoch_counters = {}
-        if hasattr(self.strategy, "bind"):
-            self.strategy.bind(self)
+        self.strategy.bind(self)
 
     # -- bookkeeping ---------------------------------------------------------------------
 
@@ -190,8 +189,7 @@ class TrainingRun:
     async def start(self):
         """Power-up, empty media: format the checkpoint state and remember batch 0."""
         dev, cfg = self.device, self.cfg
-        if hasattr(self.failures, "start"):
-            await self.failures.start(self)
+        await self.failures.start(self)
         await self.strategy.configure(self)
         await self.strategy.format(self)
         tables = initial_tables(cfg, seed=self.seed)

@@ -6,14 +6,13 @@ import asyncio
 import pytest
 
 from trainingcxl.spec.descriptors import Op
-from trainingcxl.spec.registers import Reg
+from trainingcxl.spec.registers import REG, Reg, constants
 from trainingcxl.host.driver.bridge import BridgeClient, BridgeError
 from trainingcxl.host.tools.board_cli import board_failures
 from trainingcxl.host.protocol.phases import BOARD_PHASES
 from trainingcxl.spec.bridge_protocol import Command, FrameError, Status, crc8, encode_request
 from trainingcxl.spec.config import PRESETS
-from trainingcxl.host.driver.device import (decode_checkpoint_state, desc_op_word, geometry_word,
-                                          gpu_window_writes)
+from trainingcxl.host.driver.device import Device
 from trainingcxl.host.tools.failures import parse_fail_in
 from trainingcxl.spec.host_layout import HostLayout
 
@@ -85,14 +84,41 @@ def test_board_failure_options():
             board_failures(bad, 5, BOARD_PHASES)
 
 
-def test_register_words_and_host_layout():
+class FakeTransport:
+    """Registers from a dict; records every write (the driver's view of a device)."""
+
+    interrupts = False
+
+    def __init__(self, regs=None):
+        self.regs, self.writes = dict(regs or {}), []
+
+    async def read_reg(self, reg):
+        return self.regs.get(Reg(reg), 0)
+
+    async def write_reg(self, reg, value):
+        self.writes.append((Reg(reg), value))
+        self.regs[Reg(reg)] = value
+
+
+def test_the_driver_encodes_and_decodes_registers_from_the_specification():
     cfg = PRESETS["ulx3s"]
-    assert geometry_word(cfg) & 0xFF == 2 and geometry_word(cfg) >> 8 & 0xFFFF == 16
-    assert desc_op_word(Op.UPDATE, 7, coalesced=True) == Op.UPDATE.value | 1 << 10 | 7 << 32
-    st = decode_checkpoint_state(0b1011 | 3 << 8 | 5 << 16 | 9 << 32, 1 << 32 | 4, 2, 0)
+    assert REG.GEOMETRY.decode(constants(cfg)["GEOMETRY"])["tables"] == 2
+    t = FakeTransport({Reg.CKPT_STATE: 0b1011 | 3 << 8 | 5 << 16 | 9 << 32,
+                       Reg.COMMITTED: 1 << 32 | 4, Reg.SNAPSHOT: 2, Reg.DURABLE: 0})
+    dev = Device(t, cfg)
+    st = asyncio.run(dev.checkpoint_state())
     assert st["ready"] and st["logging"] and st["snapshot_failed"] and not st["snapshot_busy"]
     assert (st["staleness"], st["gen"], st["live_records"]) == (3, 5, 9)
     assert (st["committed"], st["snapshot"], st["durable"]) == (4, None, None)
+    asyncio.run(dev.submit(Op.UPDATE, 7, n_bags=3, n_indices=5, idx_addr=64, off_addr=128,
+                           vec_addr=192, coalesced=True))
+    assert t.writes[:2] == [(Reg.DESC_OP, Op.UPDATE.value | 1 << 10 | 7 << 32),
+                            (Reg.DESC_SIZE, 3 | 5 << 32)]
+    assert t.writes[-1] == (Reg.DOORBELL, 1)
+
+
+def test_the_host_layout_fits_its_window():
+    cfg = PRESETS["ulx3s"]
     lay = HostLayout(cfg)
     # Two slots, deltas, the MLP copy: every region inside the window, none overlapping.
     assert lay.mlp_line + cfg.mlp_lines == lay.base + lay.lines
@@ -103,8 +129,11 @@ def test_register_words_and_host_layout():
 def test_the_gpu_window_covers_the_host_layout_and_only_where_the_device_has_one():
     for name, cfg in (*((n, PRESETS[n]) for n in ("ulx3s", "ulx3s-12f", "tiny")),
                       ("without", PRESETS["ulx3s-12f"].replace(gpu_window=False))):
-        lay = HostLayout(cfg)
-        writes = dict(gpu_window_writes(cfg, lay))
+        t = FakeTransport()
+        dev = Device(t, cfg)
+        asyncio.run(dev.set_gpu_window())
+        writes = dict(t.writes)
+        lay = dev.layout
         if not cfg.gpu_window:
             assert writes == {}, f"{name}: writes registers the device does not have"
             continue

@@ -105,7 +105,7 @@ def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
 
 
 def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
-    from trainingcxl.host import failures
+    from trainingcxl.host.tools import failures
     from trainingcxl.spec.config import PRESETS, Config
     reruns = []
     monkeypatch.setattr(failures, "run_train", lambda spec: reruns.append(spec) or (spec, None, None))

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from trainingcxl.host import energy as energy_module
+from trainingcxl.host.model import energy as energy_module
 from trainingcxl.host.model.energy import (
     DEFAULT_ENERGY, Activity, EnergyBreakdown, EnergyModel, link_bytes,
 )
