@@ -171,7 +171,7 @@ def cmd_train(args):
         if ds.skipped:
             print(f"note: skipped {ds.skipped} malformed lines of {args.data}, first: {ds.problems[0]}",
                   file=sys.stderr)
-    from trainingcxl.host.tools.failures import check_checkpoint_regions, failure_plan
+    from trainingcxl.host.tools.plans import check_checkpoint_regions, failure_plan
     from trainingcxl.host.protocol.systems import SYSTEMS
     system = SYSTEMS[args.system]
     try:
@@ -235,7 +235,7 @@ def cmd_train(args):
     print(f"  checkpointing      {c['log_records']:,} undo records, {c['snapshot_lines']:,} MLP "
           f"lines snapshotted; updates waited {c['log_barrier']:,} cycles for the log, lookups "
           f"{c['lookup_log_holds']:,} for log space and {c['ckpt_stalls']:,} for snapshots")
-    from trainingcxl.host.tools.failures import failure_summary
+    from trainingcxl.host.tools.plans import failure_summary
     for line in failure_summary(rec):
         print(line)
     print(f"  wall time          {rec['wall_s']:.1f} s")
@@ -457,7 +457,8 @@ def build_parser():
     sp.add_argument("--dump", metavar="DIR", help="write final tables, MLP parameters and the "
                                                  "batches used as .npz files into DIR")
     sp.add_argument("--plot", metavar="OUT.png", help="draw the loss curve, device vs float32")
-    from trainingcxl.host.tools.failures import add_failure_options, add_commands
+    from trainingcxl.host.tools.campaign import add_commands
+    from trainingcxl.host.tools.plans import add_failure_options
     add_failure_options(sp)
     sp.set_defaults(func=cmd_train)
     add_commands(sub, config_option)

@@ -127,7 +127,7 @@ def _train_spec(index, workload, system_name, checkpointing, args, *, failures=(
 
 
 def _ladder(args, workloads, systems, say):
-    from trainingcxl.host.tools.failures import parallel_runs, prebuild
+    from trainingcxl.host.tools.pool import parallel_runs, prebuild
     specs = []
     for w in workloads:
         for s in systems:
@@ -167,7 +167,7 @@ def _engine_efficiency(args, workload, say):
 def _recovery_vs_log(args, workload, say):
     """Recovery cycles of the ``cxl`` system after a failure in an update, for log rings
     of 1x, 2x and 4x the automatic size (each a device of its own)."""
-    from trainingcxl.host.tools.failures import parallel_runs, prebuild
+    from trainingcxl.host.tools.pool import parallel_runs, prebuild
     base = workload.config
     sizes = [base.log_size * f for f in (1, 2, 4)]
     configs = [base.replace(log_lines=n) for n in sizes]
@@ -191,7 +191,7 @@ def _recovery_vs_log(args, workload, say):
 def _sim_speed(args, say):
     """Simulated cycles per wall-second of one short ``cxl`` run under both simulators."""
     from trainingcxl.spec.config import PRESETS
-    from trainingcxl.host.tools.failures import run_train
+    from trainingcxl.host.tools.pool import run_train
     cfg = PRESETS["tiny"]
     speed = {}
     for sim in ("verilator", "icarus"):

@@ -13,7 +13,7 @@ from trainingcxl.host.protocol.phases import BOARD_PHASES
 from trainingcxl.spec.bridge_protocol import Command, FrameError, Status, crc8, encode_request
 from trainingcxl.spec.config import PRESETS
 from trainingcxl.host.driver.device import Device
-from trainingcxl.host.tools.failures import parse_fail_in
+from trainingcxl.host.tools.plans import parse_fail_in
 from trainingcxl.spec.host_layout import HostLayout
 
 

@@ -61,7 +61,7 @@ def test_help_of_training_commands(command):
 
 
 def test_failure_options_build_a_plan():
-    from trainingcxl.host.tools.failures import failure_plan, parse_fail_in
+    from trainingcxl.host.tools.plans import failure_plan, parse_fail_in
     assert parse_fail_in("update@3+40") == {"phase": "update", "batch": 3, "offset": 40}
     assert parse_fail_in("recovery") == {"phase": "recovery"}
     plan = failure_plan(fail_at=[900, 500], fail_in=[parse_fail_in("recovery"),
@@ -105,7 +105,7 @@ def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
 
 
 def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
-    from trainingcxl.host.tools import failures
+    from trainingcxl.host.tools import campaign as failures
     from trainingcxl.spec.config import PRESETS, Config
     reruns = []
     monkeypatch.setattr(failures, "run_train", lambda spec: reruns.append(spec) or (spec, None, None))

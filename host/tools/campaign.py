@@ -1,7 +1,5 @@
-"""Power-failure injection from the command line: plans, campaigns and sweeps.
+"""Failure campaigns and sweeps: many training runs with power failures, tallied.
 
-``trainingcxl train --inject-failures N --fail-at C --fail-in PHASE`` builds a
-failure plan (the entry list of :class:`trainingcxl.host.protocol.training.FailurePlan`);
 ``trainingcxl campaign`` runs many independent training runs with random
 failures over mixed configurations, in parallel; ``trainingcxl sweep`` cuts
 the power at every cycle (or every k-th) of a whole batch, and at every cycle
@@ -10,211 +8,21 @@ the checks of the invariants (docs/design.md, "Invariants"); any inconsistent
 run leaves a reproducer (and its waveform) behind.
 """
 
-import argparse
 import json
 import os
 import random
 import statistics
 import sys
-import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from trainingcxl.host.protocol.phases import BATCH_PHASES, PHASES
-from trainingcxl.host.tools.argtypes import nonneg as _nonneg, positive as _positive, write_json as _write_json
+from trainingcxl.host.protocol.phases import BATCH_PHASES
+from trainingcxl.host.tools.argtypes import (nonneg as _nonneg, positive as _positive,
+                                             write_json as _write_json)
+from trainingcxl.host.tools.plans import check_checkpoint_regions, staleness as _staleness
+from trainingcxl.host.tools.pool import parallel_runs, prebuild, run_train
 
-__all__ = ["PHASES", "BATCH_PHASES", "failure_plan", "check_checkpoint_regions", "failure_summary",
-           "add_failure_options", "add_commands", "run_train", "parallel_runs", "prebuild",
-           "Progress"]
-
-
-
-def parse_fail_in(text):
-    """``PHASE[@BATCH][+OFFSET]`` -> a plan entry."""
-    rest, offset = (text.split("+", 1) + [None])[:2]
-    phase, batch = (rest.split("@", 1) + [None])[:2]
-    if phase not in PHASES:
-        raise argparse.ArgumentTypeError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
-    entry = {"phase": phase}
-    try:
-        if batch is not None:
-            entry["batch"] = int(batch)
-        if offset is not None:
-            entry["offset"] = int(offset)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected PHASE[@BATCH][+OFFSET]") from None
-    return entry
-
-
-def parse_cycles(text):
-    try:
-        cycles = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of cycles") from None
-    if not cycles or min(cycles) < 1:
-        raise argparse.ArgumentTypeError("cycles must be positive integers, comma separated")
-    return cycles
-
-
-def failure_plan(*, fail_at=(), fail_in=(), random=0):
-    """Explicit cycles first (in order), then phase failures, then ``random`` random ones.
-
-    A failure in phase ``recovery`` strikes the recovery of another failure: the
-    k-th such entry follows the k-th failure of the rest of the plan."""
-    fail_in = list(fail_in or ())
-    again = [e for e in fail_in if e["phase"] == "recovery"]
-    first = ([{"at": c} for c in sorted(fail_at or ())]
-             + [e for e in fail_in if e["phase"] != "recovery"] + [{"random": True}] * random)
-    plan = []
-    for k, entry in enumerate(first):
-        plan.append(entry)
-        if k < len(again):
-            plan.append(again[k])
-    return plan + again[len(first):]
-
-
-def check_checkpoint_regions(config, batch_size):
-    """Refuse a run the checkpoint regions cannot serve: an undo log that cannot hold
-    two batches (the device would stall for good), or snapshot slots smaller than
-    the MLPs (every ``SNAPSHOT_MLP`` would fail with ``BAD_SIZE``)."""
-    need = 2 * config.records_per_batch(batch_size)
-    if config.log_slots < need:
-        raise ValueError(f"the undo log holds {config.log_slots} records; batches of {batch_size} "
-                         f"need {need} (two batches of distinct rows): raise log_lines to "
-                         f"{need * config.rec_lines} or leave it 0 with model.batch_size = {batch_size}")
-    if config.snapshot_size < config.mlp_lines + 1:
-        raise ValueError(f"a snapshot slot holds {config.snapshot_size - 1} lines of parameters; "
-                         f"the MLPs ({config.mlp_params:,} float32) need {config.mlp_lines}: raise "
-                         f"snapshot_lines to {config.mlp_lines + 1} or leave it 0")
-
-
-def failure_summary(rec):
-    """Readable lines about a run's power failures."""
-    failures = rec.get("failures", [])
-    if not failures:
-        return [f"  power failures     none (checkpointing on, staleness K = {rec.get('staleness', 0)})"
-                + (f"; {rec['failures_planned_left']} planned did not happen"
-                   if rec.get("failures_planned_left") else "")]
-    left = rec.get("failures_planned_left", 0)
-    good = sum(f["consistent"] for f in failures)
-    nested = sum(f["failures_during_recovery"] for f in failures)
-    lines = [f"  power failures     {len(failures)} (+{nested} during recovery), {good} recovered "
-             f"consistently, staleness K = {rec.get('staleness', 0)}",
-             "      cycle  phase      batch  ->  D     m   recovery  rolled back  invariants"]
-    for f in failures:
-        lines.append(f"  {f['cycle']:>9}  {f['phase']:<9} {f['batch']:>5}    {f['recovered_batch']:>4} "
-                     f"{f['recovered_mlp_batch']:>5} {f['recovery_cycles']:>9} {f['rolled_back']:>12}"
-                     f"  {'hold' if f['consistent'] else 'BROKEN'}")
-    if left:
-        lines.append(f"  note               {left} planned failures did not happen: the run ended first")
-    return lines
-
-
-def add_failure_options(sp):
-    sp.add_argument("--staleness", type=_staleness, default=None, metavar="K",
-                    help="staleness bound K: training stalls while the newest MLP snapshot is "
-                         "more than K batches behind the newest commit (0: strict, snapshot "
-                         "every batch; default: the system's, 1 for cxl and 0 for the others)")
-    sp.add_argument("--inject-failures", type=_nonneg, default=0, metavar="N",
-                    help="cut the power N times at random cycles (drawn from --failure-seed), "
-                         "recover, check the invariants and resume (default: 0)")
-    sp.add_argument("--fail-at", type=parse_cycles, default=[], metavar="CYCLE[,CYCLE...]",
-                    help="cut the power at these simulation cycles")
-    sp.add_argument("--fail-in", type=parse_fail_in, action="append", default=[],
-                    metavar="PHASE[@BATCH][+OFFSET]",
-                    help=f"cut the power OFFSET cycles (default: random) into a phase "
-                         f"({', '.join(PHASES)}), of batch BATCH if given; 'recovery' strikes "
-                         f"the recovery after another failure; repeatable")
-    sp.add_argument("--failure-seed", type=_nonneg, default=None,
-                    help="seed of the random failure cycles (default: --seed)")
-
-
-def _staleness(text):
-    v = _nonneg(text)
-    if v > 255:
-        raise argparse.ArgumentTypeError("the staleness bound is at most 255")
-    return v
-
-
-# -- running jobs in parallel ------------------------------------------------------------
-
-def run_train(spec):
-    """One training job in its own process; returns ``(spec, record or None, error text)``."""
-    from trainingcxl.spec.config import Config
-    from trainingcxl.sim.runner import BenchFailure, run_bench
-    cfg = Config.from_dict(spec["config"])
-    with tempfile.TemporaryDirectory(prefix="trainingcxl-run-") as tmp:
-        out = Path(tmp) / "run.json"
-        args = {**spec["args"], "out": str(out), "quiet": True}
-        error = None
-        # The simulator's own output goes to a log, kept for the error message.
-        log_path = Path(tmp) / "run.log"
-        saved = os.dup(1), os.dup(2)
-        with open(log_path, "w") as log_file:
-            os.dup2(log_file.fileno(), 1)
-            os.dup2(log_file.fileno(), 2)
-            try:
-                run_bench(spec.get("sim", "verilator"), cfg, "trainingcxl.sim.jobs.job_train",
-                          args=args, quiet=True, results_name=f"run{spec['index']}",
-                          work_dir=tmp, waves=spec.get("waves", False), log=lambda text: None)
-            except BenchFailure as e:
-                error = str(e)[-500:]
-            finally:
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
-                os.close(saved[0])
-                os.close(saved[1])
-        if error:
-            error += "\n" + log_path.read_text(errors="replace")[-3000:]
-        record = json.loads(out.read_text()) if out.exists() else None
-        if spec.get("waves") and spec.get("waves_to"):
-            from trainingcxl.sim.runner import waves_file
-            src = waves_file(spec.get("sim", "verilator"), cfg, work_dir=tmp)
-            if src.exists():
-                Path(spec["waves_to"]).parent.mkdir(parents=True, exist_ok=True)
-                Path(spec["waves_to"]).write_bytes(src.read_bytes())
-    return spec, record, error
-
-
-class Progress:
-    """A progress bar on stderr (a line per tenth when stderr is not a terminal)."""
-
-    def __init__(self, total, what):
-        self.total, self.what, self.done, self.t0 = total, what, 0, time.monotonic()
-
-    def step(self, note=""):
-        self.done += 1
-        width = 30
-        filled = width * self.done // max(1, self.total)
-        rate = self.done / max(1e-9, time.monotonic() - self.t0)
-        eta = (self.total - self.done) / rate if rate else 0
-        text = (f"  [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {self.what}"
-                f"{note}, ETA {eta:4.0f} s ")
-        if sys.stderr.isatty():
-            print("\r" + text, end="", file=sys.stderr, flush=True)
-            if self.done == self.total:
-                print(file=sys.stderr)
-        elif self.done == self.total or self.done % max(1, self.total // 10) == 0:
-            print(text, file=sys.stderr, flush=True)     # a log file gets a line per tenth
-
-
-def parallel_runs(specs, jobs, progress_note):
-    """Run ``specs`` on ``jobs`` processes; yields ``(spec, record, error)`` as they finish."""
-    bar = Progress(len(specs), "runs")
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_train, s) for s in specs]
-        for fut in as_completed(futures):
-            result = fut.result()
-            bar.step(progress_note(result))
-            yield result
-
-
-def prebuild(configs, sim="verilator"):
-    """Build each configuration once, before the parallel runs share the build."""
-    from trainingcxl.sim.runner import build
-    for cfg in configs:
-        build(sim, cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
+__all__ = ["add_commands", "cmd_campaign", "cmd_sweep"]
 
 
 def _tally(results):

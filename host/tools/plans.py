@@ -1,0 +1,122 @@
+"""Failure plans from the command line: ``--inject-failures N --fail-at C --fail-in PHASE``.
+
+They build the entry list of :class:`trainingcxl.host.protocol.timed.FailurePlan`,
+check that a configuration's checkpoint regions hold a batch, and summarise
+the failures of a run.
+"""
+
+import argparse
+
+from trainingcxl.host.protocol.phases import BATCH_PHASES, PHASES
+from trainingcxl.host.tools.argtypes import nonneg as _nonneg
+
+__all__ = ["PHASES", "BATCH_PHASES", "parse_fail_in", "parse_cycles", "failure_plan",
+           "check_checkpoint_regions", "failure_summary", "add_failure_options", "staleness"]
+
+
+def parse_fail_in(text):
+    """``PHASE[@BATCH][+OFFSET]`` -> a plan entry."""
+    rest, offset = (text.split("+", 1) + [None])[:2]
+    phase, batch = (rest.split("@", 1) + [None])[:2]
+    if phase not in PHASES:
+        raise argparse.ArgumentTypeError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
+    entry = {"phase": phase}
+    try:
+        if batch is not None:
+            entry["batch"] = int(batch)
+        if offset is not None:
+            entry["offset"] = int(offset)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected PHASE[@BATCH][+OFFSET]") from None
+    return entry
+
+
+def parse_cycles(text):
+    try:
+        cycles = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of cycles") from None
+    if not cycles or min(cycles) < 1:
+        raise argparse.ArgumentTypeError("cycles must be positive integers, comma separated")
+    return cycles
+
+
+def failure_plan(*, fail_at=(), fail_in=(), random=0):
+    """Explicit cycles first (in order), then phase failures, then ``random`` random ones.
+
+    A failure in phase ``recovery`` strikes the recovery of another failure: the
+    k-th such entry follows the k-th failure of the rest of the plan."""
+    fail_in = list(fail_in or ())
+    again = [e for e in fail_in if e["phase"] == "recovery"]
+    first = ([{"at": c} for c in sorted(fail_at or ())]
+             + [e for e in fail_in if e["phase"] != "recovery"] + [{"random": True}] * random)
+    plan = []
+    for k, entry in enumerate(first):
+        plan.append(entry)
+        if k < len(again):
+            plan.append(again[k])
+    return plan + again[len(first):]
+
+
+def check_checkpoint_regions(config, batch_size):
+    """Refuse a run the checkpoint regions cannot serve: an undo log that cannot hold
+    two batches (the device would stall for good), or snapshot slots smaller than
+    the MLPs (every ``SNAPSHOT_MLP`` would fail with ``BAD_SIZE``)."""
+    need = 2 * config.records_per_batch(batch_size)
+    if config.log_slots < need:
+        raise ValueError(f"the undo log holds {config.log_slots} records; batches of {batch_size} "
+                         f"need {need} (two batches of distinct rows): raise log_lines to "
+                         f"{need * config.rec_lines} or leave it 0 with model.batch_size = {batch_size}")
+    if config.snapshot_size < config.mlp_lines + 1:
+        raise ValueError(f"a snapshot slot holds {config.snapshot_size - 1} lines of parameters; "
+                         f"the MLPs ({config.mlp_params:,} float32) need {config.mlp_lines}: raise "
+                         f"snapshot_lines to {config.mlp_lines + 1} or leave it 0")
+
+
+def failure_summary(rec):
+    """Readable lines about a run's power failures."""
+    failures = rec.get("failures", [])
+    if not failures:
+        return [f"  power failures     none (checkpointing on, staleness K = {rec.get('staleness', 0)})"
+                + (f"; {rec['failures_planned_left']} planned did not happen"
+                   if rec.get("failures_planned_left") else "")]
+    left = rec.get("failures_planned_left", 0)
+    good = sum(f["consistent"] for f in failures)
+    nested = sum(f["failures_during_recovery"] for f in failures)
+    lines = [f"  power failures     {len(failures)} (+{nested} during recovery), {good} recovered "
+             f"consistently, staleness K = {rec.get('staleness', 0)}",
+             "      cycle  phase      batch  ->  D     m   recovery  rolled back  invariants"]
+    for f in failures:
+        lines.append(f"  {f['cycle']:>9}  {f['phase']:<9} {f['batch']:>5}    {f['recovered_batch']:>4} "
+                     f"{f['recovered_mlp_batch']:>5} {f['recovery_cycles']:>9} {f['rolled_back']:>12}"
+                     f"  {'hold' if f['consistent'] else 'BROKEN'}")
+    if left:
+        lines.append(f"  note               {left} planned failures did not happen: the run ended first")
+    return lines
+
+
+def add_failure_options(sp):
+    sp.add_argument("--staleness", type=staleness, default=None, metavar="K",
+                    help="staleness bound K: training stalls while the newest MLP snapshot is "
+                         "more than K batches behind the newest commit (0: strict, snapshot "
+                         "every batch; default: the system's, 1 for cxl and 0 for the others)")
+    sp.add_argument("--inject-failures", type=_nonneg, default=0, metavar="N",
+                    help="cut the power N times at random cycles (drawn from --failure-seed), "
+                         "recover, check the invariants and resume (default: 0)")
+    sp.add_argument("--fail-at", type=parse_cycles, default=[], metavar="CYCLE[,CYCLE...]",
+                    help="cut the power at these simulation cycles")
+    sp.add_argument("--fail-in", type=parse_fail_in, action="append", default=[],
+                    metavar="PHASE[@BATCH][+OFFSET]",
+                    help=f"cut the power OFFSET cycles (default: random) into a phase "
+                         f"({', '.join(PHASES)}), of batch BATCH if given; 'recovery' strikes "
+                         f"the recovery after another failure; repeatable")
+    sp.add_argument("--failure-seed", type=_nonneg, default=None,
+                    help="seed of the random failure cycles (default: --seed)")
+
+
+def staleness(text):
+    """A staleness bound K from the command line (0 to 255)."""
+    v = _nonneg(text)
+    if v > 255:
+        raise argparse.ArgumentTypeError("the staleness bound is at most 255")
+    return v
