@@ -28,7 +28,7 @@ class WpqHarness(wiring.Component):
     * every response stream of the controller is stable until ready.
 
     That the media then holds what was acknowledged is checked in simulation
-    (``tests/unit/test_pmem.py``): a read-back over 512-bit lines is beyond
+    (``tests/hdl/test_pmem.py``): a read-back over 512-bit lines is beyond
     what the solver finishes in CI time.
 
     Members

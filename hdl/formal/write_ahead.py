@@ -100,7 +100,7 @@ class LoggerHarness(wiring.Component):
     lines carry zeros and the PMEM write data is left unconnected: constant
     propagation then removes the 512-bit datapath, whose words the solver
     could not get through in CI time. ``restart`` (around a recovery) is held
-    low; what it drops is checked in simulation (``tests/unit/test_logger.py``).
+    low; what it drops is checked in simulation (``tests/hdl/test_logger.py``).
 
     ``logger`` is the class under proof (a test substitutes a broken one).
 

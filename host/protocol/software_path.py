@@ -56,14 +56,14 @@ class _Media(dict):
 
 
 class SoftwareEmbeddings:
-    """The host side of the ``pmem`` system on a :class:`~trainingcxl.host.driver.ports.DeviceTB`.
+    """The host side of the ``pmem`` system on a :class:`~trainingcxl.host.driver.device.Device`.
 
     ``wait(cycles)`` is how the caller charges modelled time (GPU work and
     copies). Counts of what the host did go to :attr:`stats`.
     """
 
-    def __init__(self, tb, *, checkpointing, wait):
-        self.tb, self.cfg = tb, tb.config
+    def __init__(self, device, *, checkpointing, wait):
+        self.dev, self.cfg = device, device.config
         self.checkpointing = checkpointing
         self.wait = wait
         self.gen = 0
@@ -78,7 +78,7 @@ class SoftwareEmbeddings:
 
     async def configure(self):
         """The host owns the checkpoint regions: the device's engine stays off."""
-        await self.tb.host_owns_checkpoints()
+        await self.dev.host_owns_checkpoints()
 
     async def _copy(self, nbytes):
         cycles = self.cfg.copy.cycles(nbytes)
@@ -93,10 +93,10 @@ class SoftwareEmbeddings:
 
     async def _fenced_write(self, lines):
         """Write ``{media line: data}`` and wait until every line is persistent."""
-        await self.tb.write_media(lines)
+        await self.dev.write_media(lines)
 
     async def _read(self, media_addrs):
-        return await self.tb.read_media_lines(media_addrs)
+        return await self.dev.read_media_lines(media_addrs)
 
     # -- embeddings ------------------------------------------------------------------------
 
@@ -175,14 +175,14 @@ class SoftwareEmbeddings:
 
     async def recover(self):
         """Software recovery; returns ``(error, D, m, rolled_back, cycles)`` like the device's RECOVER."""
-        cfg, tb = self.cfg, self.tb
-        t0 = await tb.cycles()
+        cfg, dev = self.cfg, self.dev
+        t0 = await dev.cycles()
         regions = [*range(cfg.commit_base, cfg.commit_base + cfg.commit_lines), *cfg.snapshot_base,
                    *range(cfg.log_base, cfg.log_base + cfg.log_size)]
         media = _Media(await self._read(regions))
         result = recover(cfg, media, staleness=0)
         if not result.found:
-            return Recovery(ErrorCode.NO_CHECKPOINT, None, None, 0, await tb.cycles() - t0)
+            return Recovery(ErrorCode.NO_CHECKPOINT, None, None, 0, await dev.cycles() - t0)
         seal = next(a for a in result.writes if cfg.commit_base <= a < cfg.commit_base + cfg.commit_lines)
         rows = {a: v for a, v in result.writes.items() if a != seal}
         if rows:
@@ -196,4 +196,4 @@ class SoftwareEmbeddings:
                 self.newest_slot = slot
         assert valid_header(result.writes[seal], COMMIT) is not None
         return Recovery(ErrorCode.NONE, result.d, result.m, result.rolled_back,
-                        await tb.cycles() - t0)
+                        await dev.cycles() - t0)

@@ -1,6 +1,6 @@
 """cocotb tests of the checkpoint engine on the whole device, under Verilator and Icarus.
 
-Run through pytest (``tests/integration/test_checkpoint.py``). Training runs
+Run through pytest (``tests/driver/test_checkpoint.py``). Training runs
 with injected power failures live in :mod:`trainingcxl.sim.jobs.job_train`; these
 tests pin down the engine's rules one at a time.
 """

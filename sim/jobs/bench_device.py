@@ -1,6 +1,6 @@
 """cocotb integration tests of the whole device, run under Verilator and Icarus.
 
-Run through pytest (``tests/integration/test_device.py``), which builds the
+Run through pytest (``tests/driver/test_device.py``), which builds the
 device for the configuration and calls one test of this module at a time.
 """
 
