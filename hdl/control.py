@@ -14,6 +14,7 @@ __all__ = ["ControlBusSignature", "ControlWindow"]
 #: register that is not a build-time constant is an input port (``counter``).
 _OWN = {"STATUS", "SUBMITTED", "COMPLETED", "LAST_DONE", "ERROR", "CYCLES"}
 
+
 class ControlBusSignature(wiring.Signature):
     """A register bus of two streams, seen from the device.
 
@@ -80,8 +81,7 @@ class ControlWindow(wiring.Component):
             "mlp_addr": Out(64),
             "mlp_lines": Out(64),
             "link_latency": Out(REG.LINK_LATENCY.layout,
-                                init=REG.LINK_LATENCY.decode(REG.LINK_LATENCY.encode(
-                                    mem=config.link.latency, cache=config.link.latency))),
+                                init={"mem": config.link.latency, "cache": config.link.latency}),
         }
         for reg in self.COUNTERS:
             members[f"ctr_{reg.name.lower()}"] = In(register(reg).layout)

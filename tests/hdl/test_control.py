@@ -4,8 +4,8 @@ from amaranth.sim import Simulator
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.control import ControlWindow
-from trainingcxl.spec.registers import DEVICE_ID, Reg
-from trainingcxl.spec.config import Config
+from trainingcxl.spec.registers import DEVICE_ID, REG, Reg
+from trainingcxl.spec.config import PRESETS, Config, LinkTiming
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 CFG = Config(tables=(8, 8), desc_depth=2)
@@ -162,3 +162,17 @@ def test_without_the_window_check_its_registers_are_absent():
         await access(ctx, dut, Reg.DOORBELL, 1)
         assert ctx.get(dut.desc.valid)
     run(tb, CFG.replace(gpu_window=False))
+
+
+def test_link_latency_resets_to_the_configured_latency():
+    cfg = PRESETS["tiny"].replace(link=LinkTiming(latency=37))
+    dut = ControlWindow(cfg)
+
+    async def bench(ctx):
+        await ctx.tick()
+        assert ctx.get(dut.link_latency.as_value()) == REG.LINK_LATENCY.encode(mem=37, cache=37)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
