@@ -17,6 +17,7 @@ from trainingcxl.boards.targets import BOARDS
 CAPACITY = {"LFE5U-85F": 83640, "LFE5U-12F": 24288}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BOARDS))
 def test_build_plan_has_every_stage_and_the_clock_constraint(name, tmp_path):
     rep = build(name, tmp_path, dry_run=True)
@@ -31,6 +32,7 @@ def test_build_plan_has_every_stage_and_the_clock_constraint(name, tmp_path):
     assert pnr[pnr.index("--placer") + 1] == BOARDS[name].placer
 
 
+@pytest.mark.slow
 def test_every_board_synthesizes_and_fits(tmp_path):
     def synth(name):
         return build(name, tmp_path / name, synth_only=True, log=lambda text: None)

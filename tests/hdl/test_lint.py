@@ -9,6 +9,7 @@ from trainingcxl.sim.runner import verilog_for
 from trainingcxl.sim.toolchain import setup_verilator
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [PRESETS["tiny"], Config(tables=(16, 8, 8), dim=32, max_bags=64)],
                          ids=["tiny", "dim32"])
 def test_verilator_lint_is_clean(config):

@@ -10,6 +10,8 @@ from trainingcxl.hdl.formal.streams import StreamContract
 from trainingcxl.hdl.formal.write_ahead import LoggerHarness
 from trainingcxl.sim.formal import PROOFS, Proof, run_proof
 
+pytestmark = pytest.mark.formal
+
 
 @pytest.mark.parametrize("name", list(PROOFS))
 def test_proof_passes(name, tmp_path):

@@ -121,9 +121,14 @@ def random_image(rng):
     return media
 
 
+_IMAGES = ([(s, 1, False) for s in range(12)] + [(s, 4, False) for s in range(3)]
+           + [(s, 1, True) for s in range(4)] + [(s, 4, True) for s in range(2)])
+
+
+# Seed 0 of each kind is in the fast tier; the other seeds are marked slow.
 @pytest.mark.parametrize("seed,folds,registered",
-                         [(s, 1, False) for s in range(12)] + [(s, 4, False) for s in range(3)]
-                         + [(s, 1, True) for s in range(4)] + [(s, 4, True) for s in range(2)])
+                         [c if c[0] == 0 else pytest.param(*c, marks=pytest.mark.slow)
+                          for c in _IMAGES])
 def test_recover_matches_the_reference_on_random_images(seed, folds, registered):
     """``registered``: the boards' register slices, which also delay each line's verdict by a
     cycle (with one-cycle checksums the rollback must then hold the next line back)."""

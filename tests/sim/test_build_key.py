@@ -165,6 +165,7 @@ def scratch(tmp_path):
     return probe, edit, copy
 
 
+@pytest.mark.slow
 def test_an_edit_of_any_module_the_gateware_imports_rebuilds(scratch):
     probe, edit, copy = scratch
     base = probe("convert")
