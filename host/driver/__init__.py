@@ -1,0 +1,1 @@
+"""The device driver (:class:`.device.Device`) and its transports."""
