@@ -21,6 +21,7 @@ from trainingcxl.spec.bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, RS
                                               Command, FrameError, Status, decode_response,
                                               encode_request)
 from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.host_layout import HostLayout
 from .device import Device, DeviceError
 
 __all__ = ["BridgeError", "SerialTransport", "BridgeClient", "BridgeTransport", "BoardDevice"]
@@ -153,9 +154,9 @@ class BridgeTransport:
 
     interrupts = False
 
-    def __init__(self, client, *, polls=200_000):
+    def __init__(self, client, *, base, polls=200_000):
         self.client, self.polls = client, polls
-        self.base = None                # the host window's first line, from check_link
+        self.base = base                # host line of the window's first line
 
     async def read_reg(self, reg):
         return await self.client.read_reg(reg)
@@ -212,6 +213,7 @@ class BoardDevice(Device):
     """The device on a board (or the simulated board top), through its UART bridge."""
 
     def __init__(self, client, config, *, polls=200_000):
-        super().__init__(BridgeTransport(client, polls=polls), config)
-        self.transport.base = self.layout.base
+        layout = HostLayout(config)
+        super().__init__(BridgeTransport(client, base=layout.base, polls=polls), config,
+                         layout=layout)
         self.bridge = client

@@ -84,7 +84,8 @@ class PortsTransport:
         await RisingEdge(self.dut.clk)
 
     async def check_link(self, layout):
-        pass
+        """The simulated device's ports need no handshake; ``ID`` and ``GEOMETRY`` are
+        checked by the driver."""
 
     def use_local_host_memory(self):
         self.host.delay = self.LOCAL_DELAY

@@ -36,20 +36,22 @@ class PowerLost(Exception):
 
 
 class UntimedRuntime:
-    """The host's time is real time: nothing is modelled and nothing overlaps."""
+    """The host's time is real time: nothing is modelled and nothing overlaps, so a board
+    trains in strict order (:class:`~.training.TrainingRun` refuses relaxed order here)."""
+
+    #: Work cannot run beside the training loop: there is no ``spawn``.
+    overlaps = False
 
     @staticmethod
     def now():
+        """No simulated clock to read: phase times and cycle counts stay 0."""
         return 0
 
     async def wait(self, cycles):
-        pass
-
-    def spawn(self, coro):
-        raise NotImplementedError("a board's host runs one thing at a time")
+        """Modelled GPU and copy time is not charged: the board's real time passes instead."""
 
     def cancel_all(self):
-        pass
+        """Nothing runs beside the training loop, so nothing is left to cancel."""
 
 
 class BoardFailures:
@@ -58,6 +60,7 @@ class BoardFailures:
     target = None
 
     def __init__(self, failures=(), *, batches):
+        """``failures``: ``(batch, phase)`` pairs, checked against :data:`BOARD_PHASES`."""
         for batch, phase in failures:
             if phase not in BOARD_PHASES:
                 raise ValueError(f"a board failure phase is one of {', '.join(BOARD_PHASES)}, "
@@ -76,10 +79,10 @@ class BoardFailures:
         return False
 
     def on_phase(self, *args, **kwargs):
-        pass
+        """Failures here are tied to descriptors (:meth:`after_submit`), not to phase times."""
 
     def cancel(self):
-        pass
+        """Nothing is armed: a planned failure left over simply never happens."""
 
     async def _count(self, run):
         st = await run.device.bridge.state()

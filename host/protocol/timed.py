@@ -23,7 +23,10 @@ def now():
 
 
 class SimRuntime:
-    """The host's time is modelled: a wait of ``cycles`` lets the simulated device run on."""
+    """The host's time is modelled: a wait of ``cycles`` lets the simulated device run on,
+    and work (the next batch's relaxed lookup) can run beside the training loop."""
+
+    overlaps = True
 
     def __init__(self):
         self.tasks = set()
@@ -144,10 +147,10 @@ class FailurePlan:
         run.device.forget_host_memory()
 
     async def start(self, run):
-        pass
+        """Planned cycles need nothing from the device before the run."""
 
     async def before_batch(self, run, batch):
-        pass
+        """The timer, not the host, decides when the power fails."""
 
     async def after_submit(self, run, phase, batch):
-        pass
+        """The timer, not the host, decides when the power fails."""

@@ -23,7 +23,11 @@ Three things vary, each an object the loop is given:
   on a board (:class:`~.board.UntimedRuntime`) nothing is modelled;
 * the *failures*: planned cycles in simulation (:class:`~.timed.FailurePlan`),
   ``POWER_FAIL`` commands and the button on a board
-  (:class:`~.board.BoardFailures`).
+  (:class:`~.board.BoardFailures`). A failure source has ``pending`` and
+  ``armed()`` (failures still to come), ``target`` and ``cause`` (of the one
+  that struck), the hooks ``start``, ``on_phase``, ``before_batch`` and
+  ``after_submit``, ``race(run, coro)`` (run ``coro`` until it ends or the
+  power fails), ``cut(run)`` (what a failure takes away) and ``cancel()``.
 
 With ``measure_from`` the run also reports a measured window: counters and
 modelled host time from that batch to the last (``record["window"]``).
@@ -79,6 +83,9 @@ class TrainingRun:
         self.system, self.strategy = system, strategy(system)
         self.runtime, self.failures = runtime, failures
         self.checkpointing = checkpointing
+        if relaxed and system.engines and not runtime.overlaps:
+            raise ValueError("relaxed order overlaps the next lookup with this batch; this "
+                             "runtime runs one thing at a time (a board trains in strict order)")
         # Relaxed lookup order needs the engines; the host of ``pmem`` has nothing to overlap.
         self.relaxed = relaxed and system.engines
         self.check_every = check_every
