@@ -20,6 +20,8 @@ import tempfile
 
 from amaranth.back import rtlil
 
+from .common.ram import NETLIST, RAM_MODULE, VERILOG
+
 __all__ = ["convert", "normalize_rtlil"]
 
 _SAME_AS_Y = {"$add", "$sub", "$mul", "$and", "$or", "$xor", "$xnor"}
@@ -240,7 +242,7 @@ def _yosys(script, workdir):
 
 def convert(component, *, name="top"):
     """Verilog text of ``component`` (a ``wiring.Component``), ports named after its signature."""
-    text = strip_zero_meminit(rtlil.convert(component, name=name, emit_src=False))
+    text = strip_zero_meminit(rtlil.convert(component, name=name, emit_src=False, platform=NETLIST))
     with tempfile.TemporaryDirectory(prefix="trainingcxl-verilog-") as tmp:
         with open(os.path.join(tmp, "in.il"), "w") as f:
             f.write(text)
@@ -252,4 +254,7 @@ def convert(component, *, name="top"):
         _yosys("read_rtlil norm.il\nsimplemap t:$pos\nopt_clean\nmemory_collect\n"
                "write_verilog -norename -noattr out.v\n", tmp)
         with open(os.path.join(tmp, "out.v")) as f:
-            return zero_init_memories(f.read())
+            verilog = zero_init_memories(f.read())
+    if re.search(rf"^\s*{RAM_MODULE}\b", verilog, re.M):
+        verilog += "\n" + VERILOG.read_text()
+    return verilog

@@ -1,4 +1,6 @@
-"""Host/GPU memory behind CXL.cache: a numpy array answering the device's requests."""
+"""Host/GPU memory behind CXL.cache: a numpy array answering the device's requests,
+from Python (:class:`HostMemory`) or from gateware beside the device
+(:class:`GatewareHostMemory`)."""
 
 import random
 
@@ -10,12 +12,83 @@ from trainingcxl.hdl.cxl.messages import (D2HData, D2HReq, D2HReqOpcode, H2DData
                                           H2DRspOpcode, UQID_BITS)
 from .streams import StreamSink, StreamSource
 
-__all__ = ["HostMemory"]
+__all__ = ["HostMemory", "GatewareHostMemory"]
 
 LINE = 64
 
 
-class HostMemory:
+class _HostArrays:
+    """The host program's view of ``self.mem`` (bytes of the lines from ``self.base``)."""
+
+    def _offset(self, byte_addr, nbytes):
+        off = byte_addr - self.base * LINE
+        if off < 0 or off + nbytes > len(self.mem):
+            raise IndexError(f"host bytes {byte_addr:#x}+{nbytes} lie outside the modelled memory")
+        return off
+
+    def write_array(self, byte_addr, array):
+        raw = np.ascontiguousarray(array).view(np.uint8).ravel()
+        off = self._offset(byte_addr, len(raw))
+        self.mem[off:off + len(raw)] = raw
+
+    def read_array(self, byte_addr, count, dtype):
+        dtype = np.dtype(dtype)
+        off = self._offset(byte_addr, count * dtype.itemsize)
+        return self.mem[off:off + count * dtype.itemsize].view(dtype).copy()
+
+    def clear(self):
+        """The GPU's memory loses its contents with the power."""
+        self.mem[:] = 0
+
+
+class GatewareHostMemory(_HostArrays):
+    """The simulation top's :class:`~trainingcxl.sim.rtl.host_memory.HostMemoryModel`,
+    switched in (``host_rtl``): the device's requests never reach Python, and the
+    host program's arrays go straight into the model's backdoor RAM ``lines``
+    (a ``(lines, 64)`` byte array, :func:`trainingcxl.sim.backdoor.ram_array`).
+    Answers come ``delay`` cycles (a ``(low, high)`` range) after their request."""
+
+    def __init__(self, dut, *, base, lines, delay):
+        self.dut, self.base = dut, base
+        self.mem = lines.reshape(-1)
+        dut.host_rtl.value = 1
+        self.delay = delay
+
+    @property
+    def delay(self):
+        return self._delay
+
+    @delay.setter
+    def delay(self, value):
+        lo, hi = value
+        if not 0 <= lo <= hi <= lo + 255 or lo > 255:
+            raise ValueError(f"host delay {value} is not a range of at most 256 cycles from 0..255")
+        self._delay = (lo, hi)
+        self.dut.host_delay_lo.value = lo
+        self.dut.host_delay_span.value = hi - lo + 1
+
+    @property
+    def reads(self):
+        return int(self.dut.host_reads.value)
+
+    @property
+    def writes(self):
+        return int(self.dut.host_writes.value)
+
+    @property
+    def errors(self):
+        n = int(self.dut.host_errors.value)
+        return [f"the host memory model saw {n} CXL.cache protocol errors"] if n else []
+
+    def inject(self, *args, **kwargs):
+        raise RuntimeError("fault injection needs the Python host memory: "
+                           "DeviceTB(..., host_model='python')")
+
+    def forget(self):
+        """Power failure: the model drops its requests in flight itself (``power_fail``)."""
+
+
+class HostMemory(_HostArrays):
     """Serves CXL.cache requests from ``lines`` lines starting at host line ``base``.
 
     Reads (``RdCurr``, ``RdShared``, ``RdOwn``) are answered with ``H2D Data``
@@ -64,24 +137,6 @@ class HostMemory:
                 return kind
         return None
 
-    # -- memory access for the host program ---------------------------------------------
-
-    def _offset(self, byte_addr, nbytes):
-        off = byte_addr - self.base * LINE
-        if off < 0 or off + nbytes > len(self.mem):
-            raise IndexError(f"host bytes {byte_addr:#x}+{nbytes} lie outside the modelled memory")
-        return off
-
-    def write_array(self, byte_addr, array):
-        raw = np.ascontiguousarray(array).view(np.uint8).ravel()
-        off = self._offset(byte_addr, len(raw))
-        self.mem[off:off + len(raw)] = raw
-
-    def read_array(self, byte_addr, count, dtype):
-        dtype = np.dtype(dtype)
-        off = self._offset(byte_addr, count * dtype.itemsize)
-        return self.mem[off:off + count * dtype.itemsize].view(dtype).copy()
-
     def _line(self, addr):
         k = addr - self.base
         if not 0 <= k < self.lines:
@@ -112,10 +167,6 @@ class HostMemory:
         self.data.queue.clear()
         self._pulls.clear()
         self._cqids.clear()
-
-    def clear(self):
-        """The GPU's memory loses its contents with the power."""
-        self.mem[:] = 0
 
     def _retire(self, cqid):
         return lambda: self._cqids.discard(cqid)

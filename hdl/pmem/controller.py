@@ -3,12 +3,12 @@
 from amaranth import *
 from amaranth.hdl import ResetInserter
 from amaranth.lib import data, fifo, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from ..common.arbiter import RoundRobin
 from ..common.line_port import LineOp, LinePortSignature
+from ..common.ram import Ram
 from ..common.rate import RateLimiter
 
 __all__ = ["PmemController", "REGIONS"]
@@ -100,7 +100,7 @@ class PmemController(wiring.Component):
             "writes_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
         })
         super().__init__(members)
-        self.media = Memory(shape=LINE_BITS, depth=config.media_lines, init=[])
+        self.media = Ram(shape=LINE_BITS, depth=config.media_lines, backdoor="media")
 
     @property
     def ports(self):

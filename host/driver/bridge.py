@@ -153,6 +153,7 @@ class BridgeTransport:
     control window, at most ``polls`` times each."""
 
     interrupts = False
+    media = None                        # the media is reached over the bridge only
 
     def __init__(self, client, *, base, polls=200_000):
         self.client, self.polls = client, polls

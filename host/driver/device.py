@@ -38,7 +38,12 @@ A transport provides (every method a coroutine unless marked):
 ``use_local_host_memory()`` (plain)
     the engines' host memory becomes the device's own buffer (``near-data``);
 ``check_link(layout)``
-    make sure the far end is a device built for ``layout``.
+    make sure the far end is a device built for ``layout``;
+``media`` (plain attribute)
+    the media's lines as a writable ``(media_lines, 64)`` byte array when the
+    transport reaches them directly (a simulator's backdoor), else ``None``:
+    the driver then loads and reads whole tables without a transaction, at
+    moments when no write to the tables is in flight.
 """
 
 from typing import NamedTuple
@@ -161,19 +166,34 @@ class Device:
         base = self.config.hdm_base
         await self.transport.write_lines({base + a: v for a, v in lines.items()})
 
-    async def load_tables(self, tables):
+    async def load_tables(self, tables, *, backdoor=True):
+        """Write the tables into the media: directly where the transport can
+        (``backdoor``), else as CXL.mem writes, which return once persistent."""
+        cfg, media = self.config, self.transport.media
+        if backdoor and media is not None:
+            for t, table in enumerate(tables):
+                raw = np.ascontiguousarray(table, dtype="<i4").view(np.uint8).reshape(-1, LINE_BYTES)
+                media[cfg.table_base[t]:cfg.table_base[t] + len(raw)] = raw
+            return
         lines = {}
         for t, table in enumerate(tables):
             for k, line in enumerate(rows_to_lines(table)):
                 lines[self.row_addr(t, 0) + k] = line
         await self.transport.write_lines(lines)
 
-    async def read_tables(self):
-        cfg = self.config
+    async def read_tables(self, *, backdoor=True):
+        """The tables as the media holds them (see :meth:`load_tables`)."""
+        cfg, media = self.config, self.transport.media
         out = []
         for t, rows in enumerate(cfg.tables):
+            count = rows * cfg.lines_per_row
+            if backdoor and media is not None:
+                first = cfg.table_base[t]
+                out.append(np.array(media[first:first + count]).view("<i4").reshape(rows, cfg.dim)
+                           .astype(np.int32))
+                continue
             first = self.row_addr(t, 0)
-            lines = await self.transport.read_lines(range(first, first + rows * cfg.lines_per_row))
+            lines = await self.transport.read_lines(range(first, first + count))
             out.append(lines_to_rows(lines, cfg.dim))
         return out
 

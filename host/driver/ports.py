@@ -5,12 +5,13 @@ from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
 from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
+from trainingcxl.sim.backdoor import ram_array
 from trainingcxl.sim.bench_env import PERIOD_NS
 from trainingcxl.sim.control_driver import ControlDriver
 from trainingcxl.sim.cxl_mem_master import CxlMemMaster
-from trainingcxl.sim.host_memory import HostMemory
+from trainingcxl.sim.host_memory import GatewareHostMemory, HostMemory
 from trainingcxl.sim.streams import StreamMonitor
-from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from trainingcxl.spec.host_layout import HostLayout
 from .device import Device, DeviceError
 
@@ -37,8 +38,9 @@ class PortsTransport:
     #: The same for the device's own staging buffer (``near-data``).
     LOCAL_DELAY = (2, 6)
 
-    def __init__(self, dut, *, ctl, mem, host):
+    def __init__(self, dut, *, ctl, mem, host, media=None):
         self.dut, self.ctl, self.mem, self.host = dut, ctl, mem, host
+        self.media = media
 
     async def read_reg(self, reg):
         return await self.ctl.read(reg)
@@ -108,7 +110,7 @@ class DeviceTB(Device):
     HOST_DELAY = PortsTransport.HOST_DELAY
 
     def __init__(self, dut, config, *, seed=0, backpressure=None, gaps=None, host_delay=None,
-                 protocol_checks=True):
+                 protocol_checks=True, host_model="auto"):
         self.dut = dut
         self.clock = dut.clk
         Clock(dut.clk, PERIOD_NS, unit="ns").start()
@@ -117,20 +119,39 @@ class DeviceTB(Device):
         layout = HostLayout(config, base=self.HOST_BASE)
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
         # The link's latency is in the RTL; host memory adds its own access time.
-        self.host = HostMemory(dut, dut.clk, base=self.HOST_BASE, lines=layout.lines,
-                               period_ns=PERIOD_NS,
-                               delay=self.HOST_DELAY if host_delay is None else host_delay,
-                               seed=seed, pause=backpressure)
+        delay = self.HOST_DELAY if host_delay is None else tuple(host_delay)
+        self.host = self._host_memory(host_model, layout, delay, seed, backpressure)
         self.ctl = ControlDriver(dut, dut.clk)
-        super().__init__(PortsTransport(dut, ctl=self.ctl, mem=self.mem, host=self.host),
+        media = ram_array("media", config.media_lines, LINE_BITS)
+        super().__init__(PortsTransport(dut, ctl=self.ctl, mem=self.mem, host=self.host,
+                                        media=media),
                          config, layout=layout)
         self.idx_line, self.off_line, self.out_line = (
             self.idx_lines[0], self.off_lines[0], self.out_lines[0])
         self.monitors = []
         if protocol_checks:
-            for prefix, shape in (("cxl_mem__s2m_ndr", S2MNdr), ("cxl_mem__s2m_drs", S2MDrs),
-                                  ("cxl_cache__d2h_req", D2HReq), ("cxl_cache__d2h_data", D2HData)):
-                self.monitors.append(StreamMonitor(dut, prefix, shape, dut.clk))
+            streams = [("cxl_mem__s2m_ndr", S2MNdr), ("cxl_mem__s2m_drs", S2MDrs)]
+            if isinstance(self.host, HostMemory):
+                # (The gateware model is always ready: nothing for a monitor to see.)
+                streams += [("cxl_cache__d2h_req", D2HReq), ("cxl_cache__d2h_data", D2HData)]
+            self.monitors = [StreamMonitor(dut, prefix, shape, dut.clk) for prefix, shape in streams]
+
+    def _host_memory(self, kind, layout, delay, seed, backpressure):
+        """``kind``: ``"python"`` (faults and backpressure possible), ``"gateware"``
+        (no Python per request; needs the simulation top's backdoor RAMs), or
+        ``"auto"``: the gateware where it can serve, else Python."""
+        if kind not in ("auto", "python", "gateware"):
+            raise ValueError(f"host_model must be auto, python or gateware, not {kind!r}")
+        lines = ram_array("host", layout.lines, LINE_BITS) if hasattr(self.dut, "host_rtl") else None
+        if kind == "gateware" and lines is None:
+            raise ValueError("this simulation has no gateware host memory with a backdoor "
+                             "(Verilator builds of the simulation top have one)")
+        if kind == "gateware" or (kind == "auto" and lines is not None and backpressure is None):
+            return GatewareHostMemory(self.dut, base=layout.base, lines=lines, delay=delay)
+        if hasattr(self.dut, "host_rtl"):
+            self.dut.host_rtl.value = 0
+        return HostMemory(self.dut, self.dut.clk, base=layout.base, lines=layout.lines,
+                          period_ns=PERIOD_NS, delay=delay, seed=seed, pause=backpressure)
 
     async def reset(self, cycles=4):
         self.submitted = 0

@@ -1,0 +1,58 @@
+"""The benches' direct view of the backdoor RAMs (``hdl/common/ram.py``).
+
+In a Verilator build a RAM with a ``backdoor`` name keeps its words in a file
+that the simulator maps (``sim/dpi/ram_backdoor.cpp``); :func:`ram_files` makes
+the files of one run, and :func:`ram_array` maps one into the bench as a numpy
+array of ``(depth, stride)`` bytes, so a bench loads or reads a whole table in
+one copy. Both sides map the same pages: a write of either is seen by the
+other at once. The bench only touches them while nothing is in flight.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+__all__ = ["RAM_ENV", "ram_files", "ram_array"]
+
+#: The environment variable naming the file of the RAM ``{name}``.
+RAM_ENV = "TRAININGCXL_RAM_{}"
+
+
+def _stride(nbytes):
+    return 1 << max(0, (nbytes - 1).bit_length())
+
+
+@contextlib.contextmanager
+def ram_files(names):
+    """Empty files for the RAMs ``names`` of one run, in memory where the machine has
+    a ``/dev/shm``; yields the environment that names them; removes them afterwards."""
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    folder = tempfile.mkdtemp(prefix="trainingcxl-ram-", dir=where)
+    try:
+        env = {}
+        for name in names:
+            path = os.path.join(folder, f"{name}.bin")
+            open(path, "wb").close()
+            env[RAM_ENV.format(name)] = path
+        yield env
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def ram_array(name, depth, width_bits):
+    """The words of RAM ``name`` as a writable ``uint8`` array of shape ``(depth, stride)``
+    (little-endian words, ``stride`` their bytes rounded up to a power of two), or
+    ``None`` when this simulation has no backdoor for it (Icarus, or no file)."""
+    path = os.environ.get(RAM_ENV.format(name))
+    if not path:
+        return None
+    stride = _stride((width_bits + 7) // 8)
+    size = depth * stride
+    with open(path, "r+b") as f:
+        if os.fstat(f.fileno()).st_size < size:
+            f.truncate(size)
+    return np.memmap(path, dtype=np.uint8, mode="r+", shape=(depth, stride))

@@ -1,0 +1,192 @@
+"""Host memory behind CXL.cache as simulation-only gateware: the device's requests
+are answered inside the simulator, with no Python per transaction."""
+
+from amaranth import *
+from amaranth.hdl import ResetInserter
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.hdl.common.ram import Ram
+from trainingcxl.hdl.cxl.messages import (CxlCacheSignature, D2HReqOpcode, H2DData, H2DRsp,
+                                          H2DRspOpcode, UQID_BITS)
+from trainingcxl.spec.config import LINE_BITS
+
+__all__ = ["HostMemoryModel", "PIPELINE"]
+
+#: Cycles the model adds to every answer's delay (its RAM read and answer queue).
+PIPELINE = 2
+
+#: Write pulls the model tracks at once (by UQID modulo this); far more than the
+#: device's outstanding requests, so an entry is free again long before reuse.
+_PULLS = 64
+_SLOT = _PULLS.bit_length() - 1
+
+
+class HostMemoryModel(wiring.Component):
+    """Answers the device's CXL.cache requests from ``lines`` lines at host line ``base``.
+
+    The gateware twin of :class:`trainingcxl.sim.host_memory.HostMemory` (which
+    a bench uses when it injects faults, or on a simulator without backdoor
+    RAMs): reads (``RdCurr``, ``RdShared``, ``RdOwn``) get ``H2D Data`` and
+    writes (``ItoMWr``, ``WrCur``) ``GO_WritePull``, each ``delay_lo`` to
+    ``delay_lo + delay_span - 1`` cycles (pseudo-random; plus :data:`PIPELINE`)
+    after the request, so answers overtake each other; outside the window, poisoned data or
+    ``GO_ERR_WritePull``. The lines are a backdoor RAM named ``host``
+    (:mod:`trainingcxl.sim.backdoor`): the bench stages and reads arrays there.
+
+    Members
+    -------
+    cache : In(CxlCacheSignature)
+        The device's CXL.cache port.
+    delay_lo, delay_span : In(8)
+        The answer delay (``delay_span`` values from ``delay_lo``; at least 1).
+    power_fail : In(1)
+        Requests in flight die with the link; the lines stay.
+    reads, writes : Out(32)
+        Lines read and written inside the window.
+    errors : Out(32)
+        Protocol errors the device made: a CQID reused while outstanding or out
+        of range, an unknown opcode, data for a UQID never pulled. (The model is
+        always ready, so the device's streams cannot break the stream rule.)
+    """
+
+    def __init__(self, config, *, base, lines):
+        self._config = config
+        self._base, self._lines = base, lines
+        super().__init__({
+            "cache": In(CxlCacheSignature()),
+            "delay_lo": In(8),
+            "delay_span": In(8),
+            "power_fail": In(1),
+            "reads": Out(32),
+            "writes": Out(32),
+            "errors": Out(32),
+        })
+        self.ram = Ram(shape=LINE_BITS, depth=lines, backdoor="host")
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._config.cache_ids
+        lbits = max(1, (self._lines - 1).bit_length())
+        c = self.cache
+        m.submodules.ram = ram = self.ram
+        rd = ram.read_port()
+        wr = ram.write_port()
+
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+        lfsr = Signal(16, init=0xB5AD)
+        m.d.sync += lfsr.eq(Cat(lfsr[1:], lfsr[0] ^ lfsr[2] ^ lfsr[3] ^ lfsr[5]))
+        delay = self.delay_lo + ((lfsr[:8] * self.delay_span) >> 8)
+
+        error = []                      # one strobe per kind of error this cycle
+
+        # -- requests: a slot per CQID, waiting until its answer is due
+        slot = data.StructLayout({"write": 1, "inside": 1, "line": lbits, "due": 32})
+        waiting = Signal(n)             # answer not yet produced
+        busy = Signal(n)                # CQID outstanding until the device took its answer
+        slots = Array(Signal(slot, name=f"slot{k}") for k in range(n))
+        req = c.d2h_req.payload
+        m.d.comb += c.d2h_req.ready.eq(1)
+        take = c.d2h_req.valid
+        is_read = req.opcode.as_value().matches(D2HReqOpcode.RdCurr, D2HReqOpcode.RdShared,
+                                                D2HReqOpcode.RdOwn)
+        is_write = req.opcode.as_value().matches(D2HReqOpcode.ItoMWr, D2HReqOpcode.WrCur)
+        in_range = req.cqid < n
+        cq = req.cqid[:max(1, (n - 1).bit_length())]
+        accept = take & in_range & (is_read | is_write) & ~busy.bit_select(cq, 1)
+        error.append(take & ~accept)
+        offset = req.addr - self._base
+        set_mask = Mux(accept, 1 << cq, 0)
+        with m.If(accept):
+            m.d.sync += [
+                slots[cq].write.eq(is_write),
+                slots[cq].inside.eq((req.addr >= self._base) & (offset < self._lines)),
+                slots[cq].line.eq(offset[:lbits]),
+                slots[cq].due.eq(now + delay),
+            ]
+
+        due = Cat(waiting[k] & ~(now - slots[k].due)[31] for k in range(n))
+        due_read = Cat(due[k] & ~slots[k].write for k in range(n))
+        due_write = Cat(due[k] & slots[k].write for k in range(n))
+
+        # -- read answers: the RAM reads the line, the FIFO holds the answer for the
+        # device (room for every CQID, so it never refuses one)
+        m.submodules.data_q = data_q = fifo.SyncFIFOBuffered(width=Shape.cast(H2DData).width,
+                                                             depth=n + 2)
+        pick_r = Signal(range(n))
+        for k in reversed(range(n)):
+            with m.If(due_read[k]):
+                m.d.comb += pick_r.eq(k)
+        answer_r = due_read.any()
+        m.d.comb += [rd.addr.eq(slots[pick_r].line), rd.en.eq(answer_r)]
+        staged = Signal()
+        staged_cqid = Signal(range(n))
+        staged_poison = Signal()
+        m.d.sync += [staged.eq(answer_r), staged_cqid.eq(pick_r),
+                     staged_poison.eq(~slots[pick_r].inside)]
+        out_data = Signal(H2DData)
+        m.d.comb += [
+            out_data.cqid.eq(staged_cqid), out_data.poison.eq(staged_poison),
+            out_data.data.eq(Mux(staged_poison, 0, rd.data)),
+            data_q.w_data.eq(out_data), data_q.w_en.eq(staged),
+            c.h2d_data.valid.eq(data_q.r_rdy), c.h2d_data.payload.eq(data_q.r_data),
+            data_q.r_en.eq(c.h2d_data.ready),
+        ]
+        with m.If(answer_r & slots[pick_r].inside):
+            m.d.sync += self.reads.eq(self.reads + 1)
+
+        # -- write answers: a pull (or its refusal), remembered by UQID for the data
+        m.submodules.rsp_q = rsp_q = fifo.SyncFIFOBuffered(width=Shape.cast(H2DRsp).width,
+                                                           depth=n + 1)
+        pick_w = Signal(range(n))
+        for k in reversed(range(n)):
+            with m.If(due_write[k]):
+                m.d.comb += pick_w.eq(k)
+        answer_w = due_write.any()
+        uqid = Signal(UQID_BITS)
+        pull = data.StructLayout({"pending": 1, "uqid": UQID_BITS, "line": lbits})
+        pulls = Array(Signal(pull, name=f"pull{k}") for k in range(_PULLS))
+        out_rsp = Signal(H2DRsp)
+        inside_w = slots[pick_w].inside
+        m.d.comb += [
+            out_rsp.opcode.eq(Mux(inside_w, H2DRspOpcode.GO_WritePull,
+                                  H2DRspOpcode.GO_ERR_WritePull)),
+            out_rsp.cqid.eq(pick_w), out_rsp.uqid.eq(uqid),
+            rsp_q.w_data.eq(out_rsp), rsp_q.w_en.eq(answer_w),
+            c.h2d_rsp.valid.eq(rsp_q.r_rdy), c.h2d_rsp.payload.eq(rsp_q.r_data),
+            rsp_q.r_en.eq(c.h2d_rsp.ready),
+        ]
+        with m.If(answer_w):
+            m.d.sync += uqid.eq(uqid + 1)
+            with m.If(inside_w):
+                m.d.sync += pulls[uqid[:_SLOT]].eq(Cat(Const(1, 1), uqid, slots[pick_w].line))
+        error.append(answer_w & inside_w & pulls[uqid[:_SLOT]].pending)
+
+        clr_mask = (Mux(answer_r, 1 << pick_r, 0) | Mux(answer_w, 1 << pick_w, 0))
+        m.d.sync += waiting.eq((waiting & ~clr_mask) | set_mask)
+        taken_r = Signal(H2DData)
+        taken_w = Signal(H2DRsp)
+        m.d.comb += [taken_r.eq(data_q.r_data), taken_w.eq(rsp_q.r_data)]
+        done_r = c.h2d_data.valid & c.h2d_data.ready
+        done_w = c.h2d_rsp.valid & c.h2d_rsp.ready
+        done_mask = Cat((done_r & (taken_r.cqid == k)) | (done_w & (taken_w.cqid == k))
+                        for k in range(n))
+        m.d.sync += busy.eq((busy & ~done_mask) | set_mask)
+
+        # -- write data: by UQID into the RAM
+        d = c.d2h_data.payload
+        m.d.comb += c.d2h_data.ready.eq(1)
+        got = c.d2h_data.valid
+        entry = pulls[d.uqid[:_SLOT]]
+        known = entry.pending & (entry.uqid == d.uqid)
+        error.append(got & ~known)
+        m.d.comb += [wr.addr.eq(entry.line), wr.data.eq(d.data), wr.en.eq(got & known)]
+        with m.If(got & known):
+            m.d.sync += [entry.pending.eq(0), self.writes.eq(self.writes + 1)]
+
+        # The error count survives power failures; the rest starts over.
+        top = Module()
+        top.submodules.core = ResetInserter(self.power_fail)(m)
+        top.d.sync += self.errors.eq(self.errors + sum(error))
+        return top

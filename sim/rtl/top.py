@@ -1,0 +1,70 @@
+"""The design the simulation benches run: the device, and host memory in gateware beside it."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from trainingcxl.hdl.top import Device
+from trainingcxl.spec.host_layout import HostLayout
+from .host_memory import HostMemoryModel
+
+__all__ = ["SimTop"]
+
+
+class SimTop(wiring.Component):
+    """:class:`~trainingcxl.hdl.top.Device` with its ports, plus a
+    :class:`~.host_memory.HostMemoryModel` over the host layout's lines.
+
+    ``host_rtl`` picks who answers the device's CXL.cache: the model (1), or a
+    bench on the ``cxl_cache`` ports (0: a Python model that can inject faults
+    or hold answers back). The ``host_*`` members are the model's.
+    """
+
+    def __init__(self, config):
+        self._config = config
+        self.device = Device(config)
+        layout = HostLayout(config)
+        self.host = HostMemoryModel(config, base=layout.base, lines=layout.lines)
+        members = dict(self.device.signature.members)
+        members.update({
+            "host_rtl": In(1),
+            "host_delay_lo": In(8),
+            "host_delay_span": In(8),
+            "host_reads": Out(32),
+            "host_writes": Out(32),
+            "host_errors": Out(32),
+        })
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.device = dev = self.device
+        m.submodules.host = host = self.host
+        for path, member, port in self.signature.flatten(self):
+            if path[0] == "cxl_cache" or path[0].startswith("host_"):
+                continue
+            inner = dev
+            for part in path:
+                inner = inner[part] if isinstance(part, int) else getattr(inner, part)
+            m.d.comb += port.eq(inner) if member.flow == Out else inner.eq(port)
+
+        rtl = self.host_rtl
+        for name in ("d2h_req", "d2h_data"):            # device -> host
+            d, t, h = (getattr(x, name) for x in (dev.cxl_cache, self.cxl_cache, host.cache))
+            m.d.comb += [t.payload.eq(d.payload), h.payload.eq(d.payload),
+                         t.valid.eq(d.valid & ~rtl), h.valid.eq(d.valid & rtl),
+                         d.ready.eq(Mux(rtl, h.ready, t.ready))]
+        for name in ("h2d_rsp", "h2d_data"):            # host -> device
+            d, t, h = (getattr(x, name) for x in (dev.cxl_cache, self.cxl_cache, host.cache))
+            m.d.comb += [d.valid.eq(Mux(rtl, h.valid, t.valid)),
+                         d.payload.eq(Mux(rtl, h.payload, t.payload)),
+                         h.ready.eq(d.ready & rtl), t.ready.eq(d.ready & ~rtl)]
+        m.d.comb += [
+            host.power_fail.eq(self.power_fail),
+            host.delay_lo.eq(self.host_delay_lo),
+            host.delay_span.eq(self.host_delay_span),
+            self.host_reads.eq(host.reads),
+            self.host_writes.eq(host.writes),
+            self.host_errors.eq(host.errors),
+        ]
+        return m
