@@ -607,7 +607,7 @@ def rm_config(rows, batch_size=256):
     Implications of Facebook's DNN-based Personalized Recommendation" (HPCA
     2020): few tables, tens of lookups per table and sample, small MLPs, so
     the embedding work dominates a batch. Here 8 tables, bags of up to 32 rows
-    (``max_pooling``; the benchmark draws 16 to 32), dim 16 (one line a row,
+    (``max_pooling``; meant to be drawn from 16 to 32), dim 16 (one line a row,
     as in every other preset), bottom MLP 13-256-128-16 and top MLP
     52-256-64-1, 13 dense features so that Criteo data fits too. ``max_bags``
     covers the ladder's largest batch (2048 x 8 bags) whatever ``batch_size``
