@@ -95,10 +95,13 @@ class SyntheticWorkload:
         lengths = rng.integers(lo, hi + 1, size=n_bags)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint32)
         indices = np.empty(int(offsets[-1]), dtype=np.uint32)
-        for k in range(n_bags):
-            cdf, perm = self._popularity[k % n_tables]
-            ranks = np.searchsorted(cdf, rng.random(lengths[k]), side="right")
-            indices[offsets[k]:offsets[k + 1]] = perm[np.minimum(ranks, len(perm) - 1)]
+        # One draw a row, in bag order, then each table's rows at once.
+        u = rng.random(len(indices))
+        table_of = np.repeat(np.arange(n_bags) % n_tables, lengths)
+        for t, (cdf, perm) in enumerate(self._popularity):
+            sel = table_of == t
+            ranks = np.searchsorted(cdf, u[sel], side="right")
+            indices[sel] = perm[np.minimum(ranks, len(perm) - 1)]
         dense, labels = self._dense_and_labels(i, indices, offsets)
         return Batch(index=i, indices=indices, offsets=offsets, batch_size=self.batch_size,
                      n_tables=n_tables, dense=dense, labels=labels)

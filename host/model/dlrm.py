@@ -175,7 +175,7 @@ class FixedPointTrainer:
         grads, d_pooled = self.dense.backward(cache, logits, batch.labels)
         self.dense.sgd(grads, cfg.model.lr)
         deltas = embedding_deltas(cfg, d_pooled)
-        self.tables = embedding_update(cfg, self.tables, batch.indices, batch.offsets, deltas)
+        embedding_update(cfg, self.tables, batch.indices, batch.offsets, deltas, inplace=True)
         return StepResult(loss=loss, pooled=pooled, deltas=deltas)
 
 

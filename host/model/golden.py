@@ -55,23 +55,29 @@ def embedding_bag_sum(config, tables, indices, offsets):
     offsets = np.asarray(offsets, dtype=np.int64)
     n_bags = len(offsets) - 1
     lengths = np.diff(offsets)
-    bag_of = np.repeat(np.arange(n_bags), lengths)
-    table_of = bag_of % config.n_tables
-    base = np.concatenate([[0], np.cumsum(config.tables)[:-1]])
-    flat = np.concatenate([np.asarray(t, dtype=np.int64) for t in tables])
-    vals = flat[base[table_of] + np.asarray(indices, dtype=np.int64)]
+    table_of = np.repeat(np.arange(n_bags) % config.n_tables, lengths)
+    idx = np.asarray(indices, dtype=np.int64)
+    # Gather table by table: the work follows the batch, not the tables' size.
+    vals = np.empty((len(idx), config.dim), dtype=np.int64)
+    for t, table in enumerate(tables):
+        sel = table_of == t
+        vals[sel] = np.asarray(table)[idx[sel]]
     exact = np.zeros((n_bags, config.dim), dtype=np.int64)
-    np.add.at(exact, bag_of, vals)
+    full = lengths > 0          # a bag's rows are contiguous: sum each non-empty run
+    if full.any():
+        exact[full] = np.add.reduceat(vals, offsets[:-1][full], axis=0)
     return PoolResult(pooled=wrap32(exact), overflow=~fits32(exact).all(axis=1))
 
 
-def embedding_update(config, tables, indices, offsets, deltas):
+def embedding_update(config, tables, indices, offsets, deltas, *, inplace=False):
     """The device's UPDATE: subtract bag ``k``'s delta from every row of bag ``k``.
 
     ``deltas`` is (n_bags, dim) int32. A row used by several bags, or several
     times in one bag, receives every contribution. Arithmetic is two's
     complement and wraps, so the result does not depend on the order in which
-    contributions are applied. Returns new tables; the inputs are not changed.
+    contributions are applied. Returns new int32 tables and leaves the inputs
+    alone; with ``inplace`` (int32 tables only) it changes ``tables`` and
+    returns them, so that a batch costs what it touches, not the tables' size.
     """
     check_batch(config, indices, offsets)
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -85,10 +91,19 @@ def embedding_update(config, tables, indices, offsets, deltas):
     idx = np.asarray(indices, dtype=np.int64)
     out = []
     for t, table in enumerate(tables):
-        acc = np.zeros(table.shape, dtype=np.int64)
-        sel = table_of == t
-        np.add.at(acc, idx[sel], deltas[bag_of[sel]])
-        out.append(wrap32(np.asarray(table, dtype=np.int64) - acc))
+        if inplace:
+            if not (isinstance(table, np.ndarray) and table.dtype == np.int32):
+                raise ValueError(f"an update in place needs int32 tables, not {type(table)}")
+        else:
+            table = np.array(table, dtype=np.int32) if np.asarray(table).dtype == np.int32 else wrap32(table)
+        sel = np.flatnonzero(table_of == t)
+        if len(sel):    # sum each row's contributions: sort by row, add up each run
+            sel = sel[np.argsort(idx[sel], kind="stable")]
+            first = np.flatnonzero(np.diff(idx[sel], prepend=-1) != 0)
+            rows = idx[sel][first]
+            acc = np.add.reduceat(deltas[bag_of[sel]], first, axis=0)
+            table[rows] = wrap32(table[rows].astype(np.int64) - acc)
+        out.append(table)
     return out
 
 

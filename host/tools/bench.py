@@ -274,9 +274,41 @@ def _plot(summary, path):
     save_figure(fig, path)
 
 
+def _bench_loader(args, say):
+    """Lines per second of the Criteo loader (one core, no simulation): writes a sample file
+    of ``args.loader_lines`` lines and loads it into the ``criteo-kaggle`` tables."""
+    import tempfile
+    from pathlib import Path
+    from trainingcxl.host.model.criteo import CriteoDataset, write_sample
+    from trainingcxl.spec.config import PRESETS
+    cfg, n = PRESETS["criteo-kaggle"], args.loader_lines
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sample.tsv"
+        t0 = time.perf_counter()
+        write_sample(path, lines=n, seed=args.seed)
+        t1 = time.perf_counter()
+        ds = CriteoDataset(cfg, path, batch_size=cfg.model.batch_size)
+        t2 = time.perf_counter()
+        size = path.stat().st_size
+    result = {"lines": n, "bytes": size, "config": "criteo-kaggle",
+              "write_s": t1 - t0, "write_lines_per_s": n / (t1 - t0),
+              "load_s": t2 - t1, "load_lines_per_s": len(ds) / (t2 - t1),
+              "load_mb_per_s": size / (t2 - t1) / 1e6}
+    say(f"  Criteo loader: {n:,} lines ({size / 1e6:.0f} MB) loaded in {result['load_s']:.2f} s: "
+        f"{result['load_lines_per_s']:,.0f} lines/s ({60 * result['load_lines_per_s'] / 1e6:.1f} M "
+        f"lines/min, {result['load_mb_per_s']:.0f} MB/s)")
+    say(f"  sample writer: {result['write_lines_per_s']:,.0f} lines/s")
+    if args.json:
+        write_json(args.json, result)
+        say(f"  JSON  {args.json}")
+    return 0
+
+
 def cmd_bench(args):
     def say(text):
         print(text, flush=True)
+    if args.loader:
+        return _bench_loader(args, say)
     workloads = [WORKLOADS[w] for w in args.workloads.split(",")]
     systems = args.systems.split(",")
     t0 = time.monotonic()
@@ -364,6 +396,11 @@ def add_bench_command(sub):
     sp.add_argument("--skip-engines", action="store_true", help="leave out the engine bandwidth runs")
     sp.add_argument("--skip-recovery", action="store_true", help="leave out the recovery-time series")
     sp.add_argument("--skip-speed", action="store_true", help="leave out the simulator speed runs")
+    sp.add_argument("--loader", action="store_true",
+                    help="instead of the ladder: the Criteo loader's lines per second on a sample "
+                         "file it writes (one core, no simulation)")
+    sp.add_argument("--loader-lines", type=positive, default=1_000_000,
+                    help="lines of the --loader sample file (default: 1,000,000)")
     sp.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
     sp.add_argument("--plot", metavar="OUT.png", help="draw each system's cycles per batch by phase")
     sp.set_defaults(func=cmd_bench)

@@ -109,3 +109,74 @@ def test_a_coalesced_update_changes_the_tables_as_the_batch_does():
                for r in batch.indices[batch.offsets[k]:batch.offsets[k + 1]]}
     once = [(k % cfg.n_tables, int(idx[off[k]])) for k in range(len(lengths)) if lengths[k]]
     assert len(once) == len(set(once)) and set(once) == touched
+
+
+def test_synthetic_batches_are_pinned():
+    # Benchmarks' figures rest on these batches: drawing them faster must not change them.
+    import hashlib
+    from trainingcxl.spec.config import PRESETS
+    b = SyntheticWorkload(PRESETS["small"], seed=3, batch_size=32).batch(5)
+    digest = hashlib.sha256(b.indices.tobytes() + b.offsets.tobytes() + b.dense.tobytes()
+                            + b.labels.tobytes()).hexdigest()[:16]
+    assert digest == "e69d9472670b94ab"
+
+
+def test_a_batch_costs_what_it_touches_not_the_tables_size():
+    import tracemalloc
+    from trainingcxl.spec.config import PRESETS
+    cfg = PRESETS["rm-1m"]                     # 8 tables of a million rows, batches of 2048
+    b = SyntheticWorkload(cfg, seed=1, batch_size=2048, min_pooling=16).batch(0)
+    assert b.n_bags == 2048 * 8 and b.n_indices >= 2048 * 8 * 16
+    check_batch(cfg, b.indices, b.offsets)
+    # Tables that take no memory: row r of every table holds r in each element.
+    rows = [np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, cfg.dim)) for n in cfg.tables]
+    tracemalloc.start()
+    try:
+        got = embedding_bag_sum(cfg, rows, b.indices, b.offsets)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 << 20          # the tables would be 512 MB; the batch's rows 50 MB
+    sums = np.add.reduceat(b.indices.astype(np.int64), b.offsets[:-1].astype(np.int64))
+    sums[np.diff(b.offsets) == 0] = 0
+    np.testing.assert_array_equal(got.pooled[:, 0], wrap32(sums))
+
+
+def test_an_update_in_place_equals_the_copying_one():
+    from trainingcxl.host.model.golden import embedding_update
+    tables = initial_tables(CFG, seed=3)
+    b = SyntheticWorkload(CFG, seed=4, batch_size=30).batch(1)
+    deltas = np.random.default_rng(5).integers(-2**31, 2**31, size=(b.n_bags, CFG.dim), dtype=np.int32)
+    want = embedding_update(CFG, tables, b.indices, b.offsets, deltas)
+    mine = [t.copy() for t in tables]
+    got = embedding_update(CFG, mine, b.indices, b.offsets, deltas, inplace=True)
+    assert all(g is m for g, m in zip(got, mine))
+    for g, w, t in zip(got, want, tables):
+        np.testing.assert_array_equal(g, w)
+        assert not np.array_equal(g, t)              # the batch did change every table
+    # Against a plain loop over the bags.
+    ref = [t.astype(np.int64) for t in tables]
+    for k in range(b.n_bags):
+        for i in b.indices[b.offsets[k]:b.offsets[k + 1]]:
+            ref[k % CFG.n_tables][i] -= deltas[k]
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, wrap32(r))
+
+
+@pytest.mark.slow
+def test_the_largest_ladder_model_trains_a_batch_on_the_host():
+    import time
+    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.host.model.dlrm import FixedPointTrainer
+    cfg = PRESETS["rm-1m"]
+    t0 = time.monotonic()
+    tables = initial_tables(cfg, seed=0)
+    assert time.monotonic() - t0 < 60               # seconds, not minutes
+    b = SyntheticWorkload(cfg, seed=0, batch_size=2048, min_pooling=16).batch(0)
+    trainer = FixedPointTrainer(cfg, tables, seed=0)
+    step = trainer.step(b)
+    np.testing.assert_array_equal(step.pooled, embedding_bag_sum(cfg, tables, b.indices, b.offsets).pooled)
+    touched = np.unique(b.indices[np.repeat(np.arange(b.n_bags), np.diff(b.offsets.astype(np.int64)))
+                                  % cfg.n_tables == 0])
+    untouched = np.setdiff1d(np.arange(1000), touched)
+    np.testing.assert_array_equal(trainer.tables[0][untouched], tables[0][untouched])

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from trainingcxl.spec.config import Config, ConfigError
-from trainingcxl.host.model.criteo import N_CAT, N_DENSE, CriteoFormatError, _parse
+from trainingcxl.host.model.criteo import N_CAT, N_DENSE, CriteoFormatError, _parse, parse_block
 from trainingcxl.host.model.golden import embedding_bag_sum
 
 # Derandomized: CI runs the same examples every time.
@@ -61,6 +61,78 @@ def test_a_damaged_column_is_refused(columns, junk):
             assert junk.lstrip("-").isdigit() and len(junk.lstrip("-")) <= 18
         else:
             int(junk, 16)
+
+
+
+def line_by_line(data, tables):
+    """The loader's semantics, one line at a time with the exact parser: (samples, refused)."""
+    samples, refused = [], []
+    for n, raw in enumerate(data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n"),
+                            start=1):
+        try:
+            text = raw.decode("ascii")
+            if not text.strip():
+                continue
+            label, dense_values, cats = _parse(text, f"x:{n}")
+        except (CriteoFormatError, UnicodeDecodeError):
+            refused.append(n)
+            continue
+        samples.append((label, dense_values, [0 if c is None else c % r for c, r in zip(cats, tables)]))
+    return samples, refused
+
+
+# Fields near their limits, and junk: lengths 17-19, signs, letters, white space, non-ASCII.
+field = st.one_of(
+    st.just(""), st.integers(-10**18, 10**19).map(str), st.integers(0, 2**68).map(lambda v: f"{v:x}"),
+    st.integers(0, 2**64 - 1).map(lambda v: f"{v:X}"), st.sampled_from(["0", "1", "-", "-0", "+1", " 1",
+                                                                        "1\r", "g", "\x0b", "é"]),
+    st.text(alphabet="0123456789abcdefABCDEF-xz \r\x1c", max_size=20))
+good_line = st.tuples(st.sampled_from(["0", "1"]),
+                      st.lists(st.one_of(st.just(""), st.integers(-10**17, 10**18 - 1).map(str)),
+                               min_size=N_DENSE, max_size=N_DENSE),
+                      st.lists(st.one_of(st.just(""), st.integers(0, 2**64 - 1).map(lambda v: f"{v:x}")),
+                               min_size=N_CAT, max_size=N_CAT)).map(lambda t: [t[0], *t[1], *t[2]])
+
+
+@st.composite
+def criteo_lines(draw):
+    fields = draw(good_line)
+    for _ in range(draw(st.integers(0, 2))):       # damage a few columns
+        fields[draw(st.integers(0, len(fields) - 1))] = draw(field)
+    text = "\t".join(fields)
+    shape = draw(st.sampled_from(["", "", "", "drop", "extra", "blank", "cr"]))
+    if shape == "drop":
+        text = text.rsplit("\t", 1)[0]
+    elif shape == "extra":
+        text += "\t"
+    elif shape == "blank":
+        text = draw(st.text(alphabet=" \t\r\x0b\x0c\x1c", max_size=4))
+    elif shape == "cr":
+        text += "\r" * draw(st.integers(1, 2))
+    return text
+
+
+@PROPERTY
+@given(st.lists(criteo_lines(), min_size=1, max_size=6), st.booleans(),
+       st.lists(st.integers(1, 2**24), min_size=1, max_size=N_CAT))
+def test_the_block_parser_agrees_with_the_exact_parser(lines, final_newline, tables):
+    data = "\n".join(lines).encode("utf-8") + (b"\n" if final_newline else b"")
+    samples, refused = line_by_line(data, tables)
+    chunk = parse_block(data, tables, where="x", on_error="skip")
+    assert chunk.skipped == len(refused)
+    assert [p.split(":")[1] for p in chunk.problems] == [str(n) for n in refused[:5]]
+    assert len(chunk) == len(samples)
+    for k, (label, dense_values, rows) in enumerate(samples):
+        assert chunk.labels[k] == label
+        np.testing.assert_array_equal(chunk.dense[k], dense_values)
+        assert chunk.rows[k].tolist() == rows
+    if refused:
+        try:
+            parse_block(data, tables, where="x")
+        except CriteoFormatError as e:
+            assert str(e).startswith(f"x:{refused[0]}: ")
+        else:
+            raise AssertionError("a malformed line was not refused")
 
 
 values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-5, 1 << 30),

@@ -79,3 +79,39 @@ def test_checkpoint_regions_size_themselves():
                         ).hardware_digest() != tiny.hardware_digest()
     with pytest.raises(ConfigError, match="commit_lines"):
         tiny.replace(commit_lines=1)
+
+
+def test_criteo_kaggle_is_the_reference_model_with_hashed_tables():
+    from trainingcxl.spec.config import CRITEO_KAGGLE_ROWS, CRITEO_KAGGLE_CAP
+    cfg = PRESETS["criteo-kaggle"]
+    assert len(CRITEO_KAGGLE_ROWS) == 26 and sum(CRITEO_KAGGLE_ROWS) == 33_762_577
+    assert cfg.tables == tuple(min(r, CRITEO_KAGGLE_CAP) for r in CRITEO_KAGGLE_ROWS)
+    assert sum(cfg.tables) >= 1_000_000 and max(cfg.tables) == 1 << 18
+    assert (cfg.dim, cfg.max_pooling, cfg.model.dense_features) == (16, 1, 13)
+    assert (cfg.model.bottom_hidden, cfg.model.top_hidden) == ((512, 256, 64), (512, 256))
+    assert cfg.model.batch_size >= 128 and cfg.model.lr == 0.1
+    assert cfg.max_bags >= cfg.model.batch_size * 26
+    # The undo log holds two batches of distinct rows; the media stays at 128 MiB.
+    assert cfg.log_slots >= 2 * cfg.model.batch_size * 26
+    assert cfg.media_lines_pow2 <= 1 << 21
+
+
+def test_the_scale_ladder_covers_its_grid():
+    from trainingcxl.spec.config import SCALE_BATCHES, rm_config, scale_ladder
+    ladder = scale_ladder()
+    assert [name for name, _ in ladder] == [f"rm-{r}/b{b}" for r in ("1k", "100k", "1m")
+                                            for b in (32, 256, 2048)]
+    for name, cfg in ladder:
+        rows, batch = cfg.tables[0], cfg.model.batch_size
+        assert cfg.tables == (rows,) * 8 and rows in (1_000, 100_000, 1_000_000), name
+        assert cfg.max_bags >= max(SCALE_BATCHES) * cfg.n_tables, name
+        assert cfg.log_slots >= 2 * cfg.records_per_batch(batch), name
+        assert 16 <= cfg.max_pooling <= 32
+        assert Config.from_json(cfg.to_json()) == cfg
+    for name in ("rm-1k", "rm-100k", "rm-1m"):
+        assert PRESETS[name] == rm_config(PRESETS[name].tables[0])
+    assert PRESETS["rm-1m"].media_lines_pow2 <= 1 << 24
+    with pytest.raises(ConfigError, match=r"tables\[0\] must be a row count in \[1, 2\*\*24\]"):
+        rm_config((1 << 24) + 1)
+    with pytest.raises(ConfigError, match="model.batch_size must be a positive integer"):
+        rm_config(1000, 0)

@@ -76,3 +76,12 @@ def test_train_refuses_failures_it_cannot_inject():
         main(["train", "--config", "tiny", "--no-checkpoint", "--inject-failures", "1"])
     with pytest.raises(SystemExit, match="has no 'log' phase"):
         main(["train", "--config", "tiny", "--system", "cxl", "--fail-in", "log"])
+
+
+def test_the_loader_benchmark_prints_lines_per_second(tmp_path, capsys):
+    import json
+    out = tmp_path / "loader.json"
+    assert main(["bench", "--loader", "--loader-lines", "3000", "--json", str(out)]) == 0
+    assert "lines/s" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["lines"] == 3000 and result["load_lines_per_s"] > 0 and result["bytes"] > 3000 * 100
