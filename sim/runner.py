@@ -301,6 +301,10 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
         CONFIG_ENV: config.to_json(),
         ARGS_ENV: json.dumps(args or {}),
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        # The bench's matrices are small: BLAS threads would only spin beside
+        # the simulator, which is single-threaded.
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
     if quiet:
         env.update({"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING"})

@@ -20,10 +20,10 @@ from ..bench_env import bench_args, bench_config
 NONE = ErrorCode.NONE
 
 
-async def formatted(dut, *, staleness=0, seed=1):
+async def formatted(dut, *, staleness=0, seed=1, host_model="auto"):
     """A device with tables loaded, batch 0 committed and snapshotted; returns
     ``(tb, tables, params0)``."""
-    tb = DeviceTB(dut, bench_config(), seed=seed)
+    tb = DeviceTB(dut, bench_config(), seed=seed, host_model=host_model)
     await tb.reset()
     error, *_ = await tb.recover()
     assert error == ErrorCode.NO_CHECKPOINT, f"RECOVER on blank media: {error!r}"
@@ -188,7 +188,7 @@ async def test_host_faults_during_update_and_snapshot(dut):
     host read fails leaves the previous snapshot the valid one ("snapshot
     failed"); after a power failure RECOVER returns to that snapshot's batch
     (K = 0), and the next pull works."""
-    tb, tables, params0 = await formatted(dut, seed=2)
+    tb, tables, params0 = await formatted(dut, seed=2, host_model="python")   # it injects faults
     cfg = tb.config
     rng = np.random.default_rng(5)
     batch = SyntheticWorkload(cfg, seed=4, batch_size=4).batch(1)

@@ -7,8 +7,9 @@ device one delta per bag (already scaled by the learning rate, see
 :mod:`trainingcxl.host.model.dlrm`); the device applies them (``UPDATE``), commits
 the batch (``COMMIT``) and pulls a snapshot of the MLP (``SNAPSHOT_MLP``).
 Beside it the golden model trains on the same data: every pooled vector is
-compared bit for bit, and the tables are read back through CXL.mem and
-compared at the first and last batch and every ``check_every`` batches. A
+compared bit for bit, and the tables are read back (straight from the media's
+backdoor RAM under Verilator, through CXL.mem under Icarus) and compared at
+the first and last batch and every ``check_every`` batches. A
 float32 reference trains on the same data too. Power failures, when asked
 for, are injected and recovered from (:mod:`trainingcxl.host.protocol.training`).
 
@@ -30,6 +31,7 @@ or snapshots), ``measure_from`` (first batch of the measured window, whose
 counter deltas go to ``window``) and ``out`` (the JSON record).
 """
 
+import gc
 import json
 import time
 from pathlib import Path
@@ -76,6 +78,8 @@ async def train_job(dut):
                       log=(lambda text: None) if args.get("quiet") else progress,
                       checkpointing=args.get("checkpointing", True),
                       measure_from=args.get("measure_from"))
+    # What exists now lives for the whole run: keep the collector from walking it again.
+    gc.freeze()
     wall0 = time.perf_counter()
     try:
         record = await run.run()

@@ -29,6 +29,10 @@ def test_cxl_mem_random_traffic(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_cxl_mem_random_traffic", args={"seed": 11})
 
 
+def test_backdoor_agrees_with_cxl_mem(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_backdoor_agrees_with_cxl_mem")
+
+
 def test_cxl_mem_refusals(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_cxl_mem_refusals")
 
