@@ -38,6 +38,9 @@ class HostMemoryModel(wiring.Component):
     -------
     cache : In(CxlCacheSignature)
         The device's CXL.cache port.
+    enable : In(1)
+        The model answers; when low its clocks stand still too (nothing toggles,
+        so an event-driven simulator spends nothing on it).
     delay_lo, delay_span : In(8)
         The answer delay (``delay_span`` values from ``delay_lo``; at least 1).
     power_fail : In(1)
@@ -55,6 +58,7 @@ class HostMemoryModel(wiring.Component):
         self._base, self._lines = base, lines
         super().__init__({
             "cache": In(CxlCacheSignature()),
+            "enable": In(1),
             "delay_lo": In(8),
             "delay_span": In(8),
             "power_fail": In(1),
@@ -74,9 +78,10 @@ class HostMemoryModel(wiring.Component):
         wr = ram.write_port()
 
         now = Signal(32)
-        m.d.sync += now.eq(now + 1)
         lfsr = Signal(16, init=0xB5AD)
-        m.d.sync += lfsr.eq(Cat(lfsr[1:], lfsr[0] ^ lfsr[2] ^ lfsr[3] ^ lfsr[5]))
+        with m.If(self.enable):
+            m.d.sync += [now.eq(now + 1),
+                         lfsr.eq(Cat(lfsr[1:], lfsr[0] ^ lfsr[2] ^ lfsr[3] ^ lfsr[5]))]
         delay = self.delay_lo + ((lfsr[:8] * self.delay_span) >> 8)
 
         error = []                      # one strobe per kind of error this cycle

@@ -60,6 +60,7 @@ class SimTop(wiring.Component):
                          d.payload.eq(Mux(rtl, h.payload, t.payload)),
                          h.ready.eq(d.ready & rtl), t.ready.eq(d.ready & ~rtl)]
         m.d.comb += [
+            host.enable.eq(rtl),
             host.power_fail.eq(self.power_fail),
             host.delay_lo.eq(self.host_delay_lo),
             host.delay_span.eq(self.host_delay_span),

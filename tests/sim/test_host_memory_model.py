@@ -36,6 +36,7 @@ def test_reads_and_writes_are_answered_within_the_delay_and_land_in_the_window()
     dut.ram.data.init = [words[k] for k in range(LINES)]
 
     async def tb(ctx):
+        ctx.set(dut.enable, 1)
         ctx.set(dut.delay_lo, 5)
         ctx.set(dut.delay_span, 4)          # answers 5..8 cycles after the request
         got = []
@@ -68,6 +69,7 @@ def test_an_answer_comes_after_its_delay():
     dut, cache = _model()
 
     async def tb(ctx):
+        ctx.set(dut.enable, 1)
         ctx.set(dut.delay_lo, 12)
         ctx.set(dut.delay_span, 1)
         await stream_put(ctx, cache.d2h_req, {"opcode": D2HReqOpcode.RdShared, "cqid": 2,
@@ -84,6 +86,7 @@ def test_protocol_errors_are_counted():
     dut, cache = _model()
 
     async def tb(ctx):
+        ctx.set(dut.enable, 1)
         ctx.set(dut.delay_lo, 40)
         ctx.set(dut.delay_span, 1)
         # A CQID reused while outstanding, one out of range, data never pulled.
