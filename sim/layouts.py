@@ -6,7 +6,7 @@ different offset on the two sides.
 
 import enum as py_enum
 
-from amaranth.hdl import Shape, ShapeCastable
+from amaranth.hdl import Shape
 from amaranth.lib import data
 
 __all__ = ["Payload", "as_layout", "pack", "unpack"]
@@ -34,41 +34,60 @@ def _width(shape):
     return Shape.cast(shape).width
 
 
+#: ``id(shape) -> (shape, plan)``: what pack and unpack need of a shape, worked
+#: out once (asking Amaranth for every field of every payload is slow).
+_PLANS = {}
+
+
+def _plan(shape):
+    hit = _PLANS.get(id(shape))
+    if hit is not None and hit[0] is shape:
+        return hit[1]
+    layout = as_layout(shape)
+    if isinstance(layout, data.StructLayout):
+        plan = ("struct", {name for name, _ in layout},
+                [(name, field.offset, _width(field.shape), field.shape) for name, field in layout])
+    elif isinstance(layout, type) and issubclass(layout, py_enum.Enum):
+        plan = ("enum", layout, _width(layout))
+    else:
+        cast = Shape.cast(layout)
+        plan = ("int", cast.width, cast.signed)
+    _PLANS[id(shape)] = (shape, plan)
+    return plan
+
+
 def pack(shape, value):
     """Integer encoding of ``value`` (int, enum member, or dict of fields) for ``shape``."""
-    layout = as_layout(shape)
+    plan = _plan(shape)
     if isinstance(value, py_enum.Enum):
         value = value.value
-    if isinstance(layout, data.StructLayout) and isinstance(value, dict):
-        unknown = set(value) - {name for name, _ in layout}
+    if plan[0] == "struct" and isinstance(value, dict):
+        unknown = set(value) - plan[1]
         if unknown:
-            raise KeyError(f"fields {sorted(unknown)} are not in {layout!r}")
+            raise KeyError(f"fields {sorted(unknown)} are not in {as_layout(shape)!r}")
         out = 0
-        for name, field in layout:
+        for name, offset, width, sub in plan[2]:
             if name in value:
-                w = _width(field.shape)
-                out |= (pack(field.shape, value[name]) & ((1 << w) - 1)) << field.offset
+                out |= (pack(sub, value[name]) & ((1 << width) - 1)) << offset
         return out
-    return int(value) & ((1 << _width(layout)) - 1)
+    width = plan[1] if plan[0] == "int" else plan[2] if plan[0] == "enum" else _width(shape)
+    return int(value) & ((1 << width) - 1)
 
 
 def unpack(shape, raw):
     """Decode the integer ``raw`` into a :class:`Payload` (structs) or an int/enum member."""
-    layout = as_layout(shape)
-    if isinstance(layout, data.StructLayout):
+    plan = _plan(shape)
+    if plan[0] == "struct":
         out = Payload()
-        for name, field in layout:
-            w = _width(field.shape)
-            out[name] = unpack(field.shape, (raw >> field.offset) & ((1 << w) - 1))
+        for name, offset, width, sub in plan[2]:
+            out[name] = unpack(sub, (raw >> offset) & ((1 << width) - 1))
         return out
-    if isinstance(layout, type) and issubclass(layout, py_enum.Enum):
+    if plan[0] == "enum":
         try:
-            return layout(raw)
+            return plan[1](raw)
         except ValueError:
             return raw
-    if isinstance(layout, ShapeCastable) and not isinstance(layout, data.Layout):
-        pass
-    shape_ = Shape.cast(layout)
-    if shape_.signed and raw >> (shape_.width - 1):
-        return raw - (1 << shape_.width)
+    _, width, signed = plan
+    if signed and raw >> (width - 1):
+        return raw - (1 << width)
     return raw

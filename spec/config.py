@@ -643,6 +643,9 @@ PRESETS = {
     "tiny": Config(tables=(32, 48), max_pooling=8, max_bags=256, cache_timeout=4096,
                    model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
     "small": Config(tables=(512, 256, 1024, 128), max_pooling=16, max_bags=2048),
+    # ``small``'s device with tables of a million rows: 2**22 media lines
+    # (256 MiB), to show that size costs memory, not build or run time.
+    "large": Config(tables=(1_000_000,) * 4, max_pooling=16, max_bags=2048),
     "bench": Config(tables=(1024,) * 4, max_pooling=32, max_bags=8192),
     "kaggle-like": Config(tables=(512,) * 26, max_pooling=4, max_bags=4096,
                           model=ModelShape(bottom_hidden=(512, 256, 64), top_hidden=(512, 256),
