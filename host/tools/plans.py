@@ -110,11 +110,12 @@ def failure_summary(rec):
     nested = sum(f["failures_during_recovery"] for f in failures)
     lines = [f"  power failures     {len(failures)} (+{nested} during recovery), {good} recovered "
              f"consistently, staleness K = {rec.get('staleness', 0)}",
-             "      cycle  phase      batch  ->  D     m   recovery  rolled back  invariants"]
+             "      cycle  phase      batch  ->  D     m   recovery  rolled back  lines read  invariants"]
     for f in failures:
+        read = f.get("recovery_lines")
         lines.append(f"  {f['cycle']:>9}  {f['phase']:<9} {f['batch']:>5}    {f['recovered_batch']:>4} "
                      f"{f['recovered_mlp_batch']:>5} {f['recovery_cycles']:>9} {f['rolled_back']:>12}"
-                     f"  {'hold' if f['consistent'] else 'BROKEN'}")
+                     f" {'-' if read is None else read:>11}  {'hold' if f['consistent'] else 'BROKEN'}")
     if left:
         lines.append(f"  note               {left} planned failures did not happen: the run ended first")
     return lines
