@@ -39,10 +39,11 @@ class Dispatcher(wiring.Component):
     * a ``LOOKUP``, ``UPDATE`` or ``FINISH`` of a batch at or before the newest
       commit (``committed``) completes with ``BAD_BATCH``: its undo records
       would be reclaimed at once, so its changes could not be rolled back;
-    * a ``LOOKUP`` that logs and names more indices than the undo ring has
-      slots (when the tables hold more rows than that) completes with
-      ``LOG_TOO_SMALL``: its records could fill the ring, which only its own
-      commit would free.
+    * a logged ``LOOKUP`` or ``FINISH`` whose distinct rows (with the records
+      already live) do not fit the undo ring completes with ``LOG_TOO_SMALL``:
+      the undo logger finds it while the rows stream in (it counts records, one
+      per distinct row, not indices) and the lookup engine reports it, so an
+      ``UPDATE`` after it is refused.
 
     Members
     -------
@@ -118,14 +119,6 @@ class Dispatcher(wiring.Component):
         ckpt_ops = d.op.as_value().matches(Op.COMMIT, Op.SNAPSHOT_MLP, Op.RECOVER)
         is_update = d.op == Op.UPDATE
         fresh_refuse = Signal(ErrorCode)
-        # A logged LOOKUP whose rows could need more undo records than the ring
-        # holds would wait for ring space that only its own commit frees.
-        cfg = self._config
-        if sum(cfg.tables) > cfg.log_slots:
-            too_many = ((d.op == Op.LOOKUP) & self.logging & ~d.nolog
-                        & (d.n_indices > cfg.log_slots))
-        else:
-            too_many = C(0)
         # A batch at or before the newest commit: its undo records would be
         # reclaimed at once, so its update could not be rolled back.
         stale = (d.op.as_value().matches(Op.LOOKUP, Op.UPDATE, Op.FINISH) & self.logging
@@ -134,8 +127,6 @@ class Dispatcher(wiring.Component):
             m.d.comb += fresh_refuse.eq(ErrorCode.BAD_BATCH)
         with m.Elif(is_update & self.logging & ~logged):
             m.d.comb += fresh_refuse.eq(ErrorCode.NOT_LOGGED)
-        with m.Elif(too_many):
-            m.d.comb += fresh_refuse.eq(ErrorCode.LOG_TOO_SMALL)
         with m.Elif(~(lookup_ops | ckpt_ops | is_update)):
             m.d.comb += fresh_refuse.eq(ErrorCode.BAD_OP)
         held = self.hold_lookup & (d.op == Op.LOOKUP)

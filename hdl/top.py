@@ -254,6 +254,7 @@ class Device(wiring.Component):
                 control.counter(Reg.RECOVERED_INFO).d_valid.eq(ckpt.recovered_flags[0]),
                 control.counter(Reg.RECOVERED_INFO).m_valid.eq(ckpt.recovered_flags[1]),
                 control.counter(Reg.RECOVERED_INFO).rolled_back.eq(ckpt.rolled_back),
+                control.counter(Reg.RECOVERED_INFO).lines_read.eq(ckpt.recover_lines),
                 control.counter(Reg.LOG_RECORDS).eq(logger.records),
                 control.counter(Reg.LOG_FULL).eq(logger.full_cycles),
                 control.counter(Reg.CKPT_STALLS).eq(dispatch.stall_cycles),

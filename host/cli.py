@@ -174,10 +174,6 @@ def cmd_train(args):
     from trainingcxl.host.tools.plans import check_checkpoint_regions, failure_plan
     from trainingcxl.host.protocol.systems import SYSTEMS
     system = SYSTEMS[args.system]
-    try:
-        check_checkpoint_regions(cfg, args.batch_size)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
     plan = failure_plan(fail_at=args.fail_at, fail_in=args.fail_in, random=args.inject_failures)
     if any(e.get("phase") == "log" for e in plan) and not system.log_pass:
         raise SystemExit(f"error: system {system.name} has no 'log' phase (only near-data and "
@@ -194,6 +190,16 @@ def cmd_train(args):
                          f"needs the relaxed block, which this configuration leaves out "
                          f"(blocks: {', '.join(cfg.blocks) or 'none'}); use a strict-order system "
                          f"such as cxl-b")
+    if not args.no_checkpoint:
+        # The undo log must hold the distinct rows of the batches live at once.
+        if args.data == "synthetic":
+            from trainingcxl.host.model.data import SyntheticWorkload
+            ds = SyntheticWorkload(cfg, seed=args.seed, batch_size=args.batch_size)
+        try:
+            check_checkpoint_regions(cfg, args.batch_size,
+                                     [ds.batch(i) for i in range(args.batches)], relaxed=relaxed)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}")
     order = "relaxed" if relaxed else "strict"
     checkpoints = (f"staleness K = {args.staleness}" if not args.no_checkpoint
                    else "checkpointing off")

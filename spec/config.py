@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
-    "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "ConfigError",
+    "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
+    "ConfigError",
     "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "ModelShape", "GpuTiming", "Config",
     "PRESETS", "load_config", "CRITEO_KAGGLE_ROWS", "CRITEO_KAGGLE_CAP", "criteo_kaggle",
     "SCALE_ROWS", "SCALE_BATCHES", "rm_config", "scale_ladder",
@@ -35,6 +36,9 @@ LINE_BYTES = 64
 LINE_BITS = 8 * LINE_BYTES
 #: Width of a host physical line address (Address[51:6]): every pointer a descriptor holds.
 ADDR_BITS = 46
+#: Lines of undo ring headers (``Config.ring_base``): written in turn, so a torn one leaves
+#: the one before it.
+RING_HEADERS = 2
 
 
 class ConfigError(ValueError):
@@ -483,9 +487,16 @@ class Config:
         return self.log_base + self.log_size
 
     @property
+    def ring_base(self):
+        """Media line of the undo ring's :data:`RING_HEADERS` headers, after the commit records:
+        the newest persistent record, so that ``RECOVER`` reads no more of the ring than it
+        rolls back (spec/records.py)."""
+        return self.commit_base + self.commit_lines
+
+    @property
     def snapshot_base(self):
         """Media line addresses of snapshot slots A and B."""
-        a = self.commit_base + self.commit_lines
+        a = self.ring_base + RING_HEADERS
         return (a, a + self.snapshot_size)
 
     @property

@@ -78,7 +78,9 @@ ERROR_MEANINGS = {
     ErrorCode.BAD_BATCH: "COMMIT not after the last commit; SNAPSHOT_MLP of an uncommitted batch",
     ErrorCode.NO_CHECKPOINT: "RECOVER found no committed batch with a snapshot: start from scratch",
     ErrorCode.OUT_OF_WINDOW: "an array the descriptor names reaches outside the GPU window",
-    ErrorCode.LOG_TOO_SMALL: "a logged LOOKUP may need more undo records than the ring holds",
+    ErrorCode.LOG_TOO_SMALL: "a logged LOOKUP or FINISH met an undo ring full of records "
+                             "that no commit could free before it ends (its distinct rows "
+                             "do not fit)",
 }
 assert set(OP_MEANINGS) == set(Op) and set(ERROR_MEANINGS) == set(ErrorCode)
 

@@ -8,11 +8,13 @@ one *header line* of the same layout (:data:`HEADER_FIELDS`, from bit 0 of the
 =========  ====  ==========================================================
 field      bits  meaning
 =========  ====  ==========================================================
-``magic``  16    the kind of record (:data:`UNDO`, :data:`COMMIT`, :data:`SNAPSHOT`)
+``magic``  16    the kind of record (:data:`UNDO`, :data:`COMMIT`, :data:`SNAPSHOT`, :data:`RING`)
 ``gen``    16    recovery generation the record was written in
-``batch``  32    batch id
-``a``      32    undo: log sequence number; commit: staleness bound K; snapshot: data lines
-``b``      32    undo: media line of the row's first line; snapshot: data checksum
+``batch``  32    batch id (ring header: the newest record's)
+``a``      32    undo: log sequence number; commit: staleness bound K; snapshot: data lines;
+                 ring header: the LSN of the next record (records so far in ``gen``)
+``b``      32    undo: media line of the row's first line; snapshot: data checksum;
+                 ring header: first media line of the slot of the next record
 ``csum``   32    checksum of the record with this field zero
 =========  ====  ==========================================================
 
@@ -20,6 +22,11 @@ field      bits  meaning
   old contents, line by line, then the header. ``csum`` covers the data lines
   and the header, so a record torn anywhere (8-byte granularity) fails it.
 * **Commit record** (commit region, one line per slot): the header alone.
+* **Ring header** (:data:`~trainingcxl.spec.config.RING_HEADERS` lines at
+  ``Config.ring_base``, written in turn): the header alone, written once every
+  record before it is persistent and before any ``UPDATE`` may overwrite a row,
+  so ``RECOVER`` walks the ring backwards from it and reads only the records it
+  rolls back (and the one that ends the walk) instead of the whole ring.
 * **Snapshot slot**: the header at the slot's first line, the MLP parameters
   (float32, little endian, :meth:`DenseModel.parameters` order) in the lines
   after it; ``b`` is the checksum of those data lines, ``csum`` the header's.
@@ -35,15 +42,16 @@ from dataclasses import dataclass
 
 from .config import LINE_BITS, LINE_BYTES
 
-__all__ = ["HEADER_FIELDS", "UNDO", "COMMIT", "SNAPSHOT", "CRC_POLY", "CRC_INIT", "CRC_XOR",
+__all__ = ["HEADER_FIELDS", "UNDO", "COMMIT", "SNAPSHOT", "RING", "CRC_POLY", "CRC_INIT", "CRC_XOR",
            "crc_update", "checksum", "Header", "undo_record", "commit_record",
-           "snapshot_header", "decode_undo", "valid_header", "CSUM_MASK"]
+           "snapshot_header", "ring_header", "decode_undo", "valid_header", "CSUM_MASK"]
 
 #: Header line fields (name, bits), from bit 0.
 HEADER_FIELDS = (("magic", 16), ("gen", 16), ("batch", 32), ("a", 32), ("b", 32), ("csum", 32))
 UNDO = 0x5544         # "UD"
 COMMIT = 0x434D       # "CM"
 SNAPSHOT = 0x534E     # "SN"
+RING = 0x5248         # "RH"
 
 CRC_POLY = 0x1EDC6F41
 CRC_INIT = 0xFFFFFFFF
@@ -136,6 +144,12 @@ def snapshot_header(*, gen, batch, data_lines):
     return _sealed(header).pack()
 
 
+def ring_header(*, gen, batch, next_lsn, next_slot):
+    """A ring header: ``next_lsn`` records of generation ``gen`` were written and are
+    persistent, the newest of ``batch``; the next goes to the slot at media line ``next_slot``."""
+    return _sealed(Header(RING, gen, batch, next_lsn, next_slot, 0)).pack()
+
+
 #: The ``csum`` field's bits in a header line.
 CSUM_MASK = ((1 << 32) - 1) << 128
 
@@ -154,7 +168,7 @@ def decode_undo(lines):
 
 
 def valid_header(line, magic):
-    """The header of a commit record or snapshot header line if it is intact, else ``None``."""
+    """The header of a commit record, snapshot or ring header line if it is intact, else ``None``."""
     header = Header.unpack(line)
     if header.magic != magic or checksum([line & ~CSUM_MASK]) != header.csum:
         return None

@@ -236,6 +236,8 @@ REGISTERS = (
        ("d", 0, 32, "recovered batch D"), ("m", 32, 32, "snapshot batch m")),
     _r("RECOVERED_INFO", 0x38, "RO", "STATUS", "validity and work of the last RECOVER",
        ("d_valid", 0, 1, "D is valid"), ("m_valid", 1, 1, "m is valid"),
+       ("lines_read", 2, 30, "media lines read (undo records rolled back x rec_lines, "
+                             "plus a constant)"),
        ("rolled_back", 32, 32, "undo records rolled back")),
     _counter("LOG_RECORDS", 0x39, "undo records written"),
     _counter("LOG_FULL", 0x3A, "cycles the undo logger waited for ring space"),

@@ -4,8 +4,8 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
-from trainingcxl.spec.records import COMMIT, SNAPSHOT, UNDO
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES, RING_HEADERS
+from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, UNDO
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LineOp, LinePortSignature
 from ..cxl.messages import ADDR_BITS
@@ -27,7 +27,11 @@ class CheckpointEngine(wiring.Component):
     snapshot slot has a batch and a valid flag; ``durable`` is the newest
     durable batch, ``min(committed, newest valid snapshot + K)``.
     Until a ``RECOVER`` has run after power-up the state is unknown:
-    ``COMMIT`` and ``SNAPSHOT_MLP`` are refused and nothing is logged.
+    ``COMMIT`` and ``SNAPSHOT_MLP`` are refused and nothing is logged. Logging
+    also waits for a commit record of the generation in force to be persistent
+    (the recovery's own, or after ``NO_CHECKPOINT`` the host's ``COMMIT``): the
+    logger's stamps carry the generation, and one that no commit record holds
+    would be computed again by the next ``RECOVER``.
 
     ``COMMIT(n)``: ``n`` must be newer than the last commit. The update of
     ``n`` completed with every write persistent, so the record is written at
@@ -49,12 +53,16 @@ class CheckpointEngine(wiring.Component):
        batch)``, gives ``C`` and ``g``;
     2. read both snapshot headers; ``M`` is the newest intact one not after
        ``C``; ``D = min(C, M + K)`` with the K that commit record stores; ``m = M``;
-    3. read the whole log ring: among intact undo records of generation
-       ``g`` with batch ``> D``, find the newest (highest LSN);
-    4. walk the ring backwards from it, and write every such record's old
-       lines back to its row: newest first, so a row gets its oldest value;
-       torn records fail their checksum and are skipped (write-ahead
-       guarantees their rows were never overwritten);
+    3. read both ring headers: the intact one of generation ``g`` with the
+       highest next LSN ``E`` says where the newest record covered by a ring
+       header is (no ``UPDATE`` ever overwrote a row whose record it does not
+       cover);
+    4. walk the ring backwards from LSN ``E - 1``, writing every record's old
+       lines back to its row, newest first, so a row gets its oldest value;
+       stop at the first record that is torn, of another generation, of a
+       batch ``<= D`` or not of the expected LSN. Only the records rolled back
+       and the one that ends the walk are read (plus a window of reads issued
+       ahead), never the whole ring;
     5. once every rollback write is persistent, write the commit record
        ``(D, g + 1)`` into a slot other than the newest. From then on the
        records of generation ``g`` are history.
@@ -84,6 +92,8 @@ class CheckpointEngine(wiring.Component):
     recovered_d, recovered_m : Out(32), recovered_flags : Out(2)
         Result of the last ``RECOVER``: D, m, and (D valid, m valid).
     rolled_back, recover_cycles, snapshot_lines, stall_cycles : Out(32)
+    recover_lines : Out(32)
+        Media lines the last (or running) ``RECOVER`` read.
     """
 
     def __init__(self, config, *, tag_bits=16):
@@ -119,6 +129,7 @@ class CheckpointEngine(wiring.Component):
             "recovered_flags": Out(2),
             "rolled_back": Out(32),
             "recover_cycles": Out(32),
+            "recover_lines": Out(32),
             "snapshot_lines": Out(32),
             "stall_cycles": Out(32),
         })
@@ -154,7 +165,8 @@ class CheckpointEngine(wiring.Component):
         reach = Signal(33)
         m.d.comb += [reach.eq(newest + k_eff), self.staleness_in_force.eq(k_eff)]
         m.d.comb += [
-            self.ready.eq(ready), self.gen.eq(gen), self.logging.eq(ready & self.enable),
+            self.ready.eq(ready), self.gen.eq(gen),
+            self.logging.eq(ready & self.enable & committed_valid),
             self.committed.eq(committed), self.committed_valid.eq(committed_valid),
             self.snapshot.eq(newest), self.snapshot_valid.eq(newest_valid),
             self.durable.eq(Mux(reach < committed, reach, committed)),
@@ -205,9 +217,12 @@ class CheckpointEngine(wiring.Component):
         iss_j = Signal(range(rec))
         rcv_left = Signal(32)           # lines still to receive in this phase
         rcv_j = Signal(range(rec))
-        rcv_base = Signal(abits)        # first line of the record being received (scan 1)
-        phase = Signal(range(4))        # 0 commits, 1 snapshot headers, 2 log scan, 3 rollback
+        phase = Signal(range(4))        # 0 commits, 1 snapshot headers, 2 ring headers, 3 rollback
         reading = Signal()
+        # Reads issued and not yet received: at most ``window``, so a walk that stops reads
+        # at most that many lines past the record that stopped it.
+        window = max(rec, cfg.pmem.read_depth)
+        inflight = Signal(range(window + 1))
         writing = Signal()
 
         best_gen = Signal(16)
@@ -219,9 +234,12 @@ class CheckpointEngine(wiring.Component):
         rsb = Array(Signal(32, name=f"rslot{k}_batch") for k in range(2))
         d_batch = Signal(32)
         m_batch = Signal(32)
-        max_lsn = Signal(32)
-        max_base = Signal(abits)
-        log_found = Signal()
+        rhv = Signal(RING_HEADERS)                                  # ring header of gen g
+        rh_next = Array(Signal(32, name=f"ring{k}_next") for k in range(RING_HEADERS))
+        rh_slot = Array(Signal(32, name=f"ring{k}_slot") for k in range(RING_HEADERS))
+        rh_batch = Array(Signal(32, name=f"ring{k}_batch") for k in range(RING_HEADERS))
+        exp_lsn = Signal(32)            # the LSN the next record of the walk must have
+        stopped = Signal()              # the walk met a record it does not roll back
         rolled = Signal(32)
         linebuf = Array(Signal(LINE_BITS, name=f"undo_line{k}") for k in range(lpr))
         wr_j = Signal(range(max(2, lpr)))
@@ -241,7 +259,9 @@ class CheckpointEngine(wiring.Component):
         with m.Elif(reading):
             m.d.comb += [port.req.valid.eq(iss_left != 0), port.req.payload.op.eq(LineOp.READ),
                          port.req.payload.addr.eq(iss_addr)]
-        rfire = reading & ~writing & port.req.valid & port.req.ready
+        rfire = reading & ~writing & port.req.valid & port.req.ready & (inflight != window)
+        with m.If(reading & ~writing & (inflight == window)):
+            m.d.comb += port.req.valid.eq(0)
         with m.If(rfire):
             m.d.sync += iss_left.eq(iss_left - 1)
             with m.If(phase == 1):
@@ -260,7 +280,7 @@ class CheckpointEngine(wiring.Component):
         rd = port.rdata.payload.data
         hdr = Signal(header_layout)
         m.d.comb += hdr.eq(rd[:header_layout.size])
-        single = phase < 2                          # one-line records
+        single = phase < 3                          # one-line records
         is_header = single | (rcv_j == rec - 1)
         zeroed = Signal(LINE_BITS)
         m.d.comb += zeroed.eq(rd)
@@ -279,6 +299,9 @@ class CheckpointEngine(wiring.Component):
         with m.If(port.rdata.valid & reading & ~writing & ~last_fold):
             m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
         rcv = port.rdata.valid & port.rdata.ready
+        m.d.sync += inflight.eq(inflight + rfire - rcv)
+        with m.If(recovering & rfire):
+            m.d.sync += self.recover_lines.eq(self.recover_lines + 1)
         with m.If(rcv):
             m.d.sync += [rcv_left.eq(rcv_left - 1), crc.eq(crc_next), fold.eq(0)]
             with m.If(~single):
@@ -307,7 +330,7 @@ class CheckpointEngine(wiring.Component):
             v_fire, v_hdr, v_j, v_left = rcv, hdr, rcv_j, rcv_left
             intact = (crc_next ^ CRC_XOR) == hdr.csum
         undo_live = (intact & (v_hdr.magic == UNDO) & (v_hdr.gen == best_gen)
-                     & (v_hdr.batch > d_batch))
+                     & (v_hdr.batch > d_batch) & (v_hdr.a == exp_lsn) & ~stopped)
         with m.If(v_fire):
             with m.Switch(phase):
                 with m.Case(0):
@@ -321,17 +344,22 @@ class CheckpointEngine(wiring.Component):
                     with m.If(intact & (v_hdr.magic == SNAPSHOT)):
                         m.d.sync += [rsv.bit_select(k, 1).eq(1), rsb[k].eq(v_hdr.batch)]
                 with m.Case(2):
-                    with m.If(v_j == rec - 1):
-                        m.d.sync += rcv_base.eq(rcv_base + rec)
-                        with m.If(undo_live & (~log_found | (v_hdr.a > max_lsn))):
-                            m.d.sync += [log_found.eq(1), max_lsn.eq(v_hdr.a),
-                                         max_base.eq(rcv_base)]
+                    k = Signal(range(RING_HEADERS))
+                    m.d.comb += k.eq(RING_HEADERS - v_left)
+                    with m.If(intact & (v_hdr.magic == RING) & (v_hdr.gen == best_gen)):
+                        m.d.sync += [rhv.bit_select(k, 1).eq(1), rh_next[k].eq(v_hdr.a),
+                                     rh_slot[k].eq(v_hdr.b), rh_batch[k].eq(v_hdr.batch)]
                 with m.Case(3):
-                    with m.If((v_j == rec - 1) & undo_live):
-                        m.d.sync += [hdr_b.eq(v_hdr.b), wr_j.eq(0), writing.eq(1),
-                                     rolled.eq(rolled + 1)]
-        # Every line received has had its verdict.
-        received = (rcv_left == 0) & ~pending
+                    with m.If(v_j == rec - 1):
+                        with m.If(undo_live):
+                            m.d.sync += [hdr_b.eq(v_hdr.b), wr_j.eq(0), writing.eq(1),
+                                         rolled.eq(rolled + 1), exp_lsn.eq(exp_lsn - 1)]
+                        with m.Else():
+                            # Older records are durable, reclaimed or of another
+                            # timeline: nothing more to issue.
+                            m.d.sync += [stopped.eq(1), iss_left.eq(0)]
+        # Every line issued is received and has had its verdict.
+        received = (iss_left == 0) & (inflight == 0) & ~pending
         with m.If(writing & port.req.ready):
             m.d.sync += wr_j.eq(wr_j + 1)
             with m.If(wr_j == lpr - 1):
@@ -343,8 +371,8 @@ class CheckpointEngine(wiring.Component):
 
         with m.FSM() as fsm:
             m.d.comb += self.recovering.eq(Cat(
-                fsm.ongoing(state) for state in ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_DECIDE",
-                                                 "R_SCAN", "R_ROLLBACK", "R_DRAIN", "R_SEAL",
+                fsm.ongoing(state) for state in ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_RING",
+                                                 "R_DECIDE", "R_ROLLBACK", "R_DRAIN", "R_SEAL",
                                                  "R_SEALED")).any())
             with m.State("IDLE"):
                 m.d.comb += self.desc.ready.eq(1)
@@ -407,8 +435,9 @@ class CheckpointEngine(wiring.Component):
                 # this recovery ends must not be written after it.
                 m.d.comb += self.restart.eq(1)
                 with m.If(~puller.busy & (outstanding == 0)):
-                    m.d.sync += [ready.eq(0), found.eq(0), rsv.eq(0), log_found.eq(0),
-                                 rolled.eq(0), self.recovered_flags.eq(0)]
+                    m.d.sync += [ready.eq(0), found.eq(0), rsv.eq(0), rhv.eq(0), stopped.eq(0),
+                                 rolled.eq(0), self.recovered_flags.eq(0),
+                                 self.recover_lines.eq(0)]
                     begin(0, cfg.commit_base, cfg.commit_lines)
                     m.next = "R_COMMITS"
             with m.State("R_COMMITS"):
@@ -417,6 +446,11 @@ class CheckpointEngine(wiring.Component):
                     begin(1, cfg.snapshot_base[0], 2)
                     m.next = "R_SNAPS"
             with m.State("R_SNAPS"):
+                m.d.comb += recovering.eq(1)
+                with m.If(received):
+                    begin(2, cfg.ring_base, RING_HEADERS)
+                    m.next = "R_RING"
+            with m.State("R_RING"):
                 m.d.comb += recovering.eq(1)
                 with m.If(received):
                     m.d.sync += reading.eq(0)
@@ -445,19 +479,20 @@ class CheckpointEngine(wiring.Component):
                     m.d.comb += self.restart.eq(1)
                     m.next = "COMPLETE"
                 with m.Else():
-                    m.d.sync += [d_batch.eq(Mux(mk < best_batch, mk, best_batch)),
-                                 m_batch.eq(mm)]
-                    begin(2, cfg.log_base, slots * rec)
-                    m.d.sync += rcv_base.eq(cfg.log_base)
-                    m.next = "R_SCAN"
-            with m.State("R_SCAN"):
-                m.d.comb += recovering.eq(1)
-                with m.If(received):
-                    with m.If(log_found):
-                        begin(3, max_base, slots * rec)
+                    dd = Signal(32)
+                    m.d.comb += dd.eq(Mux(mk < best_batch, mk, best_batch))
+                    m.d.sync += [d_batch.eq(dd), m_batch.eq(mm)]
+                    # The ring header of generation g that says the most records.
+                    k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))
+                    e = Mux(k1, rh_next[1], rh_next[0])
+                    nxt = Mux(k1, rh_slot[1], rh_slot[0])
+                    newest_batch = Mux(k1, rh_batch[1], rh_batch[0])
+                    with m.If(rhv.any() & (e != 0) & (newest_batch > dd)):
+                        begin(3, Mux(nxt == cfg.log_base, last_slot, nxt - rec),
+                              Mux(e >= slots, slots * rec, e * rec))
+                        m.d.sync += exp_lsn.eq(e - 1)
                         m.next = "R_ROLLBACK"
                     with m.Else():
-                        m.d.sync += reading.eq(0)
                         m.next = "R_DRAIN"
             with m.State("R_ROLLBACK"):
                 m.d.comb += recovering.eq(1)

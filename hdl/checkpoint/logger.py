@@ -6,16 +6,14 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
-from trainingcxl.spec.records import UNDO
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES, RING_HEADERS
+from trainingcxl.spec.records import RING, UNDO
 from ..common.line_port import LineOp, LinePortSignature
 from .crc import CRC_INIT, crc_part
 from .layouts import sealed_header
 
 __all__ = ["UndoTapSignature", "UndoLogger"]
 
-#: Marks a stamp memory entry as "no batch logged this row".
-_NO_BATCH = 0xFFFFFFFF
 _BOUNDARIES = 4
 
 
@@ -31,6 +29,10 @@ class UndoTapSignature(wiring.Signature):
         That row has no undo record for that batch yet: log it.
     room : In(1)
         The logger can take a row now; without room a needed row must wait.
+    full : In(1)
+        The ring cannot hold another record until a batch after the newest commit is
+        durable, which no descriptor running now can bring about: take no more rows
+        (waiting would never end); the descriptor fails with ``LOG_TOO_SMALL``.
     take : Out(1)
         The row's first read was issued and is logged: its lines follow on ``lines``.
     lines : Out(stream.Signature(LINE_BITS))
@@ -44,6 +46,7 @@ class UndoTapSignature(wiring.Signature):
             "batch": Out(32),
             "need": In(1),
             "room": In(1),
+            "full": In(1),
             "take": Out(1),
             "lines": Out(stream.Signature(LINE_BITS)),
         })
@@ -60,8 +63,8 @@ class UndoLogger(wiring.Component):
 
     See docs/design.md, "Checkpoint protocol".
 
-    A stamp memory holds, per row, the last batch that logged it, so a row
-    read many times in a batch is logged once. The rows' old lines come from
+    A stamp memory holds, per row, the generation and batch that last logged
+    it, so a row read many times in a batch is logged once. The rows' old lines come from
     the lookup's own PMEM reads (``tap``): logging costs no extra read, and
     the records are written while the GPU computes, before the update comes.
     Each record goes to the next slot of the ring (``log_slots`` slots of
@@ -71,10 +74,24 @@ class UndoLogger(wiring.Component):
     sequence number (LSN) of each batch with live records, and frees a
     batch's records once ``durable`` reaches it. A full ring stalls the
     writer (``full_cycles``), and through the buffers the lookup; it never
-    overwrites a live record.
+    overwrites a live record. Records that no descriptor running now can free
+    (every record in the ring or on its way, once nothing is left to reclaim)
+    are counted: when they fill the ring the tap says ``full`` instead of
+    stalling the lookup for good. The count is of records, i.e. of distinct
+    rows per batch.
 
-    After a reset or ``restart`` the stamps are cleared (``ready`` low, one
-    row per cycle), since batch ids repeat after a recovery.
+    Stamps are never cleared: an entry matches only the current generation
+    ``gen`` as well as the batch. Batch ids repeat after a recovery, but the
+    generation does not: it comes from the commit records and only grows, and
+    the checkpoint engine logs only once a commit record of ``gen`` is
+    persistent, so no stamp of an earlier power-on period (nor the memory's
+    initial zeros, batch 0 being never logged) can match. Reset and recovery
+    thus cost no time proportional to the tables.
+
+    Once every record taken is persistent, and before ``drained`` rises, the
+    logger writes a ring header (the next LSN, its slot and the newest
+    record's batch; spec/records.py) into the next of ``RING_HEADERS`` lines:
+    recovery walks back from it instead of reading the whole ring.
 
     Members
     -------
@@ -86,11 +103,11 @@ class UndoLogger(wiring.Component):
     gen : In(16)
     durable : In(32), durable_valid : In(1)
     restart : In(1)
-        Drop the rows and lines held, empty the ring and clear the stamps
-        (around a recovery). Writes already issued still complete.
+        Drop the rows and lines held and empty the ring (around a recovery; the
+        generation changes with it). Writes already issued still complete.
     drained : Out(1)
-        Every record taken is persistent: the write-ahead barrier for ``UPDATE``.
-    ready : Out(1)
+        Every record taken is persistent, and so is a ring header that covers
+        them: the write-ahead barrier for ``UPDATE``.
     live : Out(32)
         Records in the ring not yet reclaimed.
     records, full_cycles : Out(32)
@@ -112,7 +129,6 @@ class UndoLogger(wiring.Component):
             "durable_valid": In(1),
             "restart": In(1),
             "drained": Out(1),
-            "ready": Out(1),
             "live": Out(32),
             "records": Out(32),
             "full_cycles": Out(32),
@@ -129,17 +145,15 @@ class UndoLogger(wiring.Component):
         slots = cfg.log_slots
         rec = cfg.rec_lines
 
-        # -- stamps: the batch that last logged each row (indexed by media line)
-        m.submodules.stamps = stamps = Memory(shape=32, depth=cfg.table_lines, init=[])
+        # -- stamps: the (generation, batch) that last logged each row (indexed by media line)
+        stamp = Cat(self.tap.batch, self.gen)
+        m.submodules.stamps = stamps = Memory(shape=len(stamp), depth=cfg.table_lines, init=[])
         st_r = stamps.read_port(domain="comb")
         st_q = stamps.read_port(domain="comb")
         st_w = stamps.write_port()
-        scrubbing = Signal(init=1)
-        scrub_at = Signal(range(cfg.table_lines))
         m.d.comb += [
-            self.ready.eq(~scrubbing),
             st_q.addr.eq(self.query_addr),
-            self.query_logged.eq(~scrubbing & (st_q.data == self.query_batch)),
+            self.query_logged.eq(st_q.data == Cat(self.query_batch, self.gen)),
         ]
 
         row_layout = data.StructLayout({"addr": abits, "batch": 32})
@@ -149,23 +163,24 @@ class UndoLogger(wiring.Component):
         m.submodules.buf = ResetInserter(self.restart)(buf)
 
         tap = self.tap
+        # Room for a record, counted against the ring: ``pinned`` records are in it or on
+        # their way (queued, being written); at ``slots`` another one must wait for
+        # reclaim, which only a pending pop can still give while a lookup runs.
+        pinned = Signal(range(slots + cfg.log_buffer + 2))
+        at_cap = pinned >= slots
+        pop_due = Signal()
         m.d.comb += [
             st_r.addr.eq(tap.addr),
-            tap.need.eq(self.enable & (scrubbing | (st_r.data != tap.batch))),
-            tap.room.eq(~scrubbing & row_q.w_rdy),
+            tap.need.eq(self.enable & (st_r.data != stamp)),
+            tap.room.eq(row_q.w_rdy & ~at_cap),
+            tap.full.eq(at_cap & ~pop_due),
             row_q.w_data.eq(Cat(tap.addr, tap.batch)),
             row_q.w_en.eq(tap.take),
             buf.w_data.eq(tap.lines.payload),
             buf.w_en.eq(tap.lines.valid),
             tap.lines.ready.eq(buf.w_rdy),
+            st_w.addr.eq(tap.addr), st_w.data.eq(stamp), st_w.en.eq(tap.take),
         ]
-        with m.If(scrubbing):
-            m.d.comb += [st_w.addr.eq(scrub_at), st_w.data.eq(_NO_BATCH), st_w.en.eq(1)]
-            m.d.sync += scrub_at.eq(scrub_at + 1)
-            with m.If(scrub_at == cfg.table_lines - 1):
-                m.d.sync += [scrubbing.eq(0), scrub_at.eq(0)]
-        with m.Else():
-            m.d.comb += [st_w.addr.eq(tap.addr), st_w.data.eq(tap.batch), st_w.en.eq(tap.take)]
 
         # -- the ring
         head = Signal(32)               # LSN of the next record
@@ -198,15 +213,23 @@ class UndoLogger(wiring.Component):
 
         sealed = sealed_header(m, magic=UNDO, gen=self.gen, batch=cur.batch, a=head, b=cur.addr,
                                crc=crc)
+        # The ring header: how far the ring is persistent (see the class docstring).
+        hdr_end = Signal(32)            # the LSN the last ring header written says comes next
+        hdr_sel = Signal(range(RING_HEADERS))
+        ring_line = sealed_header(m, magic=RING, gen=self.gen, batch=cur.batch, a=head,
+                                  b=slot_addr)
+        settled = Signal()              # nothing taken is waiting or in flight
 
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += idle.eq(1)
                 new_batch = (bnd_n == 0) | (row.batch != bnd_batch[bnd_n - 1])
                 can = row_q.r_rdy & free & ~(new_batch & (bnd_n == _BOUNDARIES))
                 with m.If(row_q.r_rdy & ~can):
                     m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
-                with m.If(can & ~self.restart):
+                with m.If(settled & (hdr_end != head) & ~self.restart):
+                    m.next = "RING"
+                with m.Elif(can & ~self.restart):
                     m.d.comb += [row_q.r_en.eq(1), push.eq(new_batch)]
                     m.d.sync += [cur.eq(row), j.eq(0), crc.eq(CRC_INIT), fold.eq(0)]
                     m.next = "DATA"
@@ -240,11 +263,29 @@ class UndoLogger(wiring.Component):
                     m.next = "IDLE"
                 with m.If(self.restart):
                     m.next = "IDLE"
+            with m.State("RING"):
+                # Every record so far is persistent (``settled``): say so, before any
+                # UPDATE may overwrite a row they cover.
+                m.d.comb += [
+                    self.pmem.req.valid.eq(1),
+                    self.pmem.req.payload.addr.eq(cfg.ring_base + hdr_sel),
+                    self.pmem.req.payload.data.eq(ring_line),
+                ]
+                with m.If(wfire):
+                    m.d.sync += [hdr_end.eq(head),
+                                 hdr_sel.eq(Mux(hdr_sel == RING_HEADERS - 1, 0, hdr_sel + 1))]
+                    m.next = "IDLE"
+                with m.If(self.restart):
+                    m.next = "IDLE"
+        m.d.comb += pinned.eq((head - tail) + row_q.level
+                              + (fsm.ongoing("DATA") | fsm.ongoing("HEADER")))
 
         # -- reclaim: the oldest batch's records are free once it is durable.
         pop = Signal()
-        m.d.comb += pop.eq((bnd_n != 0) & self.durable_valid & (bnd_batch[0] <= self.durable)
-                           & ((bnd_n > 1) | idle))
+        m.d.comb += [
+            pop_due.eq((bnd_n != 0) & self.durable_valid & (bnd_batch[0] <= self.durable)),
+            pop.eq(pop_due & ((bnd_n > 1) | idle)),
+        ]
         with m.If(pop):
             m.d.sync += tail.eq(Mux(bnd_n > 1, bnd_lsn[1], head))
         n_after_pop = Signal.like(bnd_n)
@@ -258,10 +299,13 @@ class UndoLogger(wiring.Component):
                 m.d.sync += [bnd_batch[k].eq(src_b), bnd_lsn[k].eq(src_l)]
         m.d.sync += bnd_n.eq(n_after_pop + push)
 
-        m.d.comb += self.drained.eq(idle & (row_q.level == 0) & (buf.level == 0)
-                                    & (outstanding == 0) & ~tap.take & ~tap.lines.valid)
+        m.d.comb += [
+            settled.eq(idle & (row_q.level == 0) & (buf.level == 0) & (outstanding == 0)
+                       & ~tap.take & ~tap.lines.valid),
+            self.drained.eq(settled & (hdr_end == head)),
+        ]
 
         with m.If(self.restart):
             m.d.sync += [head.eq(0), tail.eq(0), bnd_n.eq(0), slot_addr.eq(cfg.log_base),
-                         scrubbing.eq(1), scrub_at.eq(0)]
+                         hdr_end.eq(0), hdr_sel.eq(0)]
         return m

@@ -76,7 +76,10 @@ class LookupEngine(wiring.Component):
     stall_cycles : Out(32)
         Busy cycles in which no PMEM read went out.
     log : Out(UndoTapSignature)
-        Rows read, to the undo logger (``LOOKUP`` and ``FINISH`` both log).
+        Rows read, to the undo logger (``LOOKUP`` and ``FINISH`` both log). When
+        the logger says ``full`` a row is read without its record and the
+        descriptor completes with ``LOG_TOO_SMALL`` (its pooled results are
+        still right; its ``UPDATE`` is then refused).
     log_holds : Out(32)
         Cycles a row read waited for room in the undo logger.
     """
@@ -167,8 +170,12 @@ class LookupEngine(wiring.Component):
         log = self.log
         first = pre.tag[:3] == 0
         cur_log = Signal()
-        need = log.need & ~desc.nolog
+        # With the ring full of records nothing running can free, a row is read
+        # unlogged rather than waited for in vain, and the descriptor fails.
+        want = log.need & ~desc.nolog
+        need = want & ~log.full
         hold = first & need & ~log.room
+        log_short = Signal()
         log_bit = Mux(first, need, cur_log)
         m.d.comb += [
             log.addr.eq(pre.addr), log.batch.eq(desc.batch),
@@ -181,6 +188,8 @@ class LookupEngine(wiring.Component):
         m.d.comb += log.take.eq(req_fire & first & need)
         with m.If(req_fire & first):
             m.d.sync += cur_log.eq(need)
+        with m.If(req_fire & first & want & log.full):
+            m.d.sync += log_short.eq(1)
         with m.If(pre_valid & hold):
             m.d.sync += self.log_holds.eq(self.log_holds + 1)
 
@@ -261,7 +270,7 @@ class LookupEngine(wiring.Component):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
                     p = self.desc.payload
-                    m.d.sync += [desc.eq(p), error.eq(ErrorCode.NONE)]
+                    m.d.sync += [desc.eq(p), error.eq(ErrorCode.NONE), log_short.eq(0)]
                     refused = p.op != Op.LOOKUP
                     if not has_relaxed:
                         refused = refused | p.relaxed   # relaxed order needs the relaxed block
@@ -296,7 +305,9 @@ class LookupEngine(wiring.Component):
                     m.d.comb += [finishing.eq(1), fin.run.eq(1), self.busy.eq(1)]
                     with m.If(fin.done):
                         m.d.sync += owner_valid.eq(0)
-                        m.d.sync += error.eq(Mux(fin.error, ErrorCode.HOST_WRITE, ErrorCode.NONE))
+                        m.d.sync += error.eq(Mux(fin.error, ErrorCode.HOST_WRITE,
+                                                 Mux(log_short, ErrorCode.LOG_TOO_SMALL,
+                                                     ErrorCode.NONE)))
                         m.next = "COMPLETE"
             with m.State("START"):
                 m.d.comb += [dp.off_reader.start.eq(1), dp.idx_reader.start.eq(1),
@@ -308,6 +319,8 @@ class LookupEngine(wiring.Component):
                     m.d.sync += error.eq(found)
                     m.next = "ABORT"
                 with m.Elif(dp.writer.done):
+                    with m.If(log_short):
+                        m.d.sync += error.eq(ErrorCode.LOG_TOO_SMALL)
                     m.next = "COMPLETE"
             with m.State("ABORT"):
                 m.d.comb += [self.busy.eq(1), abort.eq(1)]

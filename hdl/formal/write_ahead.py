@@ -16,6 +16,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..checkpoint.logger import UndoLogger
+from trainingcxl.spec.config import RING_HEADERS
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from .streams import stream_rule
 
@@ -94,7 +95,9 @@ class LoggerHarness(wiring.Component):
     port's ``ready`` and acknowledgements (one per write taken, in any
     cycle), ``durable`` and ``enable``. Then, whenever the logger says
     ``drained``, every row it took has all its lines and its header written
-    and acknowledged: ``records * rec_lines == writes == acknowledged``.
+    and acknowledged: ``records * rec_lines == record writes``, every write
+    acknowledged, and a ring header written after the last record (recovery
+    walks back from it).
 
     The rows' data does not decide when the logger is drained, so the tap's
     lines carry zeros and the PMEM write data is left unconnected: constant
@@ -138,13 +141,21 @@ class LoggerHarness(wiring.Component):
         taken = Signal(8)
         lines = Signal(8)
         writes = Signal(8)
+        headers = Signal(8)
         acked = Signal(8)
+        covered = Signal()              # a ring header went out after the last record line
+        wfire = port.req.valid & port.req.ready
+        ring = (port.req.payload.addr >= cfg.ring_base) & (
+            port.req.payload.addr < cfg.ring_base + RING_HEADERS)
         m.d.sync += [
             taken.eq(taken + self.take),
             lines.eq(lines + (tap.lines.valid & tap.lines.ready)),
-            writes.eq(writes + (port.req.valid & port.req.ready)),
+            writes.eq(writes + wfire),
+            headers.eq(headers + (wfire & ring)),
             acked.eq(acked + port.wack.valid),
         ]
+        with m.If(wfire):
+            m.d.sync += covered.eq(ring)
         # The lookup takes a row only when the logger needs it and has room,
         # then offers its lines (in the stream rule); PMEM acknowledges only
         # writes it took.
@@ -162,7 +173,8 @@ class LoggerHarness(wiring.Component):
         with m.If(dut.drained):
             m.d.comb += [
                 Assert(acked == writes, "drained with a log write not yet acknowledged"),
-                Assert(writes == taken * cfg.rec_lines,
+                Assert(writes - headers == taken * cfg.rec_lines,
                        "drained with a taken row not yet written to the log"),
+                Assert(covered | (taken == 0), "drained without a ring header after the records"),
             ]
         return m

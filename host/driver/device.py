@@ -79,6 +79,7 @@ class Recovery(NamedTuple):
     m: int | None
     rolled_back: int
     cycles: int
+    lines_read: int | None = None   # media lines RECOVER read (None: not reported)
 
 
 def rows_to_lines(table):
@@ -381,10 +382,10 @@ class Device:
         info = REG.RECOVERED_INFO.decode(await self.read(Reg.RECOVERED_INFO))
         cycles = await self.read(Reg.RECOVER_CYCLES) - before
         if error != ErrorCode.NONE:
-            return Recovery(error, None, None, 0, cycles)
+            return Recovery(error, None, None, 0, cycles, info["lines_read"])
         if not (info["d_valid"] and info["m_valid"]):
             raise DeviceError(f"RECOVER completed without a result ({info})")
-        return Recovery(error, rec["d"], rec["m"], info["rolled_back"], cycles)
+        return Recovery(error, rec["d"], rec["m"], info["rolled_back"], cycles, info["lines_read"])
 
     async def read_snapshot(self, slot_batch):
         """The MLP parameters (float32) in the valid snapshot slot of batch ``slot_batch``,

@@ -7,7 +7,8 @@ including torn records, and compare the results bit for bit.
 
 from dataclasses import dataclass, field
 
-from trainingcxl.spec.records import COMMIT, SNAPSHOT, commit_record, decode_undo, valid_header
+from trainingcxl.spec.config import RING_HEADERS
+from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, commit_record, decode_undo, valid_header
 
 __all__ = ["Recovery", "recover"]
 
@@ -22,50 +23,58 @@ class Recovery:
     rolled_back: int = 0            # undo records applied
     staleness: int = 0              # the bound in force from now on
     writes: dict = field(default_factory=dict)      # media line -> value written, in order
+    reads: list = field(default_factory=list)       # media lines read, in order
 
 
 def recover(config, media, staleness):
     """Recover ``media`` (a mutable sequence of line integers, indexed by media line) in place.
 
     ``staleness`` (the control register) only counts when there is no checkpoint;
-    otherwise the bound stored in the newest commit record does."""
+    otherwise the bound stored in the newest commit record does. Only the lines in
+    ``Recovery.reads`` are read: the commit records, the snapshot and ring headers,
+    and the records the walk back from the ring header meets."""
     cfg = config
-    best = None                                         # (gen, batch, slot)
+    reads = []
+
+    def read(addr):
+        reads.append(addr)
+        return media[addr]
+
+    best = None                                         # (gen, batch, slot, K)
     for slot in range(cfg.commit_lines):
-        h = valid_header(media[cfg.commit_base + slot], COMMIT)
+        h = valid_header(read(cfg.commit_base + slot), COMMIT)
         if h is not None and (best is None or (h.gen, h.batch) > best[:2]):
             best = (h.gen, h.batch, slot, h.a & 0xFF)
-    snaps = [valid_header(media[base], SNAPSHOT) for base in cfg.snapshot_base]
+    snaps = [valid_header(read(base), SNAPSHOT) for base in cfg.snapshot_base]
+    rings = [valid_header(read(cfg.ring_base + k), RING) for k in range(RING_HEADERS)]
     usable = [h.batch for h in snaps if h is not None and best is not None and h.batch <= best[1]]
     if best is None or not usable:
-        return Recovery(found=False, gen=0 if best is None else best[0] + 1, staleness=staleness)
+        return Recovery(found=False, gen=0 if best is None else best[0] + 1, staleness=staleness,
+                        reads=reads)
     gen, committed, slot, k = best
     m = max(usable)
     d = min(committed, m + k)
+    result = Recovery(found=True, d=d, m=m, gen=gen + 1, staleness=k, reads=reads)
 
-    def record(s):
-        at = cfg.log_base + s * cfg.rec_lines
-        got = decode_undo([media[at + j] for j in range(cfg.rec_lines)])
-        if got is None or got[0].gen != gen or got[0].batch <= d:
-            return None
-        return got
-
-    newest = None                                       # (lsn, slot)
-    for s in range(cfg.log_slots):
-        got = record(s)
-        if got is not None and (newest is None or got[0].a > newest[0]):
-            newest = (got[0].a, s)
-    result = Recovery(found=True, d=d, m=m, gen=gen + 1, staleness=k)
-    if newest is not None:
-        for back in range(cfg.log_slots):               # newest first
-            got = record((newest[1] - back) % cfg.log_slots)
-            if got is None:
-                continue
+    # The ring header of generation g that says the most (the first on a tie).
+    ring = None
+    for h in rings:
+        if h is not None and h.gen == gen and (ring is None or h.a > ring.a):
+            ring = h
+    if ring is not None and ring.a != 0 and ring.batch > d:
+        lsn, at = ring.a - 1, ring.b
+        for _ in range(min(ring.a, cfg.log_slots)):     # newest first
+            at = at - cfg.rec_lines if at != cfg.log_base else cfg.log_base + (
+                cfg.log_slots - 1) * cfg.rec_lines
+            got = decode_undo([read(at + j) for j in range(cfg.rec_lines)])
+            if got is None or got[0].gen != gen or got[0].batch <= d or got[0].a != lsn:
+                break
             header, lines = got
             for j, line in enumerate(lines):
                 media[header.b + j] = line
                 result.writes[header.b + j] = line
             result.rolled_back += 1
+            lsn -= 1
     seal = cfg.commit_base + (slot + 1) % cfg.commit_lines
     media[seal] = commit_record(gen=gen + 1, batch=d, staleness=k)
     result.writes[seal] = media[seal]

@@ -8,15 +8,18 @@ PMEM-based system does, in the device's own on-media formats
 (:mod:`trainingcxl.spec.records`), so that the same invariants can be checked:
 
 1. an undo record per row (its old lines, then a header) into the log ring,
-   then a fence (every write acknowledged, i.e. persistent);
+   then a fence (every write acknowledged, i.e. persistent), then a ring
+   header saying where the newest record is, fence;
 2. the new rows, fence;
 3. a commit record, fence;
 4. stop-and-copy MLP snapshot: the older slot's header zeroed, fence, the
    parameters, fence, the header, fence.
 
-Recovery is software too: the host reads the commit records, the snapshot
-headers and the whole log ring, runs :func:`trainingcxl.host.model.recovery.recover`
-on them, writes back the rows it restores, fences, then the new commit record.
+Recovery is software too: the host reads the commit records, the snapshot and
+ring headers, then as much of the ring as
+:func:`trainingcxl.host.model.recovery.recover` walks (it reads ahead a chunk of
+records at a time), writes back the rows it restores, fences, then the new
+commit record.
 
 Copies between host and GPU memory are charged with
 :class:`~trainingcxl.spec.config.CopyTiming`; the GPU's pooling and updating
@@ -27,12 +30,12 @@ import numpy as np
 
 from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import Recovery
-from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.config import LINE_BYTES, RING_HEADERS
 from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
 from trainingcxl.host.model.gpu import embedding_cycles
 from trainingcxl.host.model.recovery import recover
-from trainingcxl.spec.records import (COMMIT, SNAPSHOT, commit_record, snapshot_header,
-                                      undo_record, valid_header)
+from trainingcxl.spec.records import (COMMIT, SNAPSHOT, commit_record, ring_header,
+                                      snapshot_header, undo_record, valid_header)
 
 __all__ = ["SoftwareEmbeddings"]
 
@@ -48,11 +51,12 @@ def _param_lines(config, params):
     return [int.from_bytes(raw[i:i + LINE_BYTES], "little") for i in range(0, len(raw), LINE_BYTES)]
 
 
-class _Media(dict):
-    """The media lines the host has read; lines it has not read are zero."""
+#: Undo records the software recovery reads at a time while it walks the ring.
+_WALK_CHUNK = 32
 
-    def __missing__(self, key):
-        return 0
+
+class _Media(dict):
+    """The media lines the host has read; reading another raises ``KeyError``."""
 
 
 class SoftwareEmbeddings:
@@ -68,6 +72,7 @@ class SoftwareEmbeddings:
         self.wait = wait
         self.gen = 0
         self.lsn = 0
+        self.ring_sel = 0               # the ring header line written next
         self.commit_slot = 0            # where the next commit record goes
         self.newest_slot = None         # the snapshot slot holding the newest snapshot
         self.stats = {"host_line_ops": 0, "gpu_embedding_cycles": 0, "copy_cycles": 0,
@@ -147,6 +152,11 @@ class SoftwareEmbeddings:
                 records.update({at + j: line for j, line in enumerate(lines)})
                 self.lsn += 1
             await self._fenced_write(records)
+            # Only once the records are persistent: recovery walks back from here.
+            nxt = cfg.log_base + self.lsn % cfg.log_slots * cfg.rec_lines
+            await self._fenced_write({cfg.ring_base + self.ring_sel: ring_header(
+                gen=self.gen, batch=b, next_lsn=self.lsn, next_slot=nxt)})
+            self.ring_sel = (self.ring_sel + 1) % RING_HEADERS
         rows = {}
         for t, r in old:
             for k, line in enumerate(_row_lines(new[t][r])):
@@ -178,17 +188,30 @@ class SoftwareEmbeddings:
         cfg, dev = self.cfg, self.dev
         t0 = await dev.cycles()
         regions = [*range(cfg.commit_base, cfg.commit_base + cfg.commit_lines), *cfg.snapshot_base,
-                   *range(cfg.log_base, cfg.log_base + cfg.log_size)]
+                   *range(cfg.ring_base, cfg.ring_base + RING_HEADERS)]
         media = _Media(await self._read(regions))
-        result = recover(cfg, media, staleness=0)
+        while True:
+            try:
+                result = recover(cfg, _Media(media), staleness=0)
+                break
+            except KeyError as missing:
+                # The walk went past what was read: read the next records back from there.
+                at = cfg.log_base + (missing.args[0] - cfg.log_base) // cfg.rec_lines * cfg.rec_lines
+                lines = []
+                for _ in range(min(_WALK_CHUNK, cfg.log_slots)):
+                    lines += range(at, at + cfg.rec_lines)
+                    at = at - cfg.rec_lines if at != cfg.log_base else (
+                        cfg.log_base + (cfg.log_slots - 1) * cfg.rec_lines)
+                media.update(await self._read(lines))
         if not result.found:
-            return Recovery(ErrorCode.NO_CHECKPOINT, None, None, 0, await dev.cycles() - t0)
+            return Recovery(ErrorCode.NO_CHECKPOINT, None, None, 0, await dev.cycles() - t0,
+                            len(result.reads))
         seal = next(a for a in result.writes if cfg.commit_base <= a < cfg.commit_base + cfg.commit_lines)
         rows = {a: v for a, v in result.writes.items() if a != seal}
         if rows:
             await self._fenced_write(rows)
         await self._fenced_write({seal: result.writes[seal]})
-        self.gen, self.lsn = result.gen, 0
+        self.gen, self.lsn, self.ring_sel = result.gen, 0, 0
         self.commit_slot = (seal - cfg.commit_base + 1) % cfg.commit_lines
         for slot, base in enumerate(cfg.snapshot_base):
             h = valid_header(media[base], SNAPSHOT)
@@ -196,4 +219,4 @@ class SoftwareEmbeddings:
                 self.newest_slot = slot
         assert valid_header(result.writes[seal], COMMIT) is not None
         return Recovery(ErrorCode.NONE, result.d, result.m, result.rolled_back,
-                        await dev.cycles() - t0)
+                        await dev.cycles() - t0, len(result.reads))

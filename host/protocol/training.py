@@ -352,7 +352,7 @@ class TrainingRun:
             self.enter("recovery", self.batch)
             finished, result = await self.failures.race(self, self.strategy.recover(self))
             if finished:
-                error, d, m, rolled, cycles = result
+                error, d, m, rolled, cycles, lines = result
                 break
             nested.append(self.failures.target)      # the power failed again, during recovery
             await self._cut_power()
@@ -364,6 +364,7 @@ class TrainingRun:
                                                     await dev.read_tables(), params)
         failure.update({
             "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
+            "recovery_lines": lines,
             "rolled_back": rolled, "failures_during_recovery": len(nested),
             "recovery_failure_cycles": nested,
             "invariants": {

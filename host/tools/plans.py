@@ -1,17 +1,19 @@
 """Failure plans from the command line: ``--inject-failures N --fail-at C --fail-in PHASE``.
 
 They build the entry list of :class:`trainingcxl.host.protocol.timed.FailurePlan`,
-check that a configuration's checkpoint regions hold a batch, and summarise
+check that a configuration's checkpoint regions hold the batches, and summarise
 the failures of a run.
 """
 
 import argparse
 
+import numpy as np
+
 from trainingcxl.host.protocol.phases import BATCH_PHASES, PHASES
 from trainingcxl.host.tools.argtypes import nonneg as _nonneg
 
 __all__ = ["PHASES", "BATCH_PHASES", "parse_fail_in", "parse_cycles", "failure_plan",
-           "check_checkpoint_regions", "failure_summary", "add_failure_options", "staleness"]
+           "check_checkpoint_regions", "distinct_rows", "failure_summary", "add_failure_options", "staleness"]
 
 
 def parse_fail_in(text):
@@ -58,15 +60,38 @@ def failure_plan(*, fail_at=(), fail_in=(), random=0):
     return plan + again[len(first):]
 
 
-def check_checkpoint_regions(config, batch_size):
+def distinct_rows(config, batch):
+    """Distinct ``(table, row)`` pairs of a CSR batch: the undo records its lookup writes."""
+    lengths = np.diff(np.asarray(batch.offsets, dtype=np.int64))
+    tables = np.repeat(np.arange(len(lengths)) % config.n_tables, lengths)
+    rows = np.asarray(batch.indices, dtype=np.int64)
+    return len(np.unique(tables * (1 << 32) + rows))
+
+
+def check_checkpoint_regions(config, batch_size, batches=None, *, relaxed=True):
     """Refuse a run the checkpoint regions cannot serve: an undo log that cannot hold
-    two batches (the device would stall for good), or snapshot slots smaller than
-    the MLPs (every ``SNAPSHOT_MLP`` would fail with ``BAD_SIZE``)."""
-    need = 2 * config.records_per_batch(batch_size)
+    the records of the batches live at once (the device would refuse their lookups
+    with ``LOG_TOO_SMALL``), or snapshot slots smaller than the MLPs (every
+    ``SNAPSHOT_MLP`` would fail with ``BAD_SIZE``).
+
+    A batch's records are its distinct rows. At a lookup every committed batch is
+    durable, so the running batch and, in relaxed order, the next one looked up
+    early are live. With ``batches`` (the run's, in order) their distinct rows are
+    counted; without, every index is taken as a distinct row (the worst case)."""
+    if batches is None:
+        need = (2 if relaxed else 1) * config.records_per_batch(batch_size)
+        what = f"batches of {batch_size} need {need} ({'two batches' if relaxed else 'a batch'} " \
+               f"of distinct rows at worst)"
+    else:
+        counts = [distinct_rows(config, b) for b in batches]
+        pairs = [a + b for a, b in zip(counts, counts[1:])] if relaxed and len(counts) > 1 else counts
+        need = max(pairs, default=0)
+        what = (f"these batches need {need} (the distinct rows of "
+                f"{'two consecutive batches' if relaxed else 'a batch'})")
     if config.log_slots < need:
-        raise ValueError(f"the undo log holds {config.log_slots} records; batches of {batch_size} "
-                         f"need {need} (two batches of distinct rows): raise log_lines to "
-                         f"{need * config.rec_lines} or leave it 0 with model.batch_size = {batch_size}")
+        raise ValueError(f"the undo log holds {config.log_slots} records; {what}: raise log_lines "
+                         f"to {need * config.rec_lines} or leave it 0 with model.batch_size = "
+                         f"{batch_size}")
     if config.snapshot_size < config.mlp_lines + 1:
         raise ValueError(f"a snapshot slot holds {config.snapshot_size - 1} lines of parameters; "
                          f"the MLPs ({config.mlp_params:,} float32) need {config.mlp_lines}: raise "
@@ -85,11 +110,12 @@ def failure_summary(rec):
     nested = sum(f["failures_during_recovery"] for f in failures)
     lines = [f"  power failures     {len(failures)} (+{nested} during recovery), {good} recovered "
              f"consistently, staleness K = {rec.get('staleness', 0)}",
-             "      cycle  phase      batch  ->  D     m   recovery  rolled back  invariants"]
+             "      cycle  phase      batch  ->  D     m   recovery  rolled back  lines read  invariants"]
     for f in failures:
+        read = f.get("recovery_lines")
         lines.append(f"  {f['cycle']:>9}  {f['phase']:<9} {f['batch']:>5}    {f['recovered_batch']:>4} "
                      f"{f['recovered_mlp_batch']:>5} {f['recovery_cycles']:>9} {f['rolled_back']:>12}"
-                     f"  {'hold' if f['consistent'] else 'BROKEN'}")
+                     f" {'-' if read is None else read:>11}  {'hold' if f['consistent'] else 'BROKEN'}")
     if left:
         lines.append(f"  note               {left} planned failures did not happen: the run ended first")
     return lines

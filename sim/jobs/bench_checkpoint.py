@@ -84,7 +84,7 @@ async def test_recover_rolls_back_what_is_not_durable(dut):
 
     await tb.power_fail()
     await tb.configure_checkpoints(0)       # the registers are lost with the power
-    error, d, m, rolled, cycles = await tb.recover()
+    error, d, m, rolled, cycles, _ = await tb.recover()
     assert (error, d, m) == (NONE, 1, 1), (error, d, m)
     assert rolled == distinct_rows(cfg, wl.batch(2)), rolled
     dut._log.info("recovery: %d records rolled back in %d cycles", rolled, cycles)
@@ -94,7 +94,7 @@ async def test_recover_rolls_back_what_is_not_durable(dut):
     # A lookup logged for the generation a RECOVER ends does not cover an update after it.
     batch2 = wl.batch(2)
     assert (await tb.lookup(2, batch2.indices, batch2.offsets)).error == NONE
-    error, d, m, rolled, _ = await tb.recover()
+    error, d, m, rolled, *_ = await tb.recover()
     # The lookup logged batch 2's rows again, in the new generation; the records
     # persistent by now are rolled back (to the values they already hold), the rest
     # the recovery drops.
@@ -199,7 +199,7 @@ async def test_host_faults_during_update_and_snapshot(dut):
     assert error == ErrorCode.HOST_POISON, error
     rewritten = sum(int((g != w).any(axis=1).sum()) for g, w in zip(await tb.read_tables(), tables))
     dut._log.info("the failed update left %d rows rewritten", rewritten)
-    error, d, m, rolled, _ = await tb.recover()
+    error, d, m, rolled, *_ = await tb.recover()
     assert (error, d, m) == (NONE, 0, 0), (error, d, m)
     await assert_tables(tb, tables, "after the failed update and RECOVER")
     after1 = await train_batch(tb, 1, batch, tables, rng)
@@ -218,7 +218,7 @@ async def test_host_faults_during_update_and_snapshot(dut):
     await tb.configure_checkpoints(0)
     # With K = 0 batch 1's commit is not durable without its snapshot: RECOVER
     # returns to batch 0, rolling batch 1 back, and training resumes at batch 1.
-    error, d, m, _, _ = await tb.recover()
+    error, d, m, *_ = await tb.recover()
     assert (error, d, m) == (NONE, 0, 0), (error, d, m)
     await assert_tables(tb, tables, "after the failed snapshot and a power failure")
     np.testing.assert_array_equal(await tb.read_snapshot(0), params0)

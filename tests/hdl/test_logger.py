@@ -1,5 +1,6 @@
-"""The undo logger in amaranth.sim: records on the media, one per row and batch,
-a full ring stalls without overwriting, reclaim by durable batch, write-ahead drain."""
+"""The undo logger in amaranth.sim: records on the media, one per row and batch and
+generation, a full ring says so without overwriting, reclaim by durable batch, ring
+headers, write-ahead drain."""
 
 import random
 from dataclasses import replace
@@ -13,7 +14,7 @@ from amaranth.sim import Simulator
 from trainingcxl.hdl.checkpoint.logger import UndoLogger
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
-from trainingcxl.spec.records import decode_undo
+from trainingcxl.spec.records import RING, decode_undo, valid_header
 
 CFG = Config(tables=(8, 8), dim=32, log_lines=9, commit_lines=2, snapshot_lines=2, log_buffer=8,
              pmem=PmemTiming(read_latency=6, write_latency=8, wpq_depth=4, read_depth=8))
@@ -71,13 +72,17 @@ async def wait_drained(ctx, log, timeout=5000):
     raise AssertionError("not drained")
 
 
+def ring_headers(ctx, pmem):
+    return [valid_header(ctx.get(pmem.media.data[CFG.ring_base + k]), RING) for k in range(2)]
+
+
 def slot_record(ctx, pmem, s):
     at = CFG.log_base + s * CFG.rec_lines
     return decode_undo([ctx.get(pmem.media.data[at + j]) for j in range(CFG.rec_lines)])
 
 
 @pytest.mark.parametrize("folds", [1, 4])
-def test_records_once_per_row_and_batch_and_a_full_ring_stalls(folds):
+def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
     # crc_folds = 4 checksums each line in four parts; the records must not change.
     dut = Harness(replace(CFG, crc_folds=folds))
     log = dut.logger
@@ -91,8 +96,6 @@ def test_records_once_per_row_and_batch_and_a_full_ring_stalls(folds):
     async def tb(ctx):
         ctx.set(log.enable, 1)
         ctx.set(log.gen, 7)
-        while not ctx.get(log.ready):               # the stamps are cleared after reset
-            await ctx.tick()
         assert await offer_row(ctx, log, a0, 1, rows[a0])
         assert not await offer_row(ctx, log, a0, 1, rows[a0])     # the same row again: no record
         assert await offer_row(ctx, log, a1, 1, rows[a1])
@@ -103,30 +106,55 @@ def test_records_once_per_row_and_batch_and_a_full_ring_stalls(folds):
             assert (header.gen, header.batch, header.a, header.b) == (7, batch, s, addr)
             assert data == rows[addr]
         assert ctx.get(log.live) == 3 and ctx.get(log.records) == 3
-        # The ring is full: a fourth record waits and overwrites nothing.
-        assert await offer_row(ctx, log, a2, 2, rows[a2])
-        for _ in range(200):
-            await ctx.tick()
-        assert not ctx.get(log.drained) and ctx.get(log.full_cycles) > 100
+        # Drained only after a ring header says where the newest record is.
+        first, second = ring_headers(ctx, dut.pmem)
+        assert (first.gen, first.batch, first.a, first.b) == (7, 2, 3, CFG.log_base)
+        assert second is None
+        # The ring is full and nothing can be reclaimed: no room, and the tap says
+        # so instead of letting the lookup wait for good; nothing is overwritten.
+        ctx.set(log.tap.addr, a2)
+        ctx.set(log.tap.batch, 2)
+        await ctx.tick()
+        assert ctx.get(log.tap.need) and not ctx.get(log.tap.room) and ctx.get(log.tap.full)
         assert slot_record(ctx, dut.pmem, 0)[0].batch == 1
-        # Batch 1 durable: its two records are free, the waiting one goes to slot 0.
+        # Batch 1 durable: its two records are free, the next one goes to slot 0.
         ctx.set(log.durable, 1)
         ctx.set(log.durable_valid, 1)
+        await ctx.tick()
+        assert not ctx.get(log.tap.full)
+        assert await offer_row(ctx, log, a2, 2, rows[a2])
         await wait_drained(ctx, log)
         header, data = slot_record(ctx, dut.pmem, 0)
         assert (header.batch, header.a, header.b, data) == (2, 3, a2, rows[a2])
         assert ctx.get(log.live) == 2
-        # Disabled: nothing is needed. Restart: stamps cleared, the ring empty.
+        assert ring_headers(ctx, dut.pmem)[1].a == 4              # the other line, in turn
+        # Disabled: nothing is needed.
         ctx.set(log.enable, 0)
         assert not await offer_row(ctx, log, a3, 2, rows[a3])
         ctx.set(log.enable, 1)
+        # A coalesced UPDATE's check: batch 2 of generation 7 logged a0, batch 1 did not
+        # (batch 2 logged it since).
+        for batch, want in ((2, 1), (1, 0), (3, 0)):
+            ctx.set(log.query_addr, a0)
+            ctx.set(log.query_batch, batch)
+            await ctx.tick()
+            assert ctx.get(log.query_logged) == want
+        # Restart (a recovery): the ring is empty at once, nothing is scrubbed, and
+        # batch ids repeat in the new generation: the old stamps do not match it.
         ctx.set(log.restart, 1)
         await ctx.tick()
         ctx.set(log.restart, 0)
+        ctx.set(log.gen, 8)
         assert ctx.get(log.live) == 0
-        while not ctx.get(log.ready):
-            await ctx.tick()
+        ctx.set(log.query_batch, 2)
+        await ctx.tick()
+        assert not ctx.get(log.query_logged)
         assert await offer_row(ctx, log, a0, 2, rows[a0])          # logged again after a restart
+        assert not await offer_row(ctx, log, a0, 2, rows[a0])
+        await wait_drained(ctx, log)
+        header, data = slot_record(ctx, dut.pmem, 0)
+        assert (header.gen, header.batch, header.a, data) == (8, 2, 0, rows[a0])
+        assert ring_headers(ctx, dut.pmem)[0].gen == 8
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

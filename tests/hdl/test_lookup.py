@@ -10,6 +10,7 @@ from amaranth.sim import Simulator
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.common.line_port import LineOp
+from trainingcxl.hdl.checkpoint.logger import UndoLogger
 from trainingcxl.hdl.compute.lookup import LookupEngine
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
@@ -28,9 +29,12 @@ def cfg_for(dim=16, tables=(24, 40), max_pooling=6):
 
 
 class Harness(wiring.Component):
-    def __init__(self, cfg):
+    """The lookup engine on PMEM; with ``log``, its undo logger too."""
+
+    def __init__(self, cfg, *, log=False):
         self.engine = LookupEngine(cfg)
-        self.pmem = PmemController(cfg, n_ports=2)
+        self.logger = UndoLogger(cfg) if log else None
+        self.pmem = PmemController(cfg, n_ports=3 if log else 2)
         super().__init__({})
 
     def elaborate(self, platform):
@@ -38,12 +42,20 @@ class Harness(wiring.Component):
         m.submodules.engine = self.engine
         m.submodules.pmem = self.pmem
         wiring.connect(m, self.engine.pmem, self.pmem.port1)
+        if self.logger is not None:
+            m.submodules.logger = self.logger
+            wiring.connect(m, self.engine.log, self.logger.tap)
+            wiring.connect(m, self.logger.pmem, self.pmem.port2)
         return m
 
 
-def run_lookups(cfg, tables, batches, *, seed=0, ops=None):
-    """Load ``tables`` into PMEM, run one LOOKUP per batch, return the host writes of each."""
-    h = Harness(cfg)
+def run_lookups(cfg, tables, batches, *, seed=0, ops=None, log=False):
+    """Load ``tables`` into PMEM, run one LOOKUP per batch, return the host writes of each.
+
+    With ``log`` the undo logger takes the rows (generation 1), each batch id ``b``
+    after batch ``b - 1`` was made durable; each result then ends in the records
+    written so far."""
+    h = Harness(cfg, log=log)
     eng = h.engine
     rng = random.Random(seed)
     host = {}
@@ -62,8 +74,14 @@ def run_lookups(cfg, tables, batches, *, seed=0, ops=None):
                                                      "data": line, "be": (1 << 64) - 1})
         while ctx.get(h.pmem.wpq_level):
             await ctx.tick()
+        if log:
+            ctx.set(h.logger.enable, 1)
+            ctx.set(h.logger.gen, 1)
         for b, (indices, offsets) in enumerate(batches):
             op, batch_id, relaxed = ops[b] if ops else (Op.LOOKUP, b, 0)
+            if log:
+                ctx.set(h.logger.durable, batch_id - 1)
+                ctx.set(h.logger.durable_valid, batch_id > 0)
             if op != Op.FINISH:
                 host.clear()
                 writes.clear()
@@ -77,7 +95,14 @@ def run_lookups(cfg, tables, batches, *, seed=0, ops=None):
             })
             done = await stream_get(ctx, eng.done, timeout=50_000)
             assert done.batch == batch_id
-            results.append((done.error, dict(writes)))
+            if log:
+                for _ in range(5000):
+                    if ctx.get(h.logger.drained):
+                        break
+                    await ctx.tick()
+                results.append((done.error, dict(writes), ctx.get(h.logger.records)))
+            else:
+                results.append((done.error, dict(writes)))
 
     sim = Simulator(h)
     sim.add_clock(1e-8)
@@ -209,3 +234,24 @@ def test_without_the_relaxed_block_relaxed_lookup_and_finish_are_refused():
     assert results[1][1] == {} and results[2][1] == {}, "a refused descriptor wrote host memory"
     want = embedding_bag_sum(cfg, tables, b1.indices, b1.offsets).pooled
     np.testing.assert_array_equal(pooled_from_writes(cfg, results[3][1], b1.n_bags), want)
+
+
+def test_log_too_small_counts_distinct_rows():
+    """A ring of 4 records: a batch of 24 indices over 4 distinct rows is logged (4
+    records); a batch of 5 distinct rows completes with LOG_TOO_SMALL once the ring
+    is full of its records, which nothing can free before it ends, instead of
+    waiting for good; its pooled vectors are still right."""
+    cfg = cfg_for(tables=(24, 40)).replace(log_lines=4 * cfg_for().rec_lines)
+    assert cfg.log_slots == 4
+    tables = initial_tables(cfg, seed=4)
+    repeats = (np.array([1, 2] * 3 + [3, 7] * 3 + [2, 1] * 3 + [7, 3] * 3, np.uint32),
+               np.array([0, 6, 12, 18, 24], np.uint32))         # bags of tables 0, 1, 0, 1
+    five = (np.array([1, 2, 3, 3, 7, 9], np.uint32), np.array([0, 2, 4, 5, 6], np.uint32))
+    results = run_lookups(cfg, tables, [repeats, five], ops=[(Op.LOOKUP, 1, 0), (Op.LOOKUP, 2, 0)],
+                          log=True)
+    assert [(error, records) for error, _, records in results] == [
+        (ErrorCode.NONE, 4), (ErrorCode.LOG_TOO_SMALL, 8)]
+    for (indices, offsets), (_, writes, _) in zip([repeats, five], results):
+        want = embedding_bag_sum(cfg, tables, indices, offsets)
+        np.testing.assert_array_equal(pooled_from_writes(cfg, writes, len(offsets) - 1),
+                                      want.pooled)

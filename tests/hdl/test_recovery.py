@@ -1,5 +1,6 @@
 """RECOVER in amaranth.sim, against the host's reference (host/model/recovery.py), on media
-images with torn records, torn rows, old generations and stale commits."""
+images with torn records, torn rows, old generations, stale commits and ring headers; and
+what it reads: the records it rolls back and a constant, whatever the ring or tables."""
 
 import random
 from dataclasses import replace
@@ -13,7 +14,7 @@ from trainingcxl.hdl.checkpoint.engine import CheckpointEngine
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
-from trainingcxl.spec.records import commit_record, snapshot_header, undo_record
+from trainingcxl.spec.records import commit_record, ring_header, snapshot_header, undo_record
 from trainingcxl.host.model.recovery import recover
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
@@ -63,7 +64,8 @@ def run_recover(media, staleness, cfg=CFG):
         out["rolled"] = ctx.get(dut.ckpt.rolled_back)
         out["gen"] = ctx.get(dut.ckpt.gen)
         out["k"] = ctx.get(dut.ckpt.staleness_in_force)
-        out["media"] = [ctx.get(dut.pmem.media.data[a]) for a in range(CFG.media_lines)]
+        out["lines"] = ctx.get(dut.ckpt.recover_lines)
+        out["media"] = [ctx.get(dut.pmem.media.data[a]) for a in range(cfg.media_lines)]
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -103,10 +105,12 @@ def random_image(rng):
     start = rng.randrange(slots)
     lsn0 = rng.randrange(0, 1000)
     batch = committed - 2
+    batches = []
     for k in range(slots):
         s = (start + k) % slots
         if rng.random() < 0.3:
             batch += 1
+        batches.append(batch)
         g = gen if rng.random() < 0.85 else gen - 1
         t = rng.randrange(cfg.n_tables)
         row = rng.randrange(cfg.tables[t])
@@ -118,6 +122,18 @@ def random_image(rng):
             j = rng.randrange(cfg.rec_lines)
             lines[j] = tear(rng, lines[j], rng.getrandbits(512))
         media[at:at + cfg.rec_lines] = lines
+    # Ring headers: how far the ring was persistent, one maybe older, torn, of another
+    # generation or missing.
+    for line in range(2):
+        n = rng.randrange(slots + 1)
+        nxt = cfg.log_base + (start + n) % slots * cfg.rec_lines
+        g = gen if rng.random() < 0.8 else rng.choice([gen - 1, gen + 1])
+        if rng.random() < 0.9:
+            media[cfg.ring_base + line] = ring_header(
+                gen=g, batch=batches[n - 1] if n else 0, next_lsn=lsn0 + n, next_slot=nxt)
+        if rng.random() < 0.15:
+            media[cfg.ring_base + line] = tear(rng, media[cfg.ring_base + line],
+                                               rng.getrandbits(512))
     return media
 
 
@@ -162,48 +178,107 @@ def committed_media(rng, cfg, *, gen, batch):
 
 
 def test_torn_record_and_torn_row():
-    """A power failure during batch 5's update: the first record is intact and its row
-    torn (half updated), the second record is torn, so write-ahead kept its row
-    unchanged. Recovery restores the torn row and leaves the other: every row is
-    as after batch 4, and generation 3 begins."""
+    """A power failure during batch 5's update: both its records are persistent and a
+    ring header says so; the first row is torn (half updated), the second not yet
+    touched. Batch 6's early (relaxed) lookup had logged a third record after the
+    header, torn: the walk starts at the header, so it is never read. Recovery restores
+    the torn row: every row is as after batch 4, and generation 3 begins."""
     rng = random.Random(1)
     cfg = CFG
     lpr = cfg.lines_per_row
     after4, media = committed_media(rng, cfg, gen=2, batch=4)
-    rows = [cfg.table_base[0] + 3 * lpr, cfg.table_base[1] + 7 * lpr]
-    records = [undo_record(gen=2, batch=5, lsn=k, addr=a, row_lines=after4[a:a + lpr])
-               for k, a in enumerate(rows)]
-    for k, rec in enumerate(records):
+    rows = [cfg.table_base[0] + 3 * lpr, cfg.table_base[1] + 7 * lpr, cfg.table_base[1] + 2 * lpr]
+    for k, (a, b) in enumerate(zip(rows, (5, 5, 6))):
         at = cfg.log_base + k * cfg.rec_lines
-        media[at:at + cfg.rec_lines] = rec
-    # The second record's header is torn: it never became persistent.
-    hdr = cfg.log_base + 2 * cfg.rec_lines - 1
+        media[at:at + cfg.rec_lines] = undo_record(gen=2, batch=b, lsn=k, addr=a,
+                                                   row_lines=after4[a:a + lpr])
+    media[cfg.ring_base + 1] = ring_header(gen=2, batch=5, next_lsn=2,
+                                           next_slot=cfg.log_base + 2 * cfg.rec_lines)
+    hdr = cfg.log_base + 3 * cfg.rec_lines - 1
     media[hdr] = tear(rng, media[hdr], 0)
     # The first row was being rewritten: one line torn, one line updated.
     media[rows[0]] = tear(rng, rng.getrandbits(512), after4[rows[0]])
     media[rows[0] + 1] = rng.getrandbits(512)
     got = run_recover(media, 0)
     assert (got["error"], got["d"], got["m"], got["rolled"], got["gen"]) == (
-        ErrorCode.NONE, 4, 4, 1, 3)
+        ErrorCode.NONE, 4, 4, 2, 3)
     assert got["media"][:cfg.table_lines] == after4
 
 
 @pytest.mark.parametrize("registered", [False, True])
 def test_a_lone_record_in_the_last_log_slot_is_rolled_back(registered):
-    """The scan's last record is the only live one: its verdict (a cycle late with register
-    slices) must be in before the scan decides whether anything is to be rolled back."""
+    """The newest record is in the last slot (the ring header's next slot wrapped to the
+    first) and the only live one: the walk rolls it back, reads the record before it
+    (batch 6, durable), and stops there; its verdict, a cycle late with register
+    slices, must be in before the walk ends."""
     rng = random.Random(2)
     cfg = replace(CFG, register_slices=registered)
-    lpr = cfg.lines_per_row
+    lpr, slots = cfg.lines_per_row, cfg.log_slots
     before, media = committed_media(rng, cfg, gen=1, batch=6)
-    row = cfg.table_base[1] + 5 * lpr
-    at = cfg.log_base + (cfg.log_slots - 1) * cfg.rec_lines
-    media[at:at + cfg.rec_lines] = undo_record(gen=1, batch=7, lsn=0, addr=row,
-                                               row_lines=before[row:row + lpr])
+    for s in range(slots):
+        t = s % 2
+        row = cfg.table_base[t] + (s + 1) * lpr
+        at = cfg.log_base + s * cfg.rec_lines
+        media[at:at + cfg.rec_lines] = undo_record(gen=1, batch=6 if s < slots - 1 else 7,
+                                                   lsn=s, addr=row,
+                                                   row_lines=before[row:row + lpr])
     media[row:row + lpr] = [rng.getrandbits(512) for _ in range(lpr)]     # batch 7's update
+    media[cfg.ring_base] = ring_header(gen=1, batch=7, next_lsn=slots, next_slot=cfg.log_base)
     got = run_recover(media, 0, cfg)
     assert (got["error"], got["d"], got["rolled"], got["gen"]) == (ErrorCode.NONE, 6, 1, 2)
     assert got["media"][:cfg.table_lines] == before
+
+
+def long_history(cfg, *, live, seed=0):
+    """A ring that wrapped many times: gen 3 committed batch 40 (and snapshot 40); the
+    ring's slots hold records of older batches and generations, then ``live`` records of
+    batch 41 before the ring header; returns (tables after batch 40, media)."""
+    rng = random.Random(seed)
+    lpr, slots, rec = cfg.lines_per_row, cfg.log_slots, cfg.rec_lines
+    before, media = committed_media(rng, cfg, gen=3, batch=40)
+    end = 7 * slots + 3                                 # records so far in generation 3
+    for lsn in range(end - slots, end):
+        s = lsn % slots
+        batch = 41 if lsn >= end - live else 40 - (end - live - lsn) // 5
+        t = rng.randrange(cfg.n_tables)
+        row = cfg.table_base[t] + rng.randrange(cfg.tables[t]) * lpr
+        old = before[row:row + lpr] if batch == 41 else [rng.getrandbits(512) for _ in range(lpr)]
+        if batch == 41:
+            # One record per row and batch; batch 41's update has changed it since.
+            while media[row] != before[row]:
+                row = cfg.table_base[t] + rng.randrange(cfg.tables[t]) * lpr
+                old = before[row:row + lpr]
+            media[row:row + lpr] = [rng.getrandbits(512) for _ in range(lpr)]
+        at = cfg.log_base + s * rec
+        media[at:at + rec] = undo_record(gen=3, batch=batch, lsn=lsn, addr=row, row_lines=old)
+    media[cfg.ring_base + 1] = ring_header(gen=3, batch=41, next_lsn=end,
+                                           next_slot=cfg.log_base + end % slots * rec)
+    media[cfg.ring_base] = ring_header(gen=2, batch=90, next_lsn=end + 5,
+                                       next_slot=cfg.log_base)     # an older timeline's
+    return before, media
+
+
+@pytest.mark.parametrize("tables,log_lines", [((12, 20), 30), ((12, 20), 300),
+                                              ((200, 300), 30), ((200, 300), 300)])
+def test_recovery_reads_the_records_it_rolls_back_and_a_constant(tables, log_lines):
+    """Recovery cost is flat in the ring and table sizes: the lines RECOVER reads are
+    the records it rolls back (x rec_lines), plus the commit, snapshot and ring headers,
+    the record that ends the walk and at most a window of reads issued ahead."""
+    cfg = replace(CFG, tables=tables, log_lines=log_lines)
+    window = max(cfg.rec_lines, cfg.pmem.read_depth)
+    const = cfg.commit_lines + 2 + 2 + cfg.rec_lines + window
+    for live in (0, 1, 5):
+        before, media = long_history(cfg, live=live, seed=live)
+        want = list(media)
+        ref = recover(cfg, want, 0)
+        got = run_recover(media, 0, cfg)
+        assert (got["error"], got["d"], got["rolled"]) == (ErrorCode.NONE, 40, live)
+        assert ref.rolled_back == live
+        assert got["media"][:cfg.table_lines] == before == want[:cfg.table_lines]
+        assert len(ref.reads) <= got["lines"] <= len(ref.reads) + window
+        assert got["lines"] <= live * cfg.rec_lines + const, (live, got["lines"])
+        print(f"tables {tables} ring {cfg.log_slots} slots: {live} rolled back, "
+              f"{got['lines']} lines read (reference {len(ref.reads)})")
 
 
 @pytest.mark.parametrize("folds", [2, 4, 8])

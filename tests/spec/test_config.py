@@ -19,8 +19,9 @@ def test_memory_map_is_contiguous_and_protected_regions_follow_the_tables():
     assert cfg.lines_per_row == 2
     assert cfg.table_base == (0, 20)
     assert cfg.table_lines == 60
-    assert (cfg.log_base, cfg.commit_base, cfg.snapshot_base) == (60, 68, (70, 75))
-    assert cfg.media_lines == 80
+    assert (cfg.log_base, cfg.commit_base, cfg.ring_base, cfg.snapshot_base) == (
+        60, 68, 70, (72, 77))
+    assert cfg.media_lines == 82
 
 
 @pytest.mark.parametrize("kwargs,field", [

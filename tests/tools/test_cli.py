@@ -88,6 +88,29 @@ def test_train_refuses_a_batch_the_undo_log_cannot_hold(tmp_path):
         main(["train", "--config", str(cfg), "--batch-size", "8"])
 
 
+def test_the_undo_log_check_counts_distinct_rows():
+    """Batches of many indices over few rows fit a ring their index count would not."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from trainingcxl.spec.config import Config
+    from trainingcxl.host.tools.plans import check_checkpoint_regions, distinct_rows
+    cfg = Config(tables=(32, 48), max_bags=256, log_lines=40)
+    assert cfg.log_slots == 20
+    offsets = np.arange(0, 8 * 2 * 8 + 1, 8, dtype=np.uint32)        # 16 bags of 8 indices
+    few = SimpleNamespace(indices=np.array([0, 1] * 64, np.uint32), offsets=offsets)
+    many = SimpleNamespace(indices=np.arange(128, dtype=np.uint32) % 32, offsets=offsets)
+    assert distinct_rows(cfg, few) == 4 and distinct_rows(cfg, many) == 32
+    with pytest.raises(ValueError, match="at worst"):
+        check_checkpoint_regions(cfg, 8)
+    check_checkpoint_regions(cfg, 8, [few] * 5)
+    with pytest.raises(ValueError, match="need 36"):
+        check_checkpoint_regions(cfg, 8, [few, many, few])
+    with pytest.raises(ValueError, match="need 32"):
+        check_checkpoint_regions(cfg, 8, [few, many, few], relaxed=False)
+
+
 def test_relaxed_order_is_refused_without_the_relaxed_block(tmp_path):
     cfg = tmp_path / "c.json"
     cfg.write_text('{"tables": [32, 48], "blocks": ["update", "checkpoint"]}')
