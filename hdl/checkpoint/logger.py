@@ -3,12 +3,12 @@
 from amaranth import *
 from amaranth.hdl import ResetInserter
 from amaranth.lib import data, fifo, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES, RING_HEADERS
 from trainingcxl.spec.records import RING, UNDO
 from ..common.line_port import LineOp, LinePortSignature
+from ..common.ram import Ram
 from .crc import CRC_INIT, crc_part
 from .layouts import sealed_header
 
@@ -147,7 +147,7 @@ class UndoLogger(wiring.Component):
 
         # -- stamps: the (generation, batch) that last logged each row (indexed by media line)
         stamp = Cat(self.tap.batch, self.gen)
-        m.submodules.stamps = stamps = Memory(shape=len(stamp), depth=cfg.table_lines, init=[])
+        m.submodules.stamps = stamps = Ram(shape=len(stamp), depth=cfg.table_lines)
         st_r = stamps.read_port(domain="comb")
         st_q = stamps.read_port(domain="comb")
         st_w = stamps.write_port()
