@@ -443,10 +443,10 @@ def add_bench_command(sub):
                     help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
     sp.add_argument("--systems", default=None, type=_choices(SYSTEMS),
                     help=f"comma-separated systems (default: all: {', '.join(SYSTEMS)}; with "
-                         f"--scale: pmem,cxl-b,cxl)")
+                         f"--scale: cxl)")
     sp.add_argument("--batches", type=_at_least(3), default=None,
                     help="batches per run; the window measured is batches 2..N (default: 8; "
-                         "with --scale: 4)")
+                         "with --scale: 3)")
     sp.add_argument("--staleness", type=nonneg, default=None,
                     help="staleness bound K for every system (default: each system's own)")
     sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed (default: 0)")

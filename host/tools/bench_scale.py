@@ -21,13 +21,16 @@ from trainingcxl.spec.config import SCALE_BATCHES, SCALE_ROWS, scale_ladder
 __all__ = ["DEFAULT_SYSTEMS", "DEFAULT_BATCHES", "parse_sizes", "parse_batch_sizes",
            "scale_workloads", "run_scale", "report", "plot", "cmd_scale"]
 
-#: Systems of the default run. ``pmem`` (the host's lookups and updates from Python,
-#: a CXL.mem request per line) is the baseline every speedup is over; ``cxl-b`` and
-#: ``cxl`` bracket the relaxations. ``near-data`` and ``cxl-d`` are left out for time.
-DEFAULT_SYSTEMS = ("pmem", "cxl-b", "cxl")
-#: Batches of a scale run: the window measured is batches 2..4 (3 batches), as a
-#: batch of 2048 samples at 10^6 rows is millions of cycles.
-DEFAULT_BATCHES = 4
+#: Systems of the default run: ``cxl`` alone, with and without checkpointing, keeps the
+#: whole grid under about half an hour on 2 cores (docs/results.md, "Cost growth with
+#: scale"). ``pmem`` issues a CXL.mem request per line from Python (about 6,000
+#: simulated cycles/s against 30,000 for ``cxl``), so a batch of 2048 takes it most of
+#: an hour a run; ask for it with ``--systems`` and smaller ``--batch-sizes``.
+DEFAULT_SYSTEMS = ("cxl",)
+#: Batches of a scale run: the window measured is batches 2..3, as a batch of 2048
+#: samples at 10^6 rows is millions of cycles (its updates and undo records are bound
+#: by the PMEM write rate).
+DEFAULT_BATCHES = 3
 #: Shortest bag of the scale workloads (``rm_config``'s bags hold 16 to 32 rows).
 MIN_POOLING = 16
 
