@@ -82,6 +82,7 @@ def scale_workloads(sizes=tuple(SCALE_ROWS), batch_sizes=SCALE_BATCHES):
 
 
 def _split(name):
+    """``rm-1k/b32`` -> ``("rm-1k", 32)``."""
     size, b = name.split("/b")
     return size, int(b)
 
@@ -93,10 +94,9 @@ def run_scale(args, say):
     from trainingcxl.host.tools.pool import parallel_runs
     workloads = scale_workloads(args.sizes, args.batch_sizes)
     systems = args.systems
-    devices = {w.config.hardware_digest() for w in workloads}
     say(f"[scale] table sizes {', '.join(args.sizes)}; batches of "
         f"{', '.join(map(str, args.batch_sizes))}; systems {', '.join(systems)}; "
-        f"{len(devices)} device build(s)")
+        f"{len({w.config.hardware_digest() for w in workloads})} device build(s)")
     t0 = time.monotonic()
 
     def progress(spec, record, error):
@@ -122,7 +122,7 @@ def run_scale(args, say):
         first = {}
         for w in workloads:
             first.setdefault(_split(w.name)[0], w)
-        say(f"[scale] recovery: a power failure in an update on cxl, one run per table size")
+        say("[scale] recovery: a power failure in an update on cxl, one run per table size")
         specs = [_recovery_spec(k, w, args) for k, w in enumerate(first.values())]
         for result in parallel_runs(specs, args.jobs, lambda r: ""):
             row = _recovery_row(*result)
@@ -133,6 +133,11 @@ def run_scale(args, say):
                 errors.append({"run": (row["workload"], "cxl", "recovery"), "error": row["error"]})
         recovery.sort(key=lambda r: r["rows"])
 
+    devices = {}
+    for w in workloads:
+        devices.setdefault(_split(w.name)[0], {
+            "config": w.config.to_dict(), "hardware_digest": w.config.hardware_digest(),
+            "log_lines": w.config.log_size})
     grid = []
     for w in workloads:
         size, b = _split(w.name)
@@ -144,9 +149,7 @@ def run_scale(args, say):
         "sizes": list(args.sizes), "batch_sizes": list(args.batch_sizes),
         "systems": {s: SYSTEMS[s].summary for s in systems},
         "batches": args.batches, "seed": args.seed,
-        "devices": {size: {"config": w.config.to_dict(), "hardware_digest": w.config.hardware_digest(),
-                           "log_lines": w.config.log_size}
-                    for w in workloads for size in [_split(w.name)[0]]},
+        "devices": devices,
         "grid": grid, "recovery": recovery,
         "errors": [{"run": list(e["run"]), "error": e["error"]} for e in errors],
         "wall_s": time.monotonic() - t0,
