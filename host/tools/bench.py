@@ -195,7 +195,8 @@ def _recovery_spec(index, workload, args, config=None):
 
 def _recovery_row(spec, record, error):
     """The recovery of a :func:`_recovery_spec` run: its cycles, the records rolled back,
-    and the log ring's size (``RECOVER`` reads the whole ring twice)."""
+    the media lines it read (``recovery_lines``, when the device reports them) and the
+    log ring's size."""
     from trainingcxl.spec.config import Config
     f = (record or {}).get("failures") or [{}]
     consistent = bool(f[0].get("consistent", False))
@@ -205,7 +206,7 @@ def _recovery_row(spec, record, error):
         error = "no consistent recovery recorded"
     return {"workload": spec["workload"], "log_lines": Config.from_dict(spec["config"]).log_size,
             "recovery_cycles": f[0].get("recovery_cycles"), "rolled_back": f[0].get("rolled_back"),
-            "consistent": consistent, "error": error}
+            "recovery_lines": f[0].get("recovery_lines"), "consistent": consistent, "error": error}
 
 
 #: The speed runs: ``train --config small`` on Verilator, and a run small enough for Icarus.

@@ -181,11 +181,12 @@ def report(result, say):
                 f"{r['sim_wall_s']:>7.1f} {_num(r['sim_cycles_per_s'], ',.0f', width=9)}")
     if result["recovery"]:
         say("\n  recovery (cxl, a power failure in an update):")
-        say(f"  {'size':<8} {'rows':>10} {'log lines':>10} {'rolled back':>12} {'cycles':>10}  invariants")
+        say(f"  {'size':<8} {'rows':>10} {'log lines':>10} {'rolled back':>12} {'lines read':>11} "
+            f"{'cycles':>10}  invariants")
         for r in result["recovery"]:
             say(f"  {r['size']:<8} {r['rows']:>10,} {r['log_lines']:>10,} "
-                f"{_num(r['rolled_back'], ',', width=12)} {_num(r['recovery_cycles'], ',', width=10)}  "
-                f"{'hold' if r['consistent'] else 'BROKEN'}")
+                f"{_num(r['rolled_back'], ',', width=12)} {_num(r.get('recovery_lines'), ',', width=11)} "
+                f"{_num(r['recovery_cycles'], ',', width=10)}  {'hold' if r['consistent'] else 'BROKEN'}")
     for e in result["errors"]:
         say(f"  FAILED {' '.join(map(str, e['run']))}: {str(e['error'])[:300]}")
 
@@ -246,6 +247,8 @@ def plot(result, path):
         recovery.plot(x, [r["recovery_cycles"] for r in rec], "o-", label="recovery cycles")
         recovery.plot(x, [max(1, r["rolled_back"]) for r in rec], "s--", label="records rolled back")
         recovery.plot(x, [r["log_lines"] for r in rec], "^:", label="log ring lines")
+        if all(r.get("recovery_lines") is not None for r in rec):
+            recovery.plot(x, [max(1, r["recovery_lines"]) for r in rec], "v-.", label="lines read")
         recovery.set_xscale("log")
         recovery.set_yscale("log")
         recovery.legend(fontsize=7)

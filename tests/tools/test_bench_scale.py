@@ -97,7 +97,8 @@ def fake_run(monkeypatch, fail=None):
     def recoveries(specs, jobs, note):
         for spec in specs:
             yield spec, {"golden_match": True, "failures": [
-                {"recovery_cycles": 64_000, "rolled_back": 900, "consistent": True}]}, None
+                {"recovery_cycles": 64_000, "rolled_back": 900, "recovery_lines": 1_800,
+                 "consistent": True}]}, None
     monkeypatch.setattr(bench_scale, "_ladder", ladder)
     monkeypatch.setattr(pool, "parallel_runs", recoveries)
 
@@ -121,7 +122,7 @@ def test_report_json_and_plot_of_a_fake_scale_run(monkeypatch, tmp_path):
     rows = [line.split() for line in lines]
     assert ["256", "pmem", f"{cyc / 2:,.0f}", f"{100 * (cyc / (cyc - 5000) - 1):.2f}%"] in [
         r[:4] for r in rows]
-    assert ["rm-100k", "100,000", "2,097,152", "900", "64,000", "hold"] in rows
+    assert ["rm-100k", "100,000", "2,097,152", "900", "1,800", "64,000", "hold"] in rows
     out = json.loads((tmp_path / "s.json").read_text())
     assert len(out["grid"]) == 2 * 2 * 2 and all(r["ok"] for r in out["grid"])
     row = next(r for r in out["grid"] if (r["size"], r["batch_size"], r["system"]) == ("rm-100k", 256, "pmem"))
@@ -131,8 +132,8 @@ def test_report_json_and_plot_of_a_fake_scale_run(monkeypatch, tmp_path):
     assert row["energy_per_batch_j"] > 0 and row["link_bytes_per_batch"] > 0
     assert {d["hardware_digest"] for d in out["devices"].values()} == {
         w.config.hardware_digest() for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))}
-    assert [(r["size"], r["recovery_cycles"], r["rolled_back"]) for r in out["recovery"]] == [
-        ("rm-1k", 64_000, 900), ("rm-100k", 64_000, 900)]
+    assert [(r["size"], r["recovery_cycles"], r["rolled_back"], r["recovery_lines"])
+            for r in out["recovery"]] == [("rm-1k", 64_000, 900, 1_800), ("rm-100k", 64_000, 900, 1_800)]
     assert "recovery (cxl, a power failure in an update)" in text
     assert (tmp_path / "s.png").stat().st_size > 10_000
     assert sum("[scale] rm-" in line and "checkpointing" in line for line in lines) == 16
