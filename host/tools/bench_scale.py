@@ -105,7 +105,7 @@ def run_scale(args, say):
         per = f"{cyc / record['window']['batches']:,.0f} cycles/batch, " if cyc else ""
         say(f"[scale] {spec['workload']} {spec['system']} checkpointing "
             f"{'on' if spec['checkpointing'] else 'off'}: {ok}, {per}"
-            f"{(record or {}).get('wall_s', 0):.0f} s simulated; {time.monotonic() - t0:.0f} s in")
+            f"simulated in {(record or {}).get('wall_s', 0):.0f} s; {time.monotonic() - t0:.0f} s so far")
 
     results, errors = _ladder(args, workloads, systems, say, on_result=progress)
     summary = _summarise(results, workloads, systems)
