@@ -632,8 +632,19 @@ def rm_config(rows, batch_size=256):
 
 def scale_ladder(rows=tuple(SCALE_ROWS), batches=SCALE_BATCHES):
     """``(name, Config)`` for every table size and batch size of the scale ladder,
-    named like ``rm-100k/b256``; each configuration's undo log fits its batch."""
-    return [(f"{name}/b{b}", rm_config(SCALE_ROWS[name], b)) for name in rows for b in batches]
+    named like ``rm-100k/b256``.
+
+    The batch sizes of one table size share one device (one
+    :meth:`Config.hardware_digest`, so one simulator build): ``max_bags`` and
+    the undo log are those of the largest batch in ``batches``, and only the
+    host-side ``model.batch_size`` differs."""
+    out = []
+    for name in rows:
+        device = rm_config(SCALE_ROWS[name], max(batches))
+        device = device.replace(log_lines=device.log_size)
+        out += [(f"{name}/b{b}", device.replace(model=dataclasses.replace(device.model, batch_size=b)))
+                for b in batches]
+    return out
 
 
 def _pow2_at_least(n):

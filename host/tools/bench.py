@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure, write_json
-from trainingcxl.spec.config import LINE_BYTES, Config, ModelShape
+from trainingcxl.spec.config import LINE_BYTES, SCALE_BATCHES, SCALE_ROWS, Config, ModelShape
 from trainingcxl.host.model.energy import DEFAULT_ENERGY, Activity, link_bytes
 from trainingcxl.host.protocol.systems import SYSTEMS
 
@@ -126,7 +126,12 @@ def _train_spec(index, workload, system_name, checkpointing, args, *, failures=(
     }
 
 
-def _ladder(args, workloads, systems, say):
+def _ladder(args, workloads, systems, say, on_result=None):
+    """Every workload on every system, with and without checkpointing, in parallel.
+
+    Returns ``{(workload, system, checkpointing): (spec, record)}`` and the failed
+    runs (an error, no record, or a golden mismatch); ``on_result(spec, record,
+    error)`` is told of each run as it finishes."""
     from trainingcxl.host.tools.pool import parallel_runs, prebuild
     specs = []
     for w in workloads:
@@ -135,13 +140,15 @@ def _ladder(args, workloads, systems, say):
                 specs.append(_train_spec(len(specs), w, s, ckpt, args))
     say(f"[ladder] {len(specs)} training runs ({len(workloads)} workloads x {len(systems)} "
         f"systems x checkpointing on/off), {args.batches} batches each, {args.jobs} processes")
-    prebuild([w.config for w in workloads])
+    prebuild([w.config for w in workloads], jobs=args.jobs)
     results, errors = {}, []
     for spec, record, error in parallel_runs(specs, args.jobs, lambda r: ""):
         key = (spec["workload"], spec["system"], spec["checkpointing"])
         if error or not record or not record.get("golden_match"):
             errors.append({"run": key, "error": error or (record or {}).get("aborted", "mismatch")})
         results[key] = (spec, record)
+        if on_result:
+            on_result(spec, record, error)
     return results, errors
 
 
@@ -172,20 +179,34 @@ def _recovery_vs_log(args, workload, say):
     sizes = [base.log_size * f for f in (1, 2, 4)]
     configs = [base.replace(log_lines=n) for n in sizes]
     say(f"[recovery] a power failure in an update, log rings of {', '.join(map(str, sizes))} lines")
-    prebuild(configs)
-    specs = []
-    for k, cfg in enumerate(configs):
-        spec = _train_spec(k, workload, "cxl", True, args, config=cfg,
-                           failures=[{"phase": "update", "batch": 3, "offset": 200}])
-        spec["args"].update({"batches": 4, "measure_from": None, "check_every": 2})
-        specs.append(spec)
-    out = []
-    for spec, record, error in parallel_runs(specs, args.jobs, lambda r: ""):
-        f = (record or {}).get("failures") or [{}]
-        out.append({"log_lines": spec["config"]["log_lines"], "recovery_cycles": f[0].get("recovery_cycles"),
-                    "rolled_back": f[0].get("rolled_back"), "consistent": f[0].get("consistent", False),
-                    "error": error})
+    prebuild(configs, jobs=args.jobs)
+    specs = [_recovery_spec(k, workload, args, cfg) for k, cfg in enumerate(configs)]
+    out = [_recovery_row(*result) for result in parallel_runs(specs, args.jobs, lambda r: "")]
     return sorted(out, key=lambda r: r["log_lines"])
+
+
+def _recovery_spec(index, workload, args, config=None):
+    """A ``cxl`` run of 4 batches with a power failure 200 cycles into batch 3's update."""
+    spec = _train_spec(index, workload, "cxl", True, args, config=config,
+                       failures=[{"phase": "update", "batch": 3, "offset": 200}])
+    spec["args"].update({"batches": 4, "measure_from": None, "check_every": 2})
+    return spec
+
+
+def _recovery_row(spec, record, error):
+    """The recovery of a :func:`_recovery_spec` run: its cycles, the records rolled back,
+    the media lines it read (``recovery_lines``, when the device reports them) and the
+    log ring's size."""
+    from trainingcxl.spec.config import Config
+    f = (record or {}).get("failures") or [{}]
+    consistent = bool(f[0].get("consistent", False))
+    if not error and record and not record.get("golden_match"):
+        error = record.get("aborted", "golden mismatch")
+    elif not error and not consistent:
+        error = "no consistent recovery recorded"
+    return {"workload": spec["workload"], "log_lines": Config.from_dict(spec["config"]).log_size,
+            "recovery_cycles": f[0].get("recovery_cycles"), "rolled_back": f[0].get("rolled_back"),
+            "recovery_lines": f[0].get("recovery_lines"), "consistent": consistent, "error": error}
 
 
 #: The speed runs: ``train --config small`` on Verilator, and a run small enough for Icarus.
@@ -322,6 +343,8 @@ def _bench_loader(args, say):
 def cmd_bench(args):
     def say(text):
         print(text, flush=True)
+    if args.scale and (args.speed or args.loader):
+        raise SystemExit("error: --scale is a run of its own; leave out --speed and --loader")
     if args.loader:
         return _bench_loader(args, say)
     if args.speed:
@@ -332,8 +355,19 @@ def cmd_bench(args):
             write_json(args.json, {"sim_speed": speed})
             say(f"  JSON  {args.json}")
         return 0
+    scale_only = [o for o, v in (("--sizes", args.sizes), ("--batch-sizes", args.batch_sizes)) if v]
+    if args.scale:
+        from trainingcxl.host.tools import bench_scale
+        args.systems = tuple((args.systems or ",".join(bench_scale.DEFAULT_SYSTEMS)).split(","))
+        args.sizes = args.sizes or tuple(SCALE_ROWS)
+        args.batch_sizes = args.batch_sizes or SCALE_BATCHES
+        args.batches = args.batches or bench_scale.DEFAULT_BATCHES
+        return bench_scale.cmd_scale(args, say)
+    if scale_only:
+        raise SystemExit(f"error: {' and '.join(scale_only)} only apply with --scale")
+    args.batches = args.batches or 8
     workloads = [WORKLOADS[w] for w in args.workloads.split(",")]
-    systems = args.systems.split(",")
+    systems = (args.systems or ",".join(SYSTEMS)).split(",")
     t0 = time.monotonic()
     from trainingcxl.sim.runner import BenchFailure
     try:
@@ -392,6 +426,7 @@ def cmd_bench(args):
 
 
 def add_bench_command(sub):
+    from trainingcxl.host.tools import bench_scale     # it builds on this module
     sp = sub.add_parser(
         "bench", help="run the configuration ladder (pmem ... cxl) and report speed, "
                       "checkpoint overhead and energy",
@@ -407,10 +442,12 @@ def add_bench_command(sub):
                     "same cycle counts.")
     sp.add_argument("--workloads", default=",".join(WORKLOADS), type=_choices(WORKLOADS),
                     help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
-    sp.add_argument("--systems", default=",".join(SYSTEMS), type=_choices(SYSTEMS),
-                    help=f"comma-separated systems (default: all: {', '.join(SYSTEMS)})")
-    sp.add_argument("--batches", type=_at_least(3), default=8,
-                    help="batches per run; the window measured is batches 2..N (default: 8)")
+    sp.add_argument("--systems", default=None, type=_choices(SYSTEMS),
+                    help=f"comma-separated systems (default: all: {', '.join(SYSTEMS)}; with "
+                         f"--scale: cxl)")
+    sp.add_argument("--batches", type=_at_least(3), default=None,
+                    help="batches per run; the window measured is batches 2..N (default: 8; "
+                         "with --scale: 3)")
     sp.add_argument("--staleness", type=nonneg, default=None,
                     help="staleness bound K for every system (default: each system's own)")
     sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed (default: 0)")
@@ -426,8 +463,20 @@ def add_bench_command(sub):
                          "file it writes (one core, no simulation)")
     sp.add_argument("--loader-lines", type=positive, default=1_000_000,
                     help="lines of the --loader sample file (default: 1,000,000)")
+    sp.add_argument("--scale", action="store_true",
+                    help="instead of the ladder: the scale ladder (8 tables of 10^3, 10^5, 10^6 "
+                         "rows; batches of 32, 256, 2048) on --systems, with and without "
+                         "checkpointing: how cycles, checkpoint overhead, PMEM and link bytes, "
+                         "energy and simulation time grow, and recovery cycles per table size")
+    sp.add_argument("--sizes", type=bench_scale.parse_sizes, default=None, metavar="1k,100k,1m",
+                    help="with --scale: table sizes (default: all: 1k,100k,1m)")
+    sp.add_argument("--batch-sizes", type=bench_scale.parse_batch_sizes, default=None,
+                    metavar="32,256,2048",
+                    help="with --scale: batch sizes (default: all: 32,256,2048)")
     sp.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
-    sp.add_argument("--plot", metavar="OUT.png", help="draw each system's cycles per batch by phase")
+    sp.add_argument("--plot", metavar="OUT.png",
+                    help="draw each system's cycles per batch by phase (with --scale: how each "
+                         "figure grows with table and batch size)")
     sp.set_defaults(func=cmd_bench)
 
 

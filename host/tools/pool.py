@@ -83,8 +83,20 @@ def parallel_runs(specs, jobs, progress_note):
             yield result
 
 
-def prebuild(configs, sim="verilator"):
-    """Build each configuration once, before the parallel runs share the build."""
+def _build(sim, config_dict):
+    from trainingcxl.spec.config import Config
     from trainingcxl.sim.runner import build
-    for cfg in configs:
-        build(sim, cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
+    build(sim, Config.from_dict(config_dict), log=lambda text: print(text, file=sys.stderr, flush=True))
+
+
+def prebuild(configs, sim="verilator", jobs=1):
+    """Build each distinct device (by hardware digest) once, before the parallel runs share
+    the builds; ``jobs`` builds at a time."""
+    distinct = list({cfg.hardware_digest(): cfg for cfg in configs}.values())
+    if jobs <= 1 or len(distinct) <= 1:
+        for cfg in distinct:
+            _build(sim, cfg.to_dict())
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, len(distinct))) as pool:
+        for fut in [pool.submit(_build, sim, cfg.to_dict()) for cfg in distinct]:
+            fut.result()

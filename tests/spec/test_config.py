@@ -109,6 +109,12 @@ def test_the_scale_ladder_covers_its_grid():
         assert cfg.log_slots >= 2 * cfg.records_per_batch(batch), name
         assert 16 <= cfg.max_pooling <= 32
         assert Config.from_json(cfg.to_json()) == cfg
+    # One device per table size: every batch size of it shares the simulator build.
+    digests = {}
+    for name, cfg in ladder:
+        digests.setdefault(name.split("/")[0], set()).add(cfg.hardware_digest())
+    assert {k: len(v) for k, v in digests.items()} == {"rm-1k": 1, "rm-100k": 1, "rm-1m": 1}
+    assert len(set.union(*digests.values())) == 3
     for name in ("rm-1k", "rm-100k", "rm-1m"):
         assert PRESETS[name] == rm_config(PRESETS[name].tables[0])
     assert PRESETS["rm-1m"].media_lines_pow2 <= 1 << 24

@@ -1,0 +1,279 @@
+"""``trainingcxl bench --scale``: how the ladder's costs grow with table and batch size.
+
+The scale ladder of :func:`trainingcxl.spec.config.scale_ladder` (8 tables of
+10^3, 10^5 or 10^6 rows; batches of 32, 256 or 2048 samples) runs on the
+chosen systems with and without checkpointing, through the ladder's own runs
+and analysis (:mod:`trainingcxl.host.tools.bench`). Every batch size of one
+table size shares one device, so the ladder needs one simulator build per
+table size. Per table size a further ``cxl`` run cuts the power in an update
+and measures the recovery, to show its cost does not follow the table's size.
+"""
+
+import argparse
+import time
+
+from trainingcxl.host.tools.argtypes import save_figure, write_json
+from trainingcxl.host.tools.bench import (
+    Workload, _ladder, _recovery_row, _recovery_spec, _summarise)
+from trainingcxl.host.protocol.systems import SYSTEMS
+from trainingcxl.spec.config import SCALE_BATCHES, SCALE_ROWS, scale_ladder
+
+__all__ = ["DEFAULT_SYSTEMS", "DEFAULT_BATCHES", "parse_sizes", "parse_batch_sizes",
+           "scale_workloads", "run_scale", "report", "plot", "cmd_scale"]
+
+#: Systems of the default run: ``cxl`` alone, with and without checkpointing, keeps the
+#: whole grid under about half an hour on 2 cores (docs/results.md, "Cost growth with
+#: scale"). ``pmem`` issues a CXL.mem request per line from Python (about 6,000
+#: simulated cycles/s against 30,000 for ``cxl``), so a batch of 2048 takes it most of
+#: an hour a run; ask for it with ``--systems`` and smaller ``--batch-sizes``.
+DEFAULT_SYSTEMS = ("cxl",)
+#: Batches of a scale run: the window measured is batches 2..3, as a batch of 2048
+#: samples at 10^6 rows is millions of cycles (its updates and undo records are bound
+#: by the PMEM write rate).
+DEFAULT_BATCHES = 3
+#: Shortest bag of the scale workloads (``rm_config``'s bags hold 16 to 32 rows).
+MIN_POOLING = 16
+
+
+def _size_name(text):
+    name = text if text.startswith("rm-") else f"rm-{text}"
+    if name not in SCALE_ROWS:
+        raise argparse.ArgumentTypeError(
+            f"unknown table size {text!r}; choose from "
+            f"{', '.join(n[len('rm-'):] for n in SCALE_ROWS)}")
+    return name
+
+
+def parse_sizes(text):
+    """argparse type: ``1k,100k`` (or ``rm-1k,...``) -> scale preset names, smallest first."""
+    names = {_size_name(t.strip()) for t in text.split(",") if t.strip()}
+    if not names:
+        raise argparse.ArgumentTypeError("empty list of table sizes")
+    return tuple(sorted(names, key=SCALE_ROWS.get))
+
+
+def parse_batch_sizes(text):
+    """argparse type: ``32,256`` -> batch sizes, smallest first; each at most the ladder's
+    largest (the device's ``max_bags`` is sized for it)."""
+    sizes = set()
+    for t in (t.strip() for t in text.split(",")):
+        if not t:
+            continue
+        try:
+            b = int(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{t!r} is not a batch size") from None
+        if not 1 <= b <= max(SCALE_BATCHES):
+            raise argparse.ArgumentTypeError(f"batch size {b} is not in [1, {max(SCALE_BATCHES)}]")
+        sizes.add(b)
+    if not sizes:
+        raise argparse.ArgumentTypeError("empty list of batch sizes")
+    return tuple(sorted(sizes))
+
+
+def scale_workloads(sizes=tuple(SCALE_ROWS), batch_sizes=SCALE_BATCHES):
+    """A :class:`~trainingcxl.host.tools.bench.Workload` for every table size and batch
+    size, named like ``rm-1k/b32``. The devices are those of the whole ladder
+    (sized for its largest batch), so a subset of batch sizes builds no other."""
+    grid = dict(scale_ladder(sizes, tuple(sorted(set(SCALE_BATCHES) | set(batch_sizes)))))
+    return [Workload(f"{size}/b{b}", f"{SCALE_ROWS[size]:,} rows x 8 tables, batches of {b}",
+                     grid[f"{size}/b{b}"], batch_size=b, min_pooling=MIN_POOLING)
+            for size in sizes for b in batch_sizes]
+
+
+def _split(name):
+    """``rm-1k/b32`` -> ``("rm-1k", 32)``."""
+    size, b = name.split("/b")
+    return size, int(b)
+
+
+# -- the runs --------------------------------------------------------------------------
+
+def run_scale(args, say):
+    """Run the scale ladder and the recovery runs; returns the JSON-ready result."""
+    from trainingcxl.host.tools.pool import parallel_runs
+    workloads = scale_workloads(args.sizes, args.batch_sizes)
+    systems = args.systems
+    say(f"[scale] table sizes {', '.join(args.sizes)}; batches of "
+        f"{', '.join(map(str, args.batch_sizes))}; systems {', '.join(systems)}; "
+        f"{len({w.config.hardware_digest() for w in workloads})} device build(s)")
+    t0 = time.monotonic()
+
+    def progress(spec, record, error):
+        ok = "FAILED" if error or not (record or {}).get("golden_match") else "ok"
+        cyc = ((record or {}).get("window") or {}).get("cycles")
+        per = f"{cyc / record['window']['batches']:,.0f} cycles/batch, " if cyc else ""
+        say(f"[scale] {spec['workload']} {spec['system']} checkpointing "
+            f"{'on' if spec['checkpointing'] else 'off'}: {ok}, {per}"
+            f"simulated in {(record or {}).get('wall_s', 0):.0f} s; {time.monotonic() - t0:.0f} s so far")
+
+    results, errors = _ladder(args, workloads, systems, say, on_result=progress)
+    summary = _summarise(results, workloads, systems)
+    for w in workloads:
+        for s, fig in summary.get(w.name, {}).items():
+            on, off = results[(w.name, s, True)][1], (results.get((w.name, s, False)) or (0, None))[1]
+            fig["sim_wall_s"] = on["wall_s"]
+            fig["sim_wall_s_no_checkpoint"] = (off or {}).get("wall_s")
+            fig["sim_cycles_per_s"] = on["cycles"] / on["wall_s"] if on.get("wall_s") else None
+
+    recovery = []
+    if not args.skip_recovery:
+        # The smallest batch of each table size: its device, so no further build.
+        first = {}
+        for w in workloads:
+            first.setdefault(_split(w.name)[0], w)
+        say("[scale] recovery: a power failure in an update on cxl, one run per table size")
+        specs = [_recovery_spec(k, w, args) for k, w in enumerate(first.values())]
+        for result in parallel_runs(specs, args.jobs, lambda r: ""):
+            row = _recovery_row(*result)
+            size, b = _split(row["workload"])
+            row.update(size=size, rows=SCALE_ROWS[size], batch_size=b)
+            recovery.append(row)
+            if row["error"]:
+                errors.append({"run": (row["workload"], "cxl", "recovery"), "error": row["error"]})
+        recovery.sort(key=lambda r: r["rows"])
+
+    devices = {}
+    for w in workloads:
+        devices.setdefault(_split(w.name)[0], {
+            "config": w.config.to_dict(), "hardware_digest": w.config.hardware_digest(),
+            "log_lines": w.config.log_size})
+    grid = []
+    for w in workloads:
+        size, b = _split(w.name)
+        for s in systems:
+            fig = summary.get(w.name, {}).get(s)
+            grid.append({"size": size, "rows": SCALE_ROWS[size], "batch_size": b, "system": s,
+                         "ok": bool(fig and fig["golden_match"]), **(fig or {})})
+    return {
+        "sizes": list(args.sizes), "batch_sizes": list(args.batch_sizes),
+        "systems": {s: SYSTEMS[s].summary for s in systems},
+        "batches": args.batches, "seed": args.seed,
+        "devices": devices,
+        "grid": grid, "recovery": recovery,
+        "errors": [{"run": list(e["run"]), "error": e["error"]} for e in errors],
+        "wall_s": time.monotonic() - t0,
+    }
+
+
+# -- report ----------------------------------------------------------------------------
+
+def _num(v, fmt, width=10):
+    return f"{'-':>{width}}" if v is None else f"{v:>{width}{fmt}}"
+
+
+def report(result, say):
+    """A table per table size (a row per batch size and system), then the recovery runs."""
+    head = (f"  {'batch':>6} {'system':<7} {'cyc/batch':>11} {'ckpt ovh':>9} {'PMEM wr B':>11} "
+            f"{'link B':>11} {'energy mJ':>10} {'sim s':>7} {'cyc/s':>9}")
+    for size in result["sizes"]:
+        rows = [r for r in result["grid"] if r["size"] == size]
+        say(f"\n  {size}: 8 tables x {rows[0]['rows']:,} rows" if rows else f"\n  {size}")
+        say(head)
+        for r in rows:
+            if not r["ok"]:
+                say(f"  {r['batch_size']:>6} {r['system']:<7} FAILED (see the errors below)")
+                continue
+            say(f"  {r['batch_size']:>6} {r['system']:<7} {r['cycles_per_batch']:>11,.0f} "
+                f"{_num(r.get('checkpoint_overhead'), '.2%', width=9)} "
+                f"{r['pmem_bytes_written_per_batch']['total']:>11,.0f} "
+                f"{r['link_bytes_per_batch']:>11,.0f} {1e3 * r['energy_per_batch_j']:>10.3f} "
+                f"{r['sim_wall_s']:>7.1f} {_num(r['sim_cycles_per_s'], ',.0f', width=9)}")
+    if result["recovery"]:
+        say("\n  recovery (cxl, a power failure in an update):")
+        say(f"  {'size':<8} {'rows':>10} {'log lines':>10} {'rolled back':>12} {'lines read':>11} "
+            f"{'cycles':>10}  invariants")
+        for r in result["recovery"]:
+            say(f"  {r['size']:<8} {r['rows']:>10,} {r['log_lines']:>10,} "
+                f"{_num(r['rolled_back'], ',', width=12)} {_num(r.get('recovery_lines'), ',', width=11)} "
+                f"{_num(r['recovery_cycles'], ',', width=10)}  {'hold' if r['consistent'] else 'BROKEN'}")
+    for e in result["errors"]:
+        say(f"  FAILED {' '.join(map(str, e['run']))}: {str(e['error'])[:300]}")
+
+
+#: The plot's panels: (title, y label, figure of a grid row).
+PANELS = (
+    ("cycles per batch", "cycles", lambda r: r["cycles_per_batch"]),
+    ("PMEM bytes written per batch", "bytes", lambda r: r["pmem_bytes_written_per_batch"]["total"]),
+    ("link bytes per batch", "bytes", lambda r: r["link_bytes_per_batch"]),
+    ("energy per batch", "J", lambda r: r["energy_per_batch_j"]),
+    ("simulation wall time (checkpointing on)", "s", lambda r: r["sim_wall_s"]),
+    ("simulated cycles per second", "cycles/s", lambda r: r["sim_cycles_per_s"]),
+)
+
+
+def plot(result, path):
+    """Each of :data:`PANELS` against table size (a line per batch size and system,
+    log-log), cycles per batch also against batch size (a line per table size and
+    system), and the recovery runs against table size."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ok = [r for r in result["grid"] if r["ok"]]
+    systems = list(result["systems"])
+    styles = dict(zip(systems, ("-", "--", ":", "-.", (0, (5, 1)))))
+    markers = dict(zip(systems, "osD^v"))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+    def lines(ax, x_key, group_key, value, labels):
+        groups = sorted({r[group_key] for r in ok}, key=lambda g: SCALE_ROWS.get(g, g))
+        for gi, g in enumerate(groups):
+            for s in systems:
+                pts = sorted((r[x_key], value(r)) for r in ok if r[group_key] == g and r["system"] == s)
+                if pts:
+                    ax.plot(*zip(*pts), linestyle=styles[s], marker=markers[s],
+                            color=colours[gi % len(colours)], label=f"{labels(g)}, {s}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+
+    fig, axes = plt.subplots(2, 4, figsize=(22, 9.5))
+    axes = axes.ravel()
+    growth, by_batch, recovery = [axes[0], *axes[2:6], axes[7]], axes[1], axes[6]
+    for ax, (title, unit, value) in zip(growth, PANELS):
+        lines(ax, "rows", "batch_size", value, lambda b: f"batch {b}")
+        ax.set_title(f"{title} vs table size")
+        ax.set_xlabel("rows per table")
+        ax.set_ylabel(unit)
+    lines(by_batch, "batch_size", "size", PANELS[0][2], lambda s: s)
+    by_batch.set_title("cycles per batch vs batch size")
+    by_batch.set_xlabel("samples per batch")
+    by_batch.set_ylabel("cycles")
+    axes[0].legend(fontsize=7)
+    by_batch.legend(fontsize=7)
+    rec = [r for r in result["recovery"] if r["recovery_cycles"] is not None]
+    if rec:
+        x = [r["rows"] for r in rec]
+        recovery.plot(x, [r["recovery_cycles"] for r in rec], "o-", label="recovery cycles")
+        recovery.plot(x, [max(1, r["rolled_back"]) for r in rec], "s--", label="records rolled back")
+        recovery.plot(x, [r["log_lines"] for r in rec], "^:", label="log ring lines")
+        if all(r.get("recovery_lines") is not None for r in rec):
+            recovery.plot(x, [max(1, r["recovery_lines"]) for r in rec], "v-.", label="lines read")
+        recovery.set_xscale("log")
+        recovery.set_yscale("log")
+        recovery.legend(fontsize=7)
+    recovery.set_title("recovery (cxl, failure in an update) vs table size")
+    recovery.set_xlabel("rows per table")
+    recovery.grid(alpha=0.3, which="both")
+    fig.suptitle(f"bench --scale: {result['batches']} batches per run, window batches 2..{result['batches']}")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def cmd_scale(args, say):
+    """``bench --scale``: run, print, and write the JSON and plot; 1 if any run failed."""
+    from trainingcxl.sim.runner import BenchFailure
+    try:
+        result = run_scale(args, say)
+    except (BenchFailure, RuntimeError) as e:
+        say(f"error: {e}")
+        return 1
+    report(result, say)
+    say(f"  wall time {result['wall_s']:.0f} s")
+    if args.plot:
+        plot(result, args.plot)
+        say(f"  plot  {args.plot}")
+    if args.json:
+        write_json(args.json, result)
+        say(f"  JSON  {args.json}")
+    return 1 if result["errors"] else 0

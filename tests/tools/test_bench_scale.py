@@ -1,0 +1,170 @@
+"""``bench --scale``: its options, the devices it builds, and its report on a fake result."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from trainingcxl.host.cli import build_parser, main
+from trainingcxl.host.tools import bench_scale, pool
+from trainingcxl.spec.config import SCALE_ROWS
+
+from tests.tools.test_bench import record
+
+
+def parse(*argv):
+    return build_parser().parse_args(["bench", *argv])
+
+
+def test_scale_options_parse_into_sorted_subsets():
+    args = parse("--scale", "--sizes", "100k,rm-1k", "--batch-sizes", "256,32", "--systems", "cxl")
+    assert args.scale and args.sizes == ("rm-1k", "rm-100k") and args.batch_sizes == (32, 256)
+    assert args.systems == "cxl"
+    args = parse("--scale")
+    assert args.sizes is None and args.batch_sizes is None and args.batches is None
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--scale", "--sizes", "10k"], "unknown table size '10k'; choose from 1k, 100k, 1m"),
+    (["--scale", "--sizes", ","], "empty list of table sizes"),
+    (["--scale", "--batch-sizes", "32,x"], "'x' is not a batch size"),
+    (["--scale", "--batch-sizes", "4096"], "batch size 4096 is not in [1, 2048]"),
+    (["--scale", "--batch-sizes", "0"], "batch size 0 is not in [1, 2048]"),
+    (["--scale", "--systems", "gpu"], "unknown gpu"),
+    (["--scale", "--batches", "2"], "at least 3"),
+])
+def test_bad_scale_options_are_refused(argv, why, capsys):
+    with pytest.raises(SystemExit):
+        parse(*argv)
+    assert why in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["bench", "--sizes", "1k"], "--sizes only apply with --scale"),
+    (["bench", "--batch-sizes", "32"], "--batch-sizes only apply with --scale"),
+    (["bench", "--scale", "--speed"], "leave out --speed and --loader"),
+])
+def test_scale_options_without_scale_are_refused(argv, why):
+    with pytest.raises(SystemExit, match=why):
+        main(argv)
+
+
+def test_every_batch_size_of_a_table_size_shares_one_device():
+    workloads = bench_scale.scale_workloads()
+    assert [w.name for w in workloads] == [f"{s}/b{b}" for s in SCALE_ROWS for b in (32, 256, 2048)]
+    by_size = {}
+    for w in workloads:
+        size = w.name.split("/")[0]
+        assert w.config.tables == (SCALE_ROWS[size],) * 8
+        assert w.config.model.batch_size == w.batch_size
+        assert w.config.log_slots >= 2 * w.config.records_per_batch(w.batch_size)
+        assert w.config.max_bags >= w.batch_size * 8
+        by_size.setdefault(size, set()).add(w.config.hardware_digest())
+    assert all(len(d) == 1 for d in by_size.values()), by_size
+    assert len(set.union(*by_size.values())) == 3
+    # A subset of batch sizes runs on the same devices as the whole ladder.
+    subset = bench_scale.scale_workloads(("rm-100k",), (32,))
+    assert {subset[0].config.hardware_digest()} == by_size["rm-100k"]
+
+
+def test_prebuild_builds_each_device_once(monkeypatch):
+    built = []
+    monkeypatch.setattr(pool, "_build", lambda sim, cfg: built.append(cfg["tables"][0]))
+    pool.prebuild([w.config for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))], jobs=1)
+    assert sorted(built) == [1_000, 100_000]
+
+
+def fake_run(monkeypatch, fail=None):
+    """``run_scale`` on made-up records: cycles grow with rows and batch size."""
+    def ladder(args, workloads, systems, say, on_result=None):
+        results, errors = {}, []
+        for w in workloads:
+            for s in systems:
+                for ckpt in (True, False):
+                    grow = w.config.tables[0] // 1000 + w.batch_size + (500 if ckpt else 0)
+                    rec = record(pmem_reads=grow, pmem_writes=grow, pmem_writes_data=grow,
+                                 link_to_device=grow, link_to_host=grow, lookup_lines=grow)
+                    rec["window"]["cycles"] = 10_000 + 10 * grow + 100 * systems.index(s)
+                    rec.update(golden_match=(w.name, s) != fail, wall_s=2.0, cycles=50_000)
+                    spec = {"workload": w.name, "system": s, "checkpointing": ckpt}
+                    results[(w.name, s, ckpt)] = (spec, rec)
+                    if (w.name, s) == fail:
+                        errors.append({"run": (w.name, s, ckpt), "error": "golden mismatch"})
+                    if on_result:
+                        on_result(spec, rec, None)
+        return results, errors
+
+    def recoveries(specs, jobs, note):
+        for spec in specs:
+            yield spec, {"golden_match": True, "failures": [
+                {"recovery_cycles": 64_000, "rolled_back": 900, "recovery_lines": 1_800,
+                 "consistent": True}]}, None
+    monkeypatch.setattr(bench_scale, "_ladder", ladder)
+    monkeypatch.setattr(pool, "parallel_runs", recoveries)
+
+
+def scale_args(tmp_path, **kw):
+    args = parse("--scale", "--json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png"))
+    args.systems, args.sizes, args.batch_sizes, args.batches = ("pmem", "cxl"), ("rm-1k", "rm-100k"), (32, 256), 4
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args
+
+
+def test_report_json_and_plot_of_a_fake_scale_run(monkeypatch, tmp_path):
+    fake_run(monkeypatch)
+    lines = []
+    assert bench_scale.cmd_scale(scale_args(tmp_path), lines.append) == 0
+    text = "\n".join(lines)
+    # A table per table size, a row per batch size and system.
+    assert "rm-1k: 8 tables x 1,000 rows" in text and "rm-100k: 8 tables x 100,000 rows" in text
+    cyc = 10_000 + 10 * (100 + 256 + 500)
+    rows = [line.split() for line in lines]
+    assert ["256", "pmem", f"{cyc / 2:,.0f}", f"{100 * (cyc / (cyc - 5000) - 1):.2f}%"] in [
+        r[:4] for r in rows]
+    assert ["rm-100k", "100,000", "2,097,152", "900", "1,800", "64,000", "hold"] in rows
+    out = json.loads((tmp_path / "s.json").read_text())
+    assert len(out["grid"]) == 2 * 2 * 2 and all(r["ok"] for r in out["grid"])
+    row = next(r for r in out["grid"] if (r["size"], r["batch_size"], r["system"]) == ("rm-100k", 256, "pmem"))
+    assert row["cycles_per_batch"] == cyc / 2
+    assert row["checkpoint_overhead"] == pytest.approx(cyc / (cyc - 5000) - 1)
+    assert row["sim_wall_s"] == 2.0 and row["sim_cycles_per_s"] == 25_000
+    assert row["energy_per_batch_j"] > 0 and row["link_bytes_per_batch"] > 0
+    assert {d["hardware_digest"] for d in out["devices"].values()} == {
+        w.config.hardware_digest() for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))}
+    assert [(r["size"], r["recovery_cycles"], r["rolled_back"], r["recovery_lines"])
+            for r in out["recovery"]] == [("rm-1k", 64_000, 900, 1_800), ("rm-100k", 64_000, 900, 1_800)]
+    assert "recovery (cxl, a power failure in an update)" in text
+    assert (tmp_path / "s.png").stat().st_size > 10_000
+    assert sum("[scale] rm-" in line and "checkpointing" in line for line in lines) == 16
+
+
+def test_a_failed_run_is_reported_and_fails_the_command(monkeypatch, tmp_path):
+    fake_run(monkeypatch, fail=("rm-1k/b32", "cxl"))
+    lines = []
+    assert bench_scale.cmd_scale(scale_args(tmp_path), lines.append) == 1
+    text = "\n".join(lines)
+    assert ["32", "cxl", "FAILED"] in [line.split()[:3] for line in lines]
+    assert "FAILED rm-1k/b32 cxl True: golden mismatch" in text
+    out = json.loads((tmp_path / "s.json").read_text())
+    bad = [r for r in out["grid"] if not r["ok"]]
+    assert [(r["size"], r["batch_size"], r["system"]) for r in bad] == [("rm-1k", 32, "cxl")]
+    assert out["errors"]
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_a_tiny_scale_run_end_to_end(tmp_path, capsys):
+    out = tmp_path / "scale.json"
+    assert main(["bench", "--scale", "--sizes", "1k", "--batch-sizes", "32", "--systems", "cxl",
+                 "--batches", "3", "--json", str(out), "--plot", str(tmp_path / "scale.png")]) == 0
+    res = json.loads(out.read_text())
+    (row,) = res["grid"]
+    assert row["ok"] and row["golden_match"] and (row["size"], row["batch_size"]) == ("rm-1k", 32)
+    assert row["cycles_per_batch"] > row["cycles_per_batch_no_checkpoint"] > 0
+    assert row["pmem_bytes_written_per_batch"]["log"] > 0 and row["energy_per_batch_j"] > 0
+    assert row["sim_wall_s"] > 0
+    (rec,) = res["recovery"]
+    assert rec["consistent"] and rec["rolled_back"] > 0 and rec["recovery_cycles"] > 0
+    assert res["errors"] == []
+    assert "rm-1k: 8 tables x 1,000 rows" in capsys.readouterr().out
