@@ -78,11 +78,14 @@ class PortsTransport:
     async def power_fail(self, cycles=2):
         """Cut the power: every volatile state of the device is lost; host requests in flight too."""
         self.dut.power_fail.value = 1
-        await Timer(cycles * PERIOD_NS, "ns")
-        self.dut.power_fail.value = 0
+        # The host's requests die with the link at once: none may still be on a
+        # wire when the device wakes up (its stream sources drop them at the
+        # next edge, while the device is held in reset).
         self.mem.forget_outstanding()
         self.ctl.forget()
         self.host.forget()
+        await ClockCycles(self.dut.clk, cycles)
+        self.dut.power_fail.value = 0
         await RisingEdge(self.dut.clk)
 
     async def check_link(self, layout):
