@@ -78,13 +78,15 @@ class PortsTransport:
     async def power_fail(self, cycles=2):
         """Cut the power: every volatile state of the device is lost; host requests in flight too."""
         self.dut.power_fail.value = 1
-        # The host's requests die with the link at once: none may still be on a
-        # wire when the device wakes up (its stream sources drop them at the
-        # next edge, while the device is held in reset).
-        self.mem.forget_outstanding()
+        # The host's requests die with the link while the device is held in
+        # reset: none may still be on a wire when it wakes up (the stream
+        # sources drop what was queued at the next edge). The CXL.mem workers
+        # go after one edge, once the tasks cancelled with the power are gone.
         self.ctl.forget()
         self.host.forget()
-        await ClockCycles(self.dut.clk, cycles)
+        await RisingEdge(self.dut.clk)
+        self.mem.forget_outstanding()
+        await ClockCycles(self.dut.clk, max(1, cycles - 1))
         self.dut.power_fail.value = 0
         await RisingEdge(self.dut.clk)
 
