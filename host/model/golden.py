@@ -6,7 +6,8 @@ import numpy as np
 
 from trainingcxl.host.model.fixed import fits32, wrap32
 
-__all__ = ["PoolResult", "embedding_bag_sum", "embedding_update", "check_batch", "coalesce_update"]
+__all__ = ["PoolResult", "embedding_bag_sum", "embedding_update", "check_batch", "coalesce_update",
+           "touched_rows"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,17 @@ def embedding_bag_sum(config, tables, indices, offsets):
     if full.any():
         exact[full] = np.add.reduceat(vals, offsets[:-1][full], axis=0)
     return PoolResult(pooled=wrap32(exact), overflow=~fits32(exact).all(axis=1))
+
+
+def touched_rows(config, indices, offsets):
+    """The distinct rows of every table a CSR batch names, sorted: a list of int64 arrays, one
+    per table. One sort over the batch, so the cost follows the batch, not the tables."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    table_of = np.repeat(np.arange(len(lengths)) % config.n_tables, lengths)
+    keys = np.unique(table_of << 32 | np.asarray(indices, dtype=np.int64))
+    bounds = np.searchsorted(keys >> 32, np.arange(config.n_tables + 1))
+    return [keys[lo:hi] & 0xFFFFFFFF for lo, hi in zip(bounds, bounds[1:])]
 
 
 def embedding_update(config, tables, indices, offsets, deltas, *, inplace=False):

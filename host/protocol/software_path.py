@@ -138,7 +138,9 @@ class SoftwareEmbeddings:
         sparse = [np.zeros((n, cfg.dim), dtype=np.int32) for n in cfg.tables]
         for (t, r), row in old.items():
             sparse[t][r] = row
-        new = embedding_update(cfg, sparse, batch.indices, batch.offsets, deltas)
+        # In place: the zeroed tables hold only the batch's rows (their untouched pages are
+        # never written, so never allocated), and a copy would cost the tables' size.
+        new = embedding_update(cfg, sparse, batch.indices, batch.offsets, deltas, inplace=True)
         await self._gpu(gathered=len(batch.indices), rows=len(old), bags=batch.n_bags, update=True)
         await self._copy(len(old) * cfg.dim * 4)                    # GPU -> host
         self.stats["host_line_ops"] += len(old) * cfg.lines_per_row

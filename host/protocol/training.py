@@ -33,7 +33,6 @@ With ``measure_from`` the run also reports a measured window: counters and
 modelled host time from that batch to the last (``record["window"]``).
 """
 
-import copy
 import sys
 
 import numpy as np
@@ -43,6 +42,7 @@ from trainingcxl.spec.registers import COUNTERS
 from trainingcxl.host.model.data import initial_tables
 from trainingcxl.host.model.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
 from trainingcxl.host.model.gpu import step_cost
+from trainingcxl.host.model.history import GoldenHistory
 from .phases import PHASES
 from .resume import recovered_state_matches, resume_models
 from .strategies import strategy
@@ -150,13 +150,11 @@ class TrainingRun:
         return self.data.batch(b - 1)
 
     def _remember(self, b):
-        """Keep the golden state after batch ``b`` for the checks after a failure."""
-        self.history[b] = (copy.deepcopy(self.golden), copy.deepcopy(self.reference))
-        self.mlp_history[b] = self.golden.dense.parameters().copy()
-        floor = self.durable - self.k - 2
-        for old in [x for x in self.history if x < floor]:
-            del self.history[old]
-            self.mlp_history.pop(old, None)
+        """Keep the golden state after batch ``b`` for the checks after a failure: its MLPs
+        (the tables' undo record was taken when the golden models stepped). A recovery
+        reaches back no further than ``durable - K``."""
+        self.history.remember(b)
+        self.history.prune(self.durable - self.k - 2)
 
     def _failures_ahead(self):
         return self.failures.pending or self.failures.armed()
@@ -206,8 +204,7 @@ class TrainingRun:
         self.gpu = Gpu(cfg, DenseModel(cfg, self.seed))
         if self.checkpointing:
             await self.strategy.checkpoint_zero(self, self.gpu.model.parameters())
-        self.history, self.mlp_history = {}, {}
-        self._remember(0)
+        self.history = GoldenHistory(self.golden, self.reference)     # remembers batch 0
         self._epoch_counters = await dev.counters(self.counter_regs)
         self.counters = {k: 0 for k in self._epoch_counters}
         self._start_counters = dict(self._epoch_counters)
@@ -268,8 +265,8 @@ class TrainingRun:
             self.enter("lookup", b)
             await self.failures.before_batch(self, b)
             looked = early if early is not None else await sysm.lookup(self, b, batch)
-            want = self.golden.step(batch)
-            loss_ref = self.reference.step(batch).loss
+            want, ref = self.history.step(b, batch)
+            loss_ref = ref.loss
             same = looked.error == ErrorCode.NONE and np.array_equal(looked.pooled, want.pooled)
             rec["pooled_mismatches"] += int(not same)
             self.enter("gpu", b)
@@ -360,7 +357,7 @@ class TrainingRun:
             raise RuntimeError(f"RECOVER failed with {error.name} after {failure}")
         durable = await self.strategy.durable_after_recovery(self, d)
         params = await dev.read_snapshot(m)
-        tables_ok, mlp_ok = recovered_state_matches(self.history, self.mlp_history, d, m,
+        tables_ok, mlp_ok = recovered_state_matches(self.history, d, m,
                                                     await dev.read_tables(), params)
         failure.update({
             "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
@@ -385,7 +382,7 @@ class TrainingRun:
             raise AssertionError(f"recovery broke an invariant: {failure}")
         # Resume from D with the MLP of m: the golden model does the same.
         self.golden, self.reference, self.gpu = resume_models(
-            cfg, self.seed, self.history, self.mlp_history, d, m, params)
+            cfg, self.seed, self.history, d, m, params)
         self.durable = durable
         self._epoch_counters = await dev.counters(self.counter_regs)
         self._start_counters = dict(self._epoch_counters)
