@@ -20,6 +20,8 @@ PIPELINE = 2
 #: device's outstanding requests, so an entry is free again long before reuse.
 _PULLS = 64
 _SLOT = _PULLS.bit_length() - 1
+#: Width of the model's clock and due times (compared modulo this width).
+_TIME_BITS = 16
 
 
 class HostMemoryModel(wiring.Component):
@@ -77,7 +79,10 @@ class HostMemoryModel(wiring.Component):
         rd = ram.read_port()
         wr = ram.write_port()
 
-        now = Signal(32)
+        # Times wrap: an answer is due at most 2*255 + PIPELINE cycles after its
+        # request and produced at most ``cache_ids`` cycles after that, far
+        # inside half the range.
+        now = Signal(_TIME_BITS)
         lfsr = Signal(16, init=0xB5AD)
         with m.If(self.enable):
             m.d.sync += [now.eq(now + 1),
@@ -86,11 +91,14 @@ class HostMemoryModel(wiring.Component):
 
         error = []                      # one strobe per kind of error this cycle
 
-        # -- requests: a slot per CQID, waiting until its answer is due
-        slot = data.StructLayout({"write": 1, "inside": 1, "line": lbits, "due": 32})
+        # -- requests: per CQID a due time (compared in parallel) and, in a small
+        # RAM read at the answer's pick, where the answer goes
         waiting = Signal(n)             # answer not yet produced
         busy = Signal(n)                # CQID outstanding until the device took its answer
-        slots = Array(Signal(slot, name=f"slot{k}") for k in range(n))
+        writing = Signal(n)             # the request is a write
+        dues = [Signal(_TIME_BITS, name=f"due{k}") for k in range(n)]
+        m.submodules.slots = slots = Ram(shape=_Slot(lbits), depth=n)
+        slot_w = slots.write_port()
         req = c.d2h_req.payload
         m.d.comb += c.d2h_req.ready.eq(1)
         take = c.d2h_req.valid
@@ -103,33 +111,36 @@ class HostMemoryModel(wiring.Component):
         error.append(take & ~accept)
         offset = req.addr - self._base
         set_mask = Mux(accept, 1 << cq, 0)
-        with m.If(accept):
-            m.d.sync += [
-                slots[cq].write.eq(is_write),
-                slots[cq].inside.eq((req.addr >= self._base) & (offset < self._lines)),
-                slots[cq].line.eq(offset[:lbits]),
-                slots[cq].due.eq(now + delay),
-            ]
+        slot_in = Signal(_Slot(lbits))
+        m.d.comb += [
+            slot_in.inside.eq((req.addr >= self._base) & (offset < self._lines)),
+            slot_in.line.eq(offset[:lbits]),
+            slot_w.addr.eq(cq), slot_w.data.eq(slot_in), slot_w.en.eq(accept),
+        ]
+        for k in range(n):
+            with m.If(set_mask[k]):
+                m.d.sync += dues[k].eq(now + delay)
+        m.d.sync += writing.eq((writing & ~set_mask) | Mux(is_write, set_mask, 0))
 
-        due = Cat(waiting[k] & ~(now - slots[k].due)[31] for k in range(n))
-        due_read = Cat(due[k] & ~slots[k].write for k in range(n))
-        due_write = Cat(due[k] & slots[k].write for k in range(n))
+        due = Cat(waiting[k] & ~(now - dues[k])[-1] for k in range(n))
+        answer_r, pick_r = _lowest(m, due & ~writing, "pick_r")
+        answer_w, pick_w = _lowest(m, due & writing, "pick_w")
+        slot_r = Signal(_Slot(lbits))
+        slot_wr = Signal(_Slot(lbits))
+        for view, pick in ((slot_r, pick_r), (slot_wr, pick_w)):
+            port = slots.read_port(domain="comb")
+            m.d.comb += [port.addr.eq(pick), view.eq(port.data)]
 
         # -- read answers: the RAM reads the line, the FIFO holds the answer for the
         # device (room for every CQID, so it never refuses one)
         m.submodules.data_q = data_q = fifo.SyncFIFOBuffered(width=Shape.cast(H2DData).width,
                                                              depth=n + 2)
-        pick_r = Signal(range(n))
-        for k in reversed(range(n)):
-            with m.If(due_read[k]):
-                m.d.comb += pick_r.eq(k)
-        answer_r = due_read.any()
-        m.d.comb += [rd.addr.eq(slots[pick_r].line), rd.en.eq(answer_r)]
+        m.d.comb += [rd.addr.eq(slot_r.line), rd.en.eq(answer_r)]
         staged = Signal()
         staged_cqid = Signal(range(n))
         staged_poison = Signal()
         m.d.sync += [staged.eq(answer_r), staged_cqid.eq(pick_r),
-                     staged_poison.eq(~slots[pick_r].inside)]
+                     staged_poison.eq(~slot_r.inside)]
         out_data = Signal(H2DData)
         m.d.comb += [
             out_data.cqid.eq(staged_cqid), out_data.poison.eq(staged_poison),
@@ -138,35 +149,32 @@ class HostMemoryModel(wiring.Component):
             c.h2d_data.valid.eq(data_q.r_rdy), c.h2d_data.payload.eq(data_q.r_data),
             data_q.r_en.eq(c.h2d_data.ready),
         ]
-        with m.If(answer_r & slots[pick_r].inside):
+        with m.If(answer_r & slot_r.inside):
             m.d.sync += self.reads.eq(self.reads + 1)
 
         # -- write answers: a pull (or its refusal), remembered by UQID for the data
         m.submodules.rsp_q = rsp_q = fifo.SyncFIFOBuffered(width=Shape.cast(H2DRsp).width,
                                                            depth=n + 1)
-        pick_w = Signal(range(n))
-        for k in reversed(range(n)):
-            with m.If(due_write[k]):
-                m.d.comb += pick_w.eq(k)
-        answer_w = due_write.any()
         uqid = Signal(UQID_BITS)
-        pull = data.StructLayout({"pending": 1, "uqid": UQID_BITS, "line": lbits})
-        pulls = Array(Signal(pull, name=f"pull{k}") for k in range(_PULLS))
+        pending = Signal(_PULLS)
+        m.submodules.pulls = pulls = Ram(shape=_Pull(lbits), depth=_PULLS)
+        pull_w = pulls.write_port()
+        pull_r = pulls.read_port(domain="comb")
         out_rsp = Signal(H2DRsp)
-        inside_w = slots[pick_w].inside
         m.d.comb += [
-            out_rsp.opcode.eq(Mux(inside_w, H2DRspOpcode.GO_WritePull,
+            out_rsp.opcode.eq(Mux(slot_wr.inside, H2DRspOpcode.GO_WritePull,
                                   H2DRspOpcode.GO_ERR_WritePull)),
             out_rsp.cqid.eq(pick_w), out_rsp.uqid.eq(uqid),
             rsp_q.w_data.eq(out_rsp), rsp_q.w_en.eq(answer_w),
             c.h2d_rsp.valid.eq(rsp_q.r_rdy), c.h2d_rsp.payload.eq(rsp_q.r_data),
             rsp_q.r_en.eq(c.h2d_rsp.ready),
         ]
+        pulled = answer_w & slot_wr.inside
+        m.d.comb += [pull_w.addr.eq(uqid[:_SLOT]), pull_w.en.eq(pulled),
+                     pull_w.data.eq(Cat(uqid, slot_wr.line))]
         with m.If(answer_w):
             m.d.sync += uqid.eq(uqid + 1)
-            with m.If(inside_w):
-                m.d.sync += pulls[uqid[:_SLOT]].eq(Cat(Const(1, 1), uqid, slots[pick_w].line))
-        error.append(answer_w & inside_w & pulls[uqid[:_SLOT]].pending)
+        error.append(pulled & pending.bit_select(uqid[:_SLOT], 1))
 
         clr_mask = (Mux(answer_r, 1 << pick_r, 0) | Mux(answer_w, 1 << pick_w, 0))
         m.d.sync += waiting.eq((waiting & ~clr_mask) | set_mask)
@@ -183,15 +191,37 @@ class HostMemoryModel(wiring.Component):
         d = c.d2h_data.payload
         m.d.comb += c.d2h_data.ready.eq(1)
         got = c.d2h_data.valid
-        entry = pulls[d.uqid[:_SLOT]]
-        known = entry.pending & (entry.uqid == d.uqid)
+        entry = Signal(_Pull(lbits))
+        m.d.comb += [pull_r.addr.eq(d.uqid[:_SLOT]), entry.eq(pull_r.data)]
+        known = pending.bit_select(d.uqid[:_SLOT], 1) & (entry.uqid == d.uqid)
         error.append(got & ~known)
         m.d.comb += [wr.addr.eq(entry.line), wr.data.eq(d.data), wr.en.eq(got & known)]
         with m.If(got & known):
-            m.d.sync += [entry.pending.eq(0), self.writes.eq(self.writes + 1)]
+            m.d.sync += self.writes.eq(self.writes + 1)
+        m.d.sync += pending.eq((pending & ~Mux(got & known, 1 << d.uqid[:_SLOT], 0))
+                               | Mux(pulled, 1 << uqid[:_SLOT], 0))
 
         # The error count survives power failures; the rest starts over.
         top = Module()
         top.submodules.core = ResetInserter(self.power_fail)(m)
         top.d.sync += self.errors.eq(self.errors + sum(error))
         return top
+
+
+def _Slot(lbits):
+    """Where a request's answer goes: the host line, and whether it is inside the window."""
+    return data.StructLayout({"inside": 1, "line": lbits})
+
+
+def _Pull(lbits):
+    """A write pull awaiting its data: the UQID it was sent with, and the line."""
+    return data.StructLayout({"uqid": UQID_BITS, "line": lbits})
+
+
+def _lowest(m, bits, name):
+    """(any bit set, index of the lowest set bit) of ``bits``, as a priority chain."""
+    index = Signal(range(max(2, len(bits))), name=name)
+    for k in reversed(range(len(bits))):
+        with m.If(bits[k]):
+            m.d.comb += index.eq(k)
+    return bits.any(), index
