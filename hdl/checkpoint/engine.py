@@ -293,7 +293,7 @@ class CheckpointEngine(wiring.Component):
         last_fold = fold == cfg.crc_folds - 1
         crc_in = Mux((single | (rcv_j == 0)) & (fold == 0), CRC_INIT, crc)
         crc_next = Signal(32)
-        m.d.comb += crc_next.eq(crc_part(crc_in, zeroed, fold, cfg.crc_folds))
+        m.d.comb += crc_next.eq(crc_part(m, crc_in, zeroed, fold, cfg.crc_folds))
 
         m.d.comb += port.rdata.ready.eq(reading & ~writing & last_fold & ~hold)
         with m.If(port.rdata.valid & reading & ~writing & ~last_fold):

@@ -21,5 +21,5 @@ def sealed_header(m, *, magic, gen, batch, a=0, b=0, crc=CRC_INIT):
     m.d.comb += [body.magic.eq(magic), body.gen.eq(gen), body.batch.eq(batch),
                  body.a.eq(a), body.b.eq(b)]
     sealed = Signal(header_layout)
-    m.d.comb += [sealed.eq(body), sealed.csum.eq(crc_line(crc, body.as_value()) ^ CRC_XOR)]
+    m.d.comb += [sealed.eq(body), sealed.csum.eq(crc_line(m, crc, body.as_value()) ^ CRC_XOR)]
     return sealed.as_value()

@@ -120,7 +120,7 @@ class SnapshotPuller(wiring.Component):
                     self.pmem.req.payload.data.eq(reader.lines.payload),
                     reader.lines.ready.eq(self.pmem.req.ready & ~reader.error & last_fold),
                 ]
-                crc_next = crc_part(crc, reader.lines.payload, fold, cfg.crc_folds)
+                crc_next = crc_part(m, crc, reader.lines.payload, fold, cfg.crc_folds)
                 with m.If(line_in & ~last_fold):
                     m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
                 with m.If(wfire):

@@ -6,13 +6,12 @@ memory, then takes minutes and gigabytes to convert. :class:`Ram` has the same
 port API (``read_port``, ``write_port``) and elaborates to
 
 * a :class:`Memory` for synthesis and for Amaranth's simulator (any platform
-  that does not ask for external RAMs), and
-* in the simulators' netlist (:data:`NETLIST`, the platform
-  :func:`trainingcxl.hdl.export.convert` elaborates with), an instance of the
+  that does not ask for behavioural models), and
+* in the simulators' netlist (:data:`.netlist.NETLIST`), an instance of the
   behavioural module in ``ram.v``, whose size is a parameter: the Verilog and
   the simulator build take the same time at any depth.
 
-A RAM with a ``backdoor`` name keeps its contents, in Verilator, in a file the
+A RAM with a ``backdoor`` name keeps its contents, under Verilator, in a file the
 simulator maps and a test bench maps too (``sim/dpi/ram_backdoor.cpp``): the
 bench loads and reads whole tables as numpy arrays, with no transaction.
 """
@@ -23,24 +22,15 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory, ReadPort, WritePort
 
-__all__ = ["Ram", "NETLIST", "VERILOG", "RAM_MODULE", "BACKDOOR_WIDTH"]
+from .netlist import behavioural
+
+__all__ = ["Ram", "VERILOG", "RAM_MODULE", "BACKDOOR_WIDTH"]
 
 #: The behavioural Verilog of the external RAM (module :data:`RAM_MODULE`).
 VERILOG = Path(__file__).with_name("ram.v")
 RAM_MODULE = "tcxl_ram"
 #: Widest word a backdoor RAM holds (its DPI calls move a fixed 512-bit word).
 BACKDOOR_WIDTH = 512
-
-
-class _Netlist:
-    """The platform the simulators' Verilog is elaborated for: RAMs are external."""
-    external_rams = True
-
-    def __repr__(self):
-        return "NETLIST"
-
-
-NETLIST = _Netlist()
 
 
 class Ram(wiring.Component):
@@ -116,7 +106,7 @@ class Ram(wiring.Component):
         return port
 
     def elaborate(self, platform):
-        if getattr(platform, "external_rams", False):
+        if behavioural(platform):
             return self._instance()
         m = Module()
         m.submodules.mem = mem = self._amaranth_memory()

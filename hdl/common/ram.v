@@ -6,7 +6,7 @@
 // port writes the same word in that cycle). One write port, GRAN bits per
 // enable bit.
 //
-// With BACKDOOR set and TCXL_RAM_DPI defined (Verilator builds of the test
+// With BACKDOOR set and TCXL_DPI defined (Verilator builds of the test
 // benches), the words live in a file the simulator maps, named by the
 // environment variable TRAININGCXL_RAM_<NAME> (sim/dpi/ram_backdoor.cpp), so a
 // bench reads and writes them directly; otherwise in a Verilog array.
@@ -32,13 +32,13 @@ module tcxl_ram #(
     reg [READS*WIDTH-1:0] rd_q;
     integer i, g;
 
-`ifdef TCXL_RAM_DPI
+`ifdef TCXL_DPI
     localparam USE_DPI = BACKDOOR;
 `else
     localparam USE_DPI = 0;
 `endif
     generate if (USE_DPI != 0) begin : dpi
-`ifdef TCXL_RAM_DPI
+`ifdef TCXL_DPI
         // Fixed 512-bit words keep one C signature for every width.
         import "DPI-C" function int tcxl_ram_open(input string name, input longint depth,
                                                   input int bytes);

@@ -122,9 +122,12 @@ class HostMemoryModel(wiring.Component):
                 m.d.sync += dues[k].eq(now + delay)
         m.d.sync += writing.eq((writing & ~set_mask) | Mux(is_write, set_mask, 0))
 
-        due = Cat(waiting[k] & ~(now - dues[k])[-1] for k in range(n))
-        answer_r, pick_r = _lowest(m, due & ~writing, "pick_r")
-        answer_w, pick_w = _lowest(m, due & writing, "pick_w")
+        # (Signals, not expressions: an expression is emitted again at every use.)
+        due, due_r, due_w = Signal(n), Signal(n), Signal(n)
+        m.d.comb += [due.eq(Cat(waiting[k] & ~(now - dues[k])[-1] for k in range(n))),
+                     due_r.eq(due & ~writing), due_w.eq(due & writing)]
+        answer_r, pick_r = _lowest(m, due_r, "pick_r")
+        answer_w, pick_w = _lowest(m, due_w, "pick_w")
         slot_r = Signal(_Slot(lbits))
         slot_wr = Signal(_Slot(lbits))
         for view, pick in ((slot_r, pick_r), (slot_wr, pick_w)):

@@ -294,7 +294,7 @@ def test_crc_parts_give_the_line_checksum(folds):
     state, line = Signal(32), Signal(512)
     index = Signal(range(folds))
     out = Signal(32)
-    m.d.comb += out.eq(crc_part(state, line, index, folds))
+    m.d.comb += out.eq(crc_part(m, state, line, index, folds))
 
     async def tb(ctx):
         for _ in range(4):
