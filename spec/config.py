@@ -655,12 +655,11 @@ def _pow2_at_least(n):
 #: default for demos and training; ``bench`` has enough rows to measure
 #: streaming bandwidth; ``kaggle-like`` has the shape of the Criteo Kaggle DLRM
 #: (13 dense features, 26 tables, dim 16, MLPs 13-512-256-64-16 and
-#: 512-256-1, SGD lr 0.1, batch 128) with every table capped at 512 rows so
-#: that it fits a simulation. The presets at scale are host-side for now (the
-#: simulation does not yet handle tables of a million rows): ``criteo-kaggle``
+#: 512-256-1, SGD lr 0.1, batch 128) with every table capped at 512 rows, a
+#: quick check of the full model. At scale, ``criteo-kaggle``
 #: (:func:`criteo_kaggle`) is that model with the Kaggle tables hashed to at
-#: most 2**18 rows, and ``rm-1k``, ``rm-100k`` and ``rm-1m`` the scale
-#: ladder's models (:func:`rm_config`) with batches of 256.
+#: most 2**18 rows (1.86 million rows), and ``rm-1k``, ``rm-100k`` and
+#: ``rm-1m`` the scale ladder's models (:func:`rm_config`) with batches of 256.
 PRESETS = {
     "tiny": Config(tables=(32, 48), max_pooling=8, max_bags=256, cache_timeout=4096,
                    model=ModelShape(bottom_hidden=(32,), top_hidden=(32,), batch_size=16)),
