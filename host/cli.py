@@ -224,6 +224,17 @@ def cmd_train(args):
         return 1
     rec.update({"sim": args.sim, "config": cfg.to_dict(), "data": args.data,
                 "wall_s": time.monotonic() - t0})
+    if "aborted" in rec:
+        # The run stopped part-way: say where and why, keep what it found.
+        from trainingcxl.host.tools.plans import failure_summary
+        print(f"\nerror: the run stopped after {len(rec['loss'])} of {args.batches} batches: "
+              f"{rec['aborted']}", file=sys.stderr)
+        for line in failure_summary(rec):
+            print(line)
+        if args.json:
+            _write_json(args.json, rec)
+            print(f"  JSON               {args.json} (partial)")
+        return 1
     first = sum(rec["loss"][:10]) / len(rec["loss"][:10])
     gap = abs(rec["final_loss"] - rec["final_loss_ref"]) / rec["final_loss_ref"]
     print()

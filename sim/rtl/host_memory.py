@@ -45,6 +45,8 @@ class HostMemoryModel(wiring.Component):
         so an event-driven simulator spends nothing on it).
     delay_lo, delay_span : In(8)
         The answer delay (``delay_span`` values from ``delay_lo``; at least 1).
+
+    ``time_bits`` is the width of the model's clock, which wraps (tests shrink it).
     power_fail : In(1)
         Requests in flight die with the link; the lines stay.
     reads, writes : Out(32)
@@ -55,9 +57,10 @@ class HostMemoryModel(wiring.Component):
         always ready, so the device's streams cannot break the stream rule.)
     """
 
-    def __init__(self, config, *, base, lines):
+    def __init__(self, config, *, base, lines, time_bits=_TIME_BITS):
         self._config = config
         self._base, self._lines = base, lines
+        self._time_bits = time_bits
         super().__init__({
             "cache": In(CxlCacheSignature()),
             "enable": In(1),
@@ -81,8 +84,9 @@ class HostMemoryModel(wiring.Component):
 
         # Times wrap: an answer is due at most 2*255 + PIPELINE cycles after its
         # request and produced at most ``cache_ids`` cycles after that, far
-        # inside half the range.
-        now = Signal(_TIME_BITS)
+        # inside half the range, so the sign of the wrapped difference says
+        # whether it is due.
+        now = Signal(self._time_bits)
         lfsr = Signal(16, init=0xB5AD)
         with m.If(self.enable):
             m.d.sync += [now.eq(now + 1),
@@ -96,7 +100,7 @@ class HostMemoryModel(wiring.Component):
         waiting = Signal(n)             # answer not yet produced
         busy = Signal(n)                # CQID outstanding until the device took its answer
         writing = Signal(n)             # the request is a write
-        dues = [Signal(_TIME_BITS, name=f"due{k}") for k in range(n)]
+        dues = [Signal(self._time_bits, name=f"due{k}") for k in range(n)]
         m.submodules.slots = slots = Ram(shape=_Slot(lbits), depth=n)
         slot_w = slots.write_port()
         req = c.d2h_req.payload
@@ -124,7 +128,8 @@ class HostMemoryModel(wiring.Component):
 
         # (Signals, not expressions: an expression is emitted again at every use.)
         due, due_r, due_w = Signal(n), Signal(n), Signal(n)
-        m.d.comb += [due.eq(Cat(waiting[k] & ~(now - dues[k])[-1] for k in range(n))),
+        reached = [(now - dues[k])[:self._time_bits][-1] ^ 1 for k in range(n)]
+        m.d.comb += [due.eq(Cat(waiting[k] & reached[k] for k in range(n))),
                      due_r.eq(due & ~writing), due_w.eq(due & writing)]
         answer_r, pick_r = _lowest(m, due_r, "pick_r")
         answer_w, pick_w = _lowest(m, due_w, "pick_w")

@@ -12,8 +12,8 @@ CFG = PRESETS["tiny"].replace(cache_ids=16)
 BASE, LINES = 0x100, 16
 
 
-def _model():
-    dut = HostMemoryModel(CFG, base=BASE, lines=LINES)
+def _model(**kw):
+    dut = HostMemoryModel(CFG, base=BASE, lines=LINES, **kw)
     return dut, dut.cache
 
 
@@ -78,6 +78,26 @@ def test_an_answer_comes_after_its_delay():
         await _collect(ctx, cache, 30, got)
         # (The cycle after the request was taken is cycle 0.)
         assert [c for c, _, _ in got] == [12 + PIPELINE]
+
+    simulate(dut, tb)
+
+
+def test_answers_keep_their_delay_when_the_clock_wraps():
+    # A 6-bit clock wraps every 64 cycles: requests at every phase of it.
+    dut, cache = _model(time_bits=6)
+
+    async def tb(ctx):
+        ctx.set(dut.enable, 1)
+        ctx.set(dut.delay_lo, 12)
+        ctx.set(dut.delay_span, 1)
+        for start in range(0, 140, 7):
+            await stream_put(ctx, cache.d2h_req, {"opcode": D2HReqOpcode.RdCurr, "cqid": 3,
+                                                  "addr": BASE})
+            got = []
+            await _collect(ctx, cache, 20, got)
+            assert [c for c, _, _ in got] == [12 + PIPELINE], start
+            for _ in range(start % 5):
+                await ctx.tick()
 
     simulate(dut, tb)
 
