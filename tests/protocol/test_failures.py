@@ -51,13 +51,16 @@ def test_failures_in_an_update_and_in_its_recovery(sim, tmp_path):
     assert f["failures_during_recovery"] == 1 and f["rolled_back"] > 0
 
 
-def test_k0_failures_leave_the_model_of_a_run_without_failures(tmp_path):
+@pytest.mark.parametrize("config", [CONFIG, pytest.param(PRESETS["large"], marks=pytest.mark.slow)],
+                         ids=["tiny", "large"])
+def test_k0_failures_leave_the_model_of_a_run_without_failures(tmp_path, config):
     """K = 0: any number of failures, in every phase, and the final tables and MLP are
-    bit for bit those of the same run without failures (``--dump``)."""
-    clean = train("verilator", tmp_path, "clean", dump=str(tmp_path / "clean"))
+    bit for bit those of the same run without failures (``--dump``); also with tables
+    of a million rows (``large``)."""
+    clean = train("verilator", tmp_path, "clean", config, dump=str(tmp_path / "clean"))
     plan = ([{"phase": p, "offset": 30} for p in ("lookup", "update", "commit", "snapshot")]
             + [{"random": True}] * 3 + [{"phase": "recovery"}])
-    failed = train("verilator", tmp_path, "failed", dump=str(tmp_path / "failed"),
+    failed = train("verilator", tmp_path, "failed", config, dump=str(tmp_path / "failed"),
                    failures=plan, failure_seed=4)
     fails = assert_recovered(failed, 6)
     assert {"lookup", "update", "snapshot"} <= {f["phase"] for f in fails}
