@@ -45,8 +45,6 @@ class HostMemoryModel(wiring.Component):
         so an event-driven simulator spends nothing on it).
     delay_lo, delay_span : In(8)
         The answer delay (``delay_span`` values from ``delay_lo``; at least 1).
-
-    ``time_bits`` is the width of the model's clock, which wraps (tests shrink it).
     power_fail : In(1)
         Requests in flight die with the link; the lines stay.
     reads, writes : Out(32)
@@ -55,6 +53,8 @@ class HostMemoryModel(wiring.Component):
         Protocol errors the device made: a CQID reused while outstanding or out
         of range, an unknown opcode, data for a UQID never pulled. (The model is
         always ready, so the device's streams cannot break the stream rule.)
+
+    ``time_bits`` is the width of the model's clock, which wraps (tests shrink it).
     """
 
     def __init__(self, config, *, base, lines, time_bits=_TIME_BITS):
