@@ -69,8 +69,11 @@ class CrcNetwork(wiring.Component):
                 p_MASKS=Const(sum(mask << (k * bits) for k, mask in enumerate(masks)), 32 * bits),
                 i_state=self.state, i_data=self.data, o_crc=self.crc)
         else:
+            # Each output bit as the XOR of its taps: the network the boards build.
             word = Cat(self.state, self.data)
-            m.d.comb += self.crc.eq(Cat(*((word & mask).xor() for mask in masks)))
+            m.d.comb += self.crc.eq(Cat(*(
+                Cat(*(word[i] for i in range(len(word)) if mask >> i & 1)).xor()
+                for mask in masks)))
         return m
 
 
