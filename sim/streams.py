@@ -18,7 +18,7 @@ from cocotb.triggers import Event, ReadOnly, RisingEdge, SimTimeoutError, ValueC
 
 from .layouts import pack, unpack
 
-__all__ = ["random_pauses", "wait_or_fail", "StreamSource", "StreamSink", "StreamMonitor"]
+__all__ = ["random_pauses", "wait_or_fail", "sample_bit", "stream_signals", "StreamSource", "StreamSink", "StreamMonitor"]
 
 
 async def wait_or_fail(trigger, timeout_ns, message):
@@ -37,14 +37,16 @@ def random_pauses(probability, seed=0):
         yield rng.random() < probability
 
 
-def _bit(handle, what):
+def sample_bit(handle, what):
+    """The one-bit ``handle`` as a bool; fails if it is X or Z (``what`` says when)."""
     value = handle.value
     if not value.is_resolvable:
         raise AssertionError(f"{handle._name} is {value} while sampling {what}")
     return bool(value)
 
 
-def _signals(dut, prefix):
+def stream_signals(dut, prefix):
+    """``(valid, ready, payload)`` of the top-level stream port ``prefix``."""
     try:
         return (getattr(dut, f"{prefix}__valid"), getattr(dut, f"{prefix}__ready"),
                 getattr(dut, f"{prefix}__payload"))
@@ -56,7 +58,7 @@ class StreamSource:
     """Drives a stream into the DUT from a queue of payloads (dicts, ints or enum members)."""
 
     def __init__(self, dut, prefix, shape, clock, *, pause=None):
-        self.valid, self.ready, self.payload = _signals(dut, prefix)
+        self.valid, self.ready, self.payload = stream_signals(dut, prefix)
         self.shape, self.clock, self.pause = shape, clock, pause
         self.queue = collections.deque()
         self.sent = 0
@@ -109,7 +111,7 @@ class StreamSource:
                 self.payload.value = item[0]
                 self.valid.value = 1
             await ReadOnly()
-            taken = not hold and _bit(self.ready, 'a handshake')
+            taken = not hold and sample_bit(self.ready, 'a handshake')
             offering = not hold and not taken
             await edge
             # The queue may have been cleared meanwhile (power failure).
@@ -130,7 +132,7 @@ class StreamSink:
     """
 
     def __init__(self, dut, prefix, shape, clock, *, pause=None, callback=None):
-        self.valid, self.ready, self.payload = _signals(dut, prefix)
+        self.valid, self.ready, self.payload = stream_signals(dut, prefix)
         self.shape, self.clock, self.pause = shape, clock, pause
         self.callback = callback
         self.queue = collections.deque()
@@ -156,18 +158,18 @@ class StreamSink:
             hold = self.pause is not None and next(self.pause)
             self.ready.value = 0 if hold else 1
             await ReadOnly()
-            if not hold and not _bit(self.valid, 'a handshake'):
+            if not hold and not sample_bit(self.valid, 'a handshake'):
                 # Nothing offered: sleep until something is.
                 if self.pause is None:
                     await ValueChange(self.valid)
                     await ReadOnly()
-                    if not _bit(self.valid, 'a handshake'):
+                    if not sample_bit(self.valid, 'a handshake'):
                         await edge
                         continue
                 else:
                     await edge
                     continue
-            fire = not hold and _bit(self.valid, 'a handshake')
+            fire = not hold and sample_bit(self.valid, 'a handshake')
             raw = int(self.payload.value) if fire else None
             await edge
             if fire:
@@ -191,7 +193,7 @@ class StreamMonitor:
 
     def __init__(self, dut, prefix, shape, clock, *, callback=None):
         self.prefix = prefix
-        self.valid, self.ready, self.payload = _signals(dut, prefix)
+        self.valid, self.ready, self.payload = stream_signals(dut, prefix)
         self.shape, self.clock, self.callback = shape, clock, callback
         self.transfers = 0
         self.violations = []
@@ -205,7 +207,7 @@ class StreamMonitor:
         held = None
         while True:
             await ReadOnly()
-            valid = _bit(self.valid, "a monitored stream")
+            valid = sample_bit(self.valid, "a monitored stream")
             if held is not None and (not valid or int(self.payload.value) != held):
                 self.violations.append(
                     f"{self.prefix}: {'valid dropped' if not valid else 'payload changed'} "
@@ -215,7 +217,7 @@ class StreamMonitor:
                 await ValueChange(self.valid)
                 continue
             raw = int(self.payload.value)
-            ready = _bit(self.ready, "a monitored stream")
+            ready = sample_bit(self.ready, "a monitored stream")
             await edge
             if ready:
                 held = None

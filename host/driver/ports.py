@@ -1,6 +1,5 @@
 """The driver on a simulated device's own ports: a cocotb transport and the bench that owns it."""
 
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
@@ -107,7 +106,7 @@ class PortsTransport:
 
 
 class DeviceTB(Device):
-    """A simulated device with its clock, reset and host-side models, driven by the
+    """A simulated device with its reset and host-side models, driven by the
     one driver (:class:`~trainingcxl.host.driver.device.Device`) over its ports.
 
     Host memory for descriptors is laid out by :class:`HostLayout` from host
@@ -122,8 +121,7 @@ class DeviceTB(Device):
     def __init__(self, dut, config, *, seed=0, backpressure=None, gaps=None, host_delay=None,
                  protocol_checks=True, host_model="auto"):
         self.dut = dut
-        self.clock = dut.clk
-        Clock(dut.clk, PERIOD_NS, unit="ns").start()
+        self.clock = dut.clk            # free-running inside the simulator (SimTop)
         dut.rst.value = 1
         dut.power_fail.value = 0
         layout = HostLayout(config, base=self.HOST_BASE)
@@ -131,7 +129,7 @@ class DeviceTB(Device):
         # The link's latency is in the RTL; host memory adds its own access time.
         delay = self.HOST_DELAY if host_delay is None else tuple(host_delay)
         self.host = self._host_memory(host_model, layout, delay, seed, backpressure)
-        self.ctl = ControlDriver(dut, dut.clk)
+        self.ctl = ControlDriver(dut, dut.clk, period_ns=PERIOD_NS)
         media = ram_array("media", config.media_lines, LINE_BITS)
         super().__init__(PortsTransport(dut, ctl=self.ctl, mem=self.mem, host=self.host,
                                         media=media),

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.hdl.top import Device
 from trainingcxl.spec.host_layout import HostLayout
+from .clock import PERIOD_NS, ClockSource
 from .host_memory import HostMemoryModel
 
 __all__ = ["SimTop"]
@@ -18,6 +19,11 @@ class SimTop(wiring.Component):
     ``host_rtl`` picks who answers the device's CXL.cache: the model (1), or a
     bench on the ``cxl_cache`` ports (0: a Python model that can inject faults
     or hold answers back). The ``host_*`` members are the model's.
+
+    The clock comes from a :class:`~.clock.ClockSource` inside the simulator
+    (period ``PERIOD_NS``), shown on the ``clk`` output; ``rst`` is the
+    synchronous reset of its domain. It is meant for the simulators' netlist
+    only (:func:`trainingcxl.hdl.export.convert`).
     """
 
     def __init__(self, config):
@@ -25,8 +31,11 @@ class SimTop(wiring.Component):
         self.device = Device(config)
         layout = HostLayout(config)
         self.host = HostMemoryModel(config, base=layout.base, lines=layout.lines)
+        self.clock = ClockSource(half_period=PERIOD_NS // 2)
         members = dict(self.device.signature.members)
         members.update({
+            "clk": Out(1),
+            "rst": In(1),
             "host_rtl": In(1),
             "host_delay_lo": In(8),
             "host_delay_span": In(8),
@@ -38,10 +47,13 @@ class SimTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        m.domains.sync = sync = ClockDomain("sync")
+        m.submodules.clock = self.clock
+        m.d.comb += [sync.clk.eq(self.clock.clk), sync.rst.eq(self.rst), self.clk.eq(sync.clk)]
         m.submodules.device = dev = self.device
         m.submodules.host = host = self.host
         for path, member, port in self.signature.flatten(self):
-            if path[0] == "cxl_cache" or path[0].startswith("host_"):
+            if path[0] in ("cxl_cache", "clk", "rst") or path[0].startswith("host_"):
                 continue
             inner = dev
             for part in path:
