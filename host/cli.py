@@ -6,8 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-from trainingcxl.host.tools.argtypes import (nonneg as _nonneg, positive as _positive, save_figure,
-                       write_json as _write_json)
+from trainingcxl.host.tools.argtypes import (fraction as _fraction, nonneg as _nonneg,
+                                             positive as _positive, save_figure,
+                                             write_json as _write_json)
 from trainingcxl.spec.config import PRESETS, ConfigError, load_config
 from trainingcxl.host.tools.jobs import run_job
 
@@ -133,15 +134,27 @@ def _plot_losses(record, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
+    evals = [e for e in record.get("eval", ()) if e["device"]["auc"] is not None]
+    fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 7, 4), squeeze=False)
+    ax = axes[0][0]
     x = range(1, len(record["loss"]) + 1)
     ax.plot(x, record["loss"], label="device (fixed-point embeddings)", lw=1.5)
     ax.plot(x, record["loss_ref"], label="float32 reference", lw=1, ls="--")
     ax.set_xlabel("batch")
-    ax.set_ylabel("binary cross-entropy")
+    ax.set_ylabel("training loss (binary cross-entropy)")
     ax.set_title("trainingcxl: DLRM training on the RTL")
     ax.grid(alpha=0.3)
     ax.legend()
+    if evals:
+        ax = axes[0][1]
+        b = [e["batch"] for e in evals]
+        ax.plot(b, [e["device"]["auc"] for e in evals], "o-", label="device", lw=1.5)
+        ax.plot(b, [e["reference"]["auc"] for e in evals], "x--", label="float32 reference", lw=1)
+        ax.set_xlabel("batch")
+        ax.set_ylabel("test ROC AUC")
+        ax.set_title(f"held out: {record['test_set']['name']}")
+        ax.grid(alpha=0.3)
+        ax.legend()
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -162,10 +175,14 @@ def cmd_train(args):
     if args.batch_size * cfg.n_tables > cfg.max_bags:
         raise SystemExit(f"error: --batch-size {args.batch_size} x {cfg.n_tables} tables exceeds "
                          f"the configuration's max_bags ({cfg.max_bags})")
+    test_job = _held_out(args, cfg)
     if args.data != "synthetic":
         from trainingcxl.host.model.criteo import CriteoDataset
         try:     # fail here, before any build, on a bad file or a mismatched configuration
             ds = CriteoDataset(cfg, args.data, batch_size=args.batch_size, on_error=args.on_bad_lines)
+            if args.test_fraction:
+                ds, held = ds.split(args.test_fraction)
+                held.test_set().check_labels()
         except (OSError, ValueError) as e:
             raise SystemExit(f"error: {e}")
         if ds.skipped:
@@ -213,7 +230,8 @@ def cmd_train(args):
            "relaxed": relaxed, "staleness": args.staleness,
            "system": system.name, "checkpointing": not args.no_checkpoint,
            "failures": plan,
-           "failure_seed": args.seed if args.failure_seed is None else args.failure_seed}
+           "failure_seed": args.seed if args.failure_seed is None else args.failure_seed,
+           **test_job}
     if args.dump:
         job["dump"] = str(Path(args.dump).resolve())
     t0 = time.monotonic()
@@ -246,6 +264,8 @@ def cmd_train(args):
     checked = ", ".join(str(c["batch"] + 1) for c in rec["checks"])
     print(f"  golden model       {'bit-exact' if rec['golden_match'] else 'MISMATCH'}: pooled vectors "
           f"of every batch, tables after batches {checked}")
+    for line in _eval_summary(rec):
+        print(line)
     c = rec["counters"]
     print(f"  device             {c['lookup_lines']:,} PMEM lines gathered, {c['update_lines']:,} "
           f"rewritten ({c['update_forwarded']:,} forwarded on chip)")
@@ -265,6 +285,51 @@ def cmd_train(args):
         _write_json(args.json, rec)
         print(f"  JSON               {args.json}")
     return 0 if rec["golden_match"] else 1
+
+
+def _held_out(args, cfg):
+    """The job's test-set arguments from ``--test``, ``--test-fraction``, ``--test-samples``
+    and ``--eval-every``; refuses what does not fit the data, before any build."""
+    if args.data == "synthetic":
+        if args.test or args.test_fraction:
+            raise SystemExit("error: --test and --test-fraction are for TSV data; synthetic data "
+                             "holds out --test-samples samples of another seeded stream")
+        if args.eval_every and not args.test_samples:
+            raise SystemExit("error: --eval-every needs a test set (--test-samples 0 has none)")
+        return {"test_samples": args.test_samples, "eval_every": args.eval_every}
+    if args.test and args.test_fraction:
+        raise SystemExit("error: give --test FILE or --test-fraction F, not both")
+    if args.test:
+        from trainingcxl.host.model.criteo import CriteoDataset
+        try:
+            CriteoDataset(cfg, args.test, batch_size=args.batch_size,
+                          on_error=args.on_bad_lines).test_set().check_labels()
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {e}")
+        return {"test": str(Path(args.test).resolve()), "eval_every": args.eval_every}
+    if args.test_fraction:
+        return {"test_fraction": args.test_fraction, "eval_every": args.eval_every}
+    if args.eval_every:
+        raise SystemExit("error: --eval-every needs a test set: --test FILE or --test-fraction F")
+    print(f"note: no held-out test set for {args.data} (--test FILE or --test-fraction F); "
+          f"training loss only", file=sys.stderr)
+    return {}
+
+
+def _eval_summary(rec):
+    """The summary's lines on the held-out evaluation after the last batch."""
+    if not rec.get("eval"):
+        return []
+    last = rec["eval"][-1]
+    d, r = last["device"], last["reference"]
+    head = f"  test set           {rec['test_set']['name']} ({d['positives']:,} positive), after " \
+           f"batch {last['batch']}:"
+    if d["auc"] is None:
+        return [head, f"                     {d['note']}; log loss {d['log_loss']:.4f} "
+                      f"(float32 {r['log_loss']:.4f})"]
+    return [head, f"                     AUC {d['auc']:.4f} (float32 {r['auc']:.4f}), log loss "
+                  f"{d['log_loss']:.4f} ({r['log_loss']:.4f}), accuracy {100 * d['accuracy']:.2f}% "
+                  f"({100 * r['accuracy']:.2f}%)"]
 
 
 def cmd_make_criteo_sample(args):
@@ -457,6 +522,18 @@ def build_parser():
                          "(default: synthetic)")
     sp.add_argument("--on-bad-lines", choices=("raise", "skip"), default="raise",
                     help="malformed TSV lines: stop with the line number, or skip and count them")
+    sp.add_argument("--test", metavar="FILE",
+                    help="with TSV data: a Criteo-format file of held-out samples to evaluate on")
+    sp.add_argument("--test-fraction", type=_fraction, metavar="F",
+                    help="with TSV data: hold out the last F of the file's samples (the Criteo "
+                         "convention: the test set is the end of the file) and train on the rest")
+    sp.add_argument("--test-samples", type=_nonneg, default=4096, metavar="N",
+                    help="with synthetic data: evaluate on N samples of another seeded stream "
+                         "(default: 4096; 0: no evaluation)")
+    sp.add_argument("--eval-every", type=_nonneg, default=0, metavar="N",
+                    help="evaluate on the test set every N batches as well as after the last "
+                         "(default: after the last only): log loss, ROC AUC and accuracy of the "
+                         "device-trained model (tables read back) and of the float32 reference")
     from trainingcxl.host.protocol.systems import SYSTEMS
     sp.add_argument("--system", choices=tuple(SYSTEMS), default="cxl",
                     help="the rung of the evaluation ladder to train on (default: cxl): "
@@ -473,7 +550,8 @@ def build_parser():
                          "first and last; default: 10)")
     sp.add_argument("--dump", metavar="DIR", help="write final tables, MLP parameters and the "
                                                  "batches used as .npz files into DIR")
-    sp.add_argument("--plot", metavar="OUT.png", help="draw the loss curve, device vs float32")
+    sp.add_argument("--plot", metavar="OUT.png", help="draw the loss curve, device vs float32, "
+                                                     "and the test AUC at each evaluation")
     from trainingcxl.host.tools.campaign import add_commands
     from trainingcxl.host.tools.plans import add_failure_options
     add_failure_options(sp)

@@ -330,14 +330,44 @@ class CriteoDataset:
     def __len__(self):
         return len(self.labels)
 
-    def batch(self, i):
-        b, n = self.batch_size, len(self)
-        take = (np.arange(b) + i * b) % n
-        n_bags = b * self.config.n_tables
+    def _samples(self, i, take):
+        n_bags = len(take) * self.config.n_tables
         return Batch(index=i, indices=self.rows[take].reshape(-1).copy(),
-                     offsets=np.arange(n_bags + 1, dtype=np.uint32), batch_size=b,
+                     offsets=np.arange(n_bags + 1, dtype=np.uint32), batch_size=len(take),
                      n_tables=self.config.n_tables, dense=self.dense[take].copy(),
                      labels=self.labels[take].copy())
+
+    def batch(self, i):
+        b, n = self.batch_size, len(self)
+        return self._samples(i, (np.arange(b) + i * b) % n)
+
+    def split(self, test_fraction):
+        """``(train, test)``: the file's samples in line order, the last ``test_fraction``
+        of them held out (the Criteo convention: the test set follows the training set
+        in time). Both are datasets of this kind over the same arrays."""
+        n = len(self)
+        held = round(n * test_fraction)
+        if not 0 < test_fraction < 1 or held < 1 or held >= n:
+            raise ValueError(f"a test fraction of {test_fraction} of {n} samples leaves "
+                             f"{held} for the test set and {n - held} for training; both "
+                             f"need at least one")
+        return self._view(0, n - held), self._view(n - held, n)
+
+    def _view(self, start, stop):
+        out = object.__new__(CriteoDataset)
+        out.__dict__.update(self.__dict__)
+        out.labels, out.dense, out.rows = (a[start:stop] for a in
+                                           (self.labels, self.dense, self.rows))
+        return out
+
+    def test_set(self, name=None):
+        """Every sample once, in batches of ``batch_size`` (the last may be smaller), as a
+        :class:`~trainingcxl.host.model.evaluate.TestSet`."""
+        from trainingcxl.host.model.evaluate import TestSet
+        b, n = self.batch_size, len(self)
+        return TestSet(name or f"{len(self)} samples of {self.path.name}",
+                       lambda i: self._samples(i, np.arange(i * b, min(n, (i + 1) * b))),
+                       -(-n // b))
 
 
 # -- a sample generator ----------------------------------------------------------------

@@ -56,6 +56,9 @@ class SyntheticWorkload:
     max_pooling: int | None = None
     zipf_alpha: float = 1.05
     signal: float = 3.0
+    #: Which stream of batches (0: training); another stream draws other samples from
+    #: the same distribution and teacher (a held-out test set, :meth:`test_set`).
+    stream: int = 0
 
     def __post_init__(self):
         hi = self.config.max_pooling if self.max_pooling is None else self.max_pooling
@@ -87,8 +90,23 @@ class SyntheticWorkload:
         rows = [rng.standard_normal(r) for r in self.config.tables]
         return rows, rng.standard_normal(self.config.model.dense_features)
 
+    def _key(self, what, i):
+        # Stream 0 keeps the key it always had: training batches stay as they were.
+        return [self.seed, what, i] + ([self.stream] if self.stream else [])
+
+    def test_set(self, samples, stream=1):
+        """``samples`` held-out samples (rounded up to whole batches) from another stream
+        of this workload, as a :class:`~trainingcxl.host.model.evaluate.TestSet`."""
+        from dataclasses import replace
+        from trainingcxl.host.model.evaluate import TestSet
+        if samples < 1:
+            raise ValueError(f"a test set needs at least one sample, not {samples}")
+        held = replace(self, stream=stream)
+        n = -(-samples // self.batch_size)
+        return TestSet(f"{n * self.batch_size} synthetic samples, stream {stream}", held.batch, n)
+
     def batch(self, i):
-        rng = np.random.default_rng([self.seed, 0xBA7C4, i])
+        rng = np.random.default_rng(self._key(0xBA7C4, i))
         n_tables = self.config.n_tables
         n_bags = self.batch_size * n_tables
         lo, hi = self.pooling_range
@@ -108,7 +126,7 @@ class SyntheticWorkload:
 
     def _dense_and_labels(self, i, indices, offsets):
         # A separate stream, so indices do not depend on the model shape.
-        rng = np.random.default_rng([self.seed, 0xDE45E, i])
+        rng = np.random.default_rng(self._key(0xDE45E, i))
         cfg = self.config
         n_tables, b = cfg.n_tables, self.batch_size
         dense = rng.standard_normal((b, cfg.model.dense_features)).astype(np.float32)

@@ -26,7 +26,7 @@ import numpy as np
 from trainingcxl.host.model.fixed import from_fixed, to_fixed
 from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
 
-__all__ = ["DenseModel", "embedding_deltas", "StepResult", "FixedPointTrainer", "FloatTrainer", "Gpu"]
+__all__ = ["DenseModel", "float_bag_sum", "embedding_deltas", "StepResult", "FixedPointTrainer", "FloatTrainer", "Gpu"]
 
 
 def _relu(x):
@@ -141,6 +141,22 @@ class DenseModel:
             layer[1] = (layer[1] - lr * gb).astype(self.dtype)
 
 
+def float_bag_sum(config, tables, indices, offsets):
+    """EmbeddingBag(mode="sum") of float32 ``tables`` in the device's bag order (bag ``k``
+    of table ``k % n_tables``), accumulated row by row in float32: the float32
+    reference's pooling."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_bags = len(offsets) - 1
+    bag_of = np.repeat(np.arange(n_bags), np.diff(offsets))
+    table_of = bag_of % config.n_tables
+    idx = np.asarray(indices, dtype=np.int64)
+    pooled = np.zeros((n_bags, config.dim), dtype=np.float32)
+    for t in range(config.n_tables):
+        sel = table_of == t
+        np.add.at(pooled, bag_of[sel], tables[t][idx[sel]])
+    return pooled
+
+
 def embedding_deltas(config, d_pooled):
     """What the GPU hands the device: ``lr * d_pooled`` per bag, rounded to fixed point.
 
@@ -189,14 +205,11 @@ class FloatTrainer:
 
     def step(self, batch):
         cfg = self.config
+        pooled = float_bag_sum(cfg, self.tables, batch.indices, batch.offsets)
         lengths = np.diff(batch.offsets.astype(np.int64))
         bag_of = np.repeat(np.arange(batch.n_bags), lengths)
         table_of = bag_of % cfg.n_tables
         idx = batch.indices.astype(np.int64)
-        pooled = np.zeros((batch.n_bags, cfg.dim), dtype=np.float32)
-        for t in range(cfg.n_tables):
-            sel = table_of == t
-            np.add.at(pooled, bag_of[sel], self.tables[t][idx[sel]])
         logits, cache = self.dense.forward(batch.dense, pooled.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
         loss = self.dense.loss(logits, batch.labels)
         grads, d_pooled = self.dense.backward(cache, logits, batch.labels)

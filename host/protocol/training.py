@@ -30,7 +30,11 @@ Three things vary, each an object the loop is given:
   power fails), ``cut(run)`` (what a failure takes away) and ``cancel()``.
 
 With ``measure_from`` the run also reports a measured window: counters and
-modelled host time from that batch to the last (``record["window"]``).
+modelled host time from that batch to the last (``record["window"]``). With a
+``test_set`` it evaluates the model on held-out samples every ``eval_every``
+batches and after the last (``record["eval"]``): the device-trained model (the
+tables read back from the device, the GPU's MLPs) and the float32 reference
+(:mod:`trainingcxl.host.model.evaluate`).
 """
 
 import sys
@@ -41,6 +45,7 @@ from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.spec.registers import COUNTERS
 from trainingcxl.host.model.data import initial_tables
 from trainingcxl.host.model.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
+from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.history import GoldenHistory
 from .phases import PHASES
@@ -77,7 +82,8 @@ class TrainingRun:
 
     def __init__(self, device, data, *, system, runtime, failures, batches, seed, staleness,
                  relaxed=False, check_every=10, until_plan_done=False, extend=False,
-                 log=progress, checkpointing=True, measure_from=None, counters=COUNTERS):
+                 log=progress, checkpointing=True, measure_from=None, counters=COUNTERS,
+                 test_set=None, eval_every=0):
         self.device, self.cfg, self.data = device, device.config, data
         self.n, self.seed, self.k = batches, seed, staleness
         self.system, self.strategy = system, strategy(system)
@@ -89,6 +95,8 @@ class TrainingRun:
         # Relaxed lookup order needs the engines; the host of ``pmem`` has nothing to overlap.
         self.relaxed = relaxed and system.engines
         self.check_every = check_every
+        self.test_set, self.eval_every = test_set, eval_every
+        self.evals = {}                 # batch -> held-out metrics (the last attempt's)
         self.counter_regs = counters
         # Batches from ``measure_from`` on form the measured window (counters at both ends).
         self.measure_from = measure_from
@@ -218,6 +226,8 @@ class TrainingRun:
             if finished:
                 break
             next_batch = await self._power_failure()
+        # Failures still planned, or armed for a cycle past the end, did not happen.
+        self.record["failures_planned_left"] = self.failures.pending + int(self.failures.armed())
         self.failures.cancel()
         dev = self.device
         if dev.submitted:
@@ -228,7 +238,10 @@ class TrainingRun:
             self.counters[k] += v - self._start_counters.get(k, 0)
         rec = self.record
         rec["cycles"] = self.now() - self.t0
-        rec["failures_planned_left"] = self.failures.pending + int(self.failures.armed())
+        if self.test_set is not None:
+            rec["test_set"] = {"name": self.test_set.name, "samples": self.test_set.samples,
+                               "positives": self.test_set.positives}
+            rec["eval"] = [self.evals[b] for b in sorted(self.evals)]
         rec["host"] = self._host_totals()
         if self.window is not None:
             rec["window"] = self.window
@@ -308,11 +321,18 @@ class TrainingRun:
             stopping = b >= self.limit or (plan_done and (self.until_plan_done or b >= self.n))
             if self.measure_from is not None and stopping and b >= self.measure_from:
                 await self._mark_window("end")
-            if b == 1 or b == self.n or b % self.check_every == 0 or stopping:
+            check = b == 1 or b == self.n or b % self.check_every == 0 or stopping
+            held_out = self.test_set is not None and (
+                stopping or (self.eval_every and b % self.eval_every == 0))
+            if check or held_out:
                 self.enter("check", b)
-                ok = await self._tables_match(self.golden.tables)
+                tables = await self.device.read_tables()
+            if check:
+                ok = all(np.array_equal(d, g) for d, g in zip(tables, self.golden.tables))
                 rec["checks"].append({"batch": b - 1, "tables_match": ok})
                 note = f", tables {'match' if ok else 'DIFFER'}"
+            if held_out:
+                note += self._evaluate(b, tables)
             await self._read_counters()
             self.log(f"  batch {b}/{self.n}: loss {loss:.4f} (float32 {loss_ref:.4f}), "
                      f"{rec['cycles_per_batch'][b]} cycles, pooled {'ok' if same else 'DIFFER'}{note}")
@@ -321,9 +341,16 @@ class TrainingRun:
                 return
             b += 1
 
-    async def _tables_match(self, want):
-        got = await self.device.read_tables()
-        return all(np.array_equal(d, g) for d, g in zip(got, want))
+    def _evaluate(self, b, tables):
+        """Held-out metrics after batch ``b``: the device's tables with the GPU's MLPs, and
+        the float32 reference; returns a note for the progress line."""
+        cfg, test = self.cfg, self.test_set
+        device = evaluate(cfg, tables, self.gpu.model, test)
+        reference = evaluate(cfg, self.reference.tables, self.reference.dense, test)
+        self.evals[b] = {"batch": b, "device": device.to_dict(), "reference": reference.to_dict()}
+        if device.auc is None:
+            return f", test log loss {device.log_loss:.4f} ({device.note})"
+        return f", test AUC {device.auc:.4f} (float32 {reference.auc:.4f})"
 
     # -- power failure and recovery ------------------------------------------------------
 

@@ -4,7 +4,7 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["nonneg", "positive", "write_json", "save_figure"]
+__all__ = ["nonneg", "positive", "fraction", "write_json", "save_figure"]
 
 
 def nonneg(text):
@@ -23,6 +23,17 @@ def positive(text):
     v = nonneg(text)
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def fraction(text):
+    """argparse type: a number strictly between 0 and 1."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must lie strictly between 0 and 1")
     return v
 
 

@@ -21,6 +21,9 @@ relaxed order bit-identical to the strict one.
 
 Arguments (from the runner): ``seed``, ``batches``, ``batch_size``, ``data``
 (``"synthetic"`` or a Criteo-format path), ``on_bad_lines``, ``check_every``,
+the held-out test set (``test``: a Criteo-format path; ``test_fraction``: the
+last part of ``data``; ``test_samples``: samples of another synthetic stream;
+none of them: no evaluation) and ``eval_every``,
 ``relaxed``, ``staleness``, ``failures`` (a :class:`FailurePlan` entry list),
 ``failure_seed``, ``until_plan_done`` (stop once every planned failure has
 happened), ``extend`` (train past ``batches``, up to 4x, until they have),
@@ -48,14 +51,24 @@ from trainingcxl.host.protocol.timed import FailurePlan, SimRuntime
 from trainingcxl.host.protocol.training import TrainingRun, progress
 
 
-def dataset(cfg, args):
+def datasets(cfg, args):
+    """The training data and the held-out test set (``None``: no evaluation)."""
     data = args.get("data", "synthetic")
     if data == "synthetic":
-        return SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"],
-                                 min_pooling=args.get("min_pooling", 0),
-                                 zipf_alpha=args.get("zipf_alpha", 1.05))
-    return CriteoDataset(cfg, data, batch_size=args["batch_size"],
-                         on_error=args.get("on_bad_lines", "raise"))
+        train = SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"],
+                                  min_pooling=args.get("min_pooling", 0),
+                                  zipf_alpha=args.get("zipf_alpha", 1.05))
+        samples = args.get("test_samples", 0)
+        return train, (train.test_set(samples) if samples else None)
+    on_error = args.get("on_bad_lines", "raise")
+    train = CriteoDataset(cfg, data, batch_size=args["batch_size"], on_error=on_error)
+    if args.get("test_fraction"):
+        train, held = train.split(args["test_fraction"])
+        return train, held.test_set(f"the last {len(held)} samples of {Path(data).name}")
+    if args.get("test"):
+        return train, CriteoDataset(cfg, args["test"], batch_size=args["batch_size"],
+                                    on_error=on_error).test_set()
+    return train, None
 
 
 @cocotb.test()
@@ -63,7 +76,7 @@ async def train_job(dut):
     args = bench_args()
     cfg = bench_config()
     n = args.get("batches", 50)
-    data = dataset(cfg, args)
+    data, test_set = datasets(cfg, args)
     tb = DeviceTB(dut, cfg, seed=args.get("seed", 0), protocol_checks=False)
     await tb.reset()
     await tb.check_identity()
@@ -77,7 +90,8 @@ async def train_job(dut):
                       extend=args.get("extend", False),
                       log=(lambda text: None) if args.get("quiet") else progress,
                       checkpointing=args.get("checkpointing", True),
-                      measure_from=args.get("measure_from"))
+                      measure_from=args.get("measure_from"),
+                      test_set=test_set, eval_every=args.get("eval_every", 0))
     # What exists now lives for the whole run: keep the collector from walking it again.
     gc.freeze()
     wall0 = time.perf_counter()

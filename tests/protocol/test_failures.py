@@ -55,16 +55,19 @@ def test_failures_in_an_update_and_in_its_recovery(sim, tmp_path):
                          ids=["tiny", "large"])
 def test_k0_failures_leave_the_model_of_a_run_without_failures(tmp_path, config):
     """K = 0: any number of failures, in every phase, and the final tables and MLP are
-    bit for bit those of the same run without failures (``--dump``); also with tables
-    of a million rows (``large``)."""
-    clean = train("verilator", tmp_path, "clean", config, dump=str(tmp_path / "clean"))
+    bit for bit those of the same run without failures (``--dump``), and so are the
+    held-out metrics; also with tables of a million rows (``large``)."""
+    clean = train("verilator", tmp_path, "clean", config, dump=str(tmp_path / "clean"),
+                  test_samples=256)
     plan = ([{"phase": p, "offset": 30} for p in ("lookup", "update", "commit", "snapshot")]
             + [{"random": True}] * 3 + [{"phase": "recovery"}])
     failed = train("verilator", tmp_path, "failed", config, dump=str(tmp_path / "failed"),
-                   failures=plan, failure_seed=4)
+                   failures=plan, failure_seed=4, test_samples=256)
     fails = assert_recovered(failed, 6)
     assert {"lookup", "update", "snapshot"} <= {f["phase"] for f in fails}
     assert failed["loss"] == clean["loss"]
+    # The same model: the same held-out metrics, to the last bit.
+    assert failed["eval"] == clean["eval"] and clean["eval"][0]["device"]["auc"] is not None
     for name in ("tables.npz", "mlp.npz"):
         a, b = np.load(tmp_path / "clean" / name), np.load(tmp_path / "failed" / name)
         assert a.files == b.files

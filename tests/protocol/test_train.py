@@ -44,15 +44,30 @@ def run(sim, tmp_path, config=CONFIG, **args):
     return rec
 
 
+def assert_evaluated(rec, batches, samples):
+    """Held-out metrics after each of ``batches``: the device-trained model (its tables read
+    back) and the float32 reference agree closely."""
+    assert [e["batch"] for e in rec["eval"]] == batches
+    assert rec["test_set"]["samples"] == samples
+    for e in rec["eval"]:
+        d, r = e["device"], e["reference"]
+        assert d["samples"] == samples and 0 < d["positives"] < samples
+        assert 0 <= d["auc"] <= 1 and abs(d["auc"] - r["auc"]) < 0.02
+        assert abs(d["log_loss"] - r["log_loss"]) < 0.02
+
+
 def test_train_synthetic(sim, tmp_path):
-    run(sim, tmp_path)
+    rec = run(sim, tmp_path, test_samples=128, eval_every=2)
+    n = len(rec["loss"])
+    assert_evaluated(rec, sorted({*range(2, n + 1, 2), n}), 128)
 
 
 def test_train_criteo_sample(sim, tmp_path):
     sample = write_sample(tmp_path / "sample.tsv", lines=200, seed=4)
-    rec = run(sim, tmp_path, data=str(sample))
+    rec = run(sim, tmp_path, data=str(sample), test_fraction=0.25)
     # Criteo bags hold one row each: one gathered line per bag.
     assert rec["counters"]["lookup_bags"] == rec["counters"]["lookup_lines"]
+    assert_evaluated(rec, [len(rec["loss"])], 50)
 
 
 def test_relaxed_order_trains_bit_identically(sim, tmp_path):

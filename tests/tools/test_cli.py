@@ -45,6 +45,32 @@ def test_train_refuses_a_bad_data_file_before_building(tmp_path):
         main(["train", "--config", "tiny", "--data", str(tmp_path / "missing.tsv")])
 
 
+def test_train_refuses_test_sets_that_cannot_serve_before_building(tmp_path):
+    from trainingcxl.host.model.criteo import write_sample
+    data = write_sample(tmp_path / "data.tsv", lines=64, seed=1)
+    with pytest.raises(SystemExit, match="for TSV data"):
+        main(["train", "--config", "tiny", "--test-fraction", "0.2"])
+    with pytest.raises(SystemExit, match="not both"):
+        main(["train", "--config", "tiny", "--data", str(data), "--test", str(data),
+              "--test-fraction", "0.2"])
+    with pytest.raises(SystemExit, match="needs a test set"):
+        main(["train", "--config", "tiny", "--data", str(data), "--eval-every", "2"])
+    # A held-out file of one label only: no NaN AUC later, a message now.
+    lines = data.read_text().splitlines(keepends=True)
+    negatives = tmp_path / "negatives.tsv"
+    negatives.write_text("".join("0" + l[1:] for l in lines))
+    with pytest.raises(SystemExit, match="all negative: ROC AUC needs both labels"):
+        main(["train", "--config", "tiny", "--data", str(data), "--test", str(negatives)])
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(lines[0] + "1\t2\n")
+    with pytest.raises(SystemExit, match="bad.tsv:2: 2 columns"):
+        main(["train", "--config", "tiny", "--data", str(data), "--test", str(bad)])
+    with pytest.raises(SystemExit, match="leaves 0 for the test set"):
+        main(["train", "--config", "tiny", "--data", str(data), "--test-fraction", "0.001"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--test-fraction", "1.5"])
+
+
 def test_make_criteo_sample(tmp_path, capsys):
     out = tmp_path / "s.tsv"
     assert main(["make-criteo-sample", str(out), "--lines", "10"]) == 0
