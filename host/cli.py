@@ -234,6 +234,8 @@ def cmd_train(args):
            **test_job}
     if args.dump:
         job["dump"] = str(Path(args.dump).resolve())
+    if args.export:
+        job["export"] = str(Path(args.export).resolve())
     t0 = time.monotonic()
     try:
         rec = run_job(args.sim, cfg, job, job="train", partial=True)
@@ -281,6 +283,8 @@ def cmd_train(args):
         print(f"  plot               {args.plot}")
     if args.dump:
         print(f"  dump               {args.dump} (tables.npz, mlp.npz, batches.npz)")
+    if args.export:
+        print(f"  model              {args.export} (model.npz: a PyTorch state dict, model.json)")
     if args.json:
         _write_json(args.json, rec)
         print(f"  JSON               {args.json}")
@@ -550,6 +554,11 @@ def build_parser():
                          "first and last; default: 10)")
     sp.add_argument("--dump", metavar="DIR", help="write final tables, MLP parameters and the "
                                                  "batches used as .npz files into DIR")
+    sp.add_argument("--export", metavar="DIR",
+                    help="write the device-trained model into DIR: model.npz, float32 arrays "
+                         "named as a PyTorch DLRM's state dict (embeddings.T.weight, "
+                         "bottom_mlp.I.weight, ...), and model.json with its shapes "
+                         "(docs/usage.md, \"Exporting a model\")")
     sp.add_argument("--plot", metavar="OUT.png", help="draw the loss curve, device vs float32, "
                                                      "and the test AUC at each evaluation")
     from trainingcxl.host.tools.campaign import add_commands
@@ -559,6 +568,8 @@ def build_parser():
     add_commands(sub, config_option)
     from trainingcxl.host.tools.bench import add_bench_command
     add_bench_command(sub)
+    from trainingcxl.host.tools.study import add_study_command
+    add_study_command(sub, config_option)
     from trainingcxl.host.tools.board_cli import add_build_command
     add_build_command(sub)
 

@@ -108,3 +108,12 @@ class GoldenHistory:
         self.head = d
         for model, params in zip((self.golden, self.reference), self._mlp[d]):
             model.dense.load_parameters(params)
+
+    def restart_at(self, b):
+        """Take the trainers' present state as the state after batch ``b`` and keep only it:
+        a partial recovery (CPR) resumes with older tables and a newer MLP, which no
+        batch's state ever was."""
+        self._undo.clear()
+        self._mlp.clear()
+        self.head = b
+        self.remember(b)

@@ -27,7 +27,8 @@ none of them: no evaluation) and ``eval_every``,
 ``relaxed``, ``staleness``, ``failures`` (a :class:`FailurePlan` entry list),
 ``failure_seed``, ``until_plan_done`` (stop once every planned failure has
 happened), ``extend`` (train past ``batches``, up to 4x, until they have),
-``quiet``, ``dump`` (a folder), ``min_pooling`` and ``zipf_alpha`` (of
+``quiet``, ``dump`` (a folder), ``export`` (a folder: the trained model as a
+PyTorch state dict, :mod:`trainingcxl.host.model.export`), ``min_pooling`` and ``zipf_alpha`` (of
 synthetic data), ``system`` (a rung of the ladder,
 :mod:`trainingcxl.host.protocol.systems`), ``checkpointing`` (false: no log, commits
 or snapshots), ``measure_from`` (first batch of the measured window, whose
@@ -44,6 +45,7 @@ import numpy as np
 
 from trainingcxl.host.model.criteo import CriteoDataset
 from trainingcxl.host.model.data import SyntheticWorkload
+from trainingcxl.host.model.export import export_model
 from trainingcxl.host.driver.ports import DeviceTB
 from ..bench_env import bench_args, bench_config
 from trainingcxl.host.protocol.systems import system
@@ -138,6 +140,9 @@ async def train_job(dut):
             used[f"indices_{i}"], used[f"offsets_{i}"] = batch.indices, batch.offsets
             used[f"dense_{i}"], used[f"labels_{i}"] = batch.dense, batch.labels
         np.savez(out / "batches.npz", **used)
+    if "export" in args:
+        # The device-trained model: the tables read back, the GPU's MLPs.
+        export_model(cfg, await tb.read_tables(), run.gpu.model, args["export"])
     with open(args["out"], "w") as f:
         json.dump(record, f, indent=2)
     assert record["golden_match"], "the device diverged from the golden model (see the progress lines)"

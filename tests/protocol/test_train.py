@@ -7,10 +7,12 @@ record's own consistency.
 
 import json
 
+import numpy as np
 import pytest
 
 from trainingcxl.spec.config import PRESETS
 from trainingcxl.host.model.criteo import write_sample
+from trainingcxl.host.model.export import load_exported
 from trainingcxl.sim.runner import run_bench
 
 pytestmark = pytest.mark.cocotb
@@ -57,9 +59,18 @@ def assert_evaluated(rec, batches, samples):
 
 
 def test_train_synthetic(sim, tmp_path):
-    rec = run(sim, tmp_path, test_samples=128, eval_every=2)
+    rec = run(sim, tmp_path, test_samples=128, eval_every=2, export=str(tmp_path / "model"),
+              dump=str(tmp_path / "dump"))
     n = len(rec["loss"])
     assert_evaluated(rec, sorted({*range(2, n + 1, 2), n}), 128)
+    # The exported model is the device's: its tables, scaled, and the GPU's MLPs.
+    arrays, meta = load_exported(tmp_path / "model")
+    tables, mlp = np.load(tmp_path / "dump" / "tables.npz"), np.load(tmp_path / "dump" / "mlp.npz")
+    for t in range(CONFIG.n_tables):
+        np.testing.assert_array_equal(
+            arrays[f"embeddings.{t}.weight"] * 2 ** CONFIG.fixed.frac_bits, tables[f"table{t}"])
+    np.testing.assert_array_equal(arrays["top_mlp.0.weight"], mlp["top_w0"])
+    assert meta["tables"] == list(CONFIG.tables)
 
 
 def test_train_criteo_sample(sim, tmp_path):
