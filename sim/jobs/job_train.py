@@ -28,8 +28,8 @@ none of them: no evaluation) and ``eval_every``,
 ``failure_seed``, ``until_plan_done`` (stop once every planned failure has
 happened), ``extend`` (train past ``batches``, up to 4x, until they have),
 ``quiet``, ``dump`` (a folder), ``export`` (a folder: the trained model as a
-PyTorch state dict, :mod:`trainingcxl.host.model.export`), ``min_pooling`` and ``zipf_alpha`` (of
-synthetic data), ``system`` (a rung of the ladder,
+PyTorch state dict, :mod:`trainingcxl.host.model.export`), ``min_pooling`` and
+``zipf_alpha`` (of synthetic data), ``system`` (a rung of the ladder,
 :mod:`trainingcxl.host.protocol.systems`), ``checkpointing`` (false: no log, commits
 or snapshots), ``measure_from`` (first batch of the measured window, whose
 counter deltas go to ``window``) and ``out`` (the JSON record).
