@@ -281,10 +281,14 @@ def _table(name, rows, say):
         f"{'link B':>10} {'energy mJ':>10} {'saving':>7}")
     for s, f in rows.items():
         ovh = f.get("checkpoint_overhead")
-        say(f"  {s:<10} {f['cycles_per_batch']:>10,.0f} {f.get('speedup_vs_pmem', 0):>7.2f}x "
+        # Without pmem in the run there is nothing to compare with: "-", not 0.
+        speedup, saving = f.get("speedup_vs_pmem"), f.get("energy_saving_vs_pmem")
+        say(f"  {s:<10} {f['cycles_per_batch']:>10,.0f} "
+            f"{'-' if speedup is None else f'{speedup:.2f}x':>8} "
             f"{(100 * ovh if ovh is not None else float('nan')):>8.2f}% "
             f"{f['pmem_bytes_written_per_batch']['total']:>10,.0f} {f['link_bytes_per_batch']:>10,.0f} "
-            f"{1e3 * f['energy_per_batch_j']:>10.3f} {100 * f.get('energy_saving_vs_pmem', 0):>6.1f}%")
+            f"{1e3 * f['energy_per_batch_j']:>10.3f} "
+            f"{'-' if saving is None else f'{100 * saving:.1f}%':>7}")
 
 
 def _plot(summary, path):
