@@ -249,8 +249,8 @@ def _yosys(script, workdir):
 def convert(component, *, name="top", models=None):
     """Verilog text of ``component`` (a ``wiring.Component``), ports named after its signature.
 
-    ``models`` (``{module name: path}``) adds behavioural modules of the layers
-    above to :data:`MODELS`: those the netlist instantiates are appended."""
+    ``models`` (``{module name: path}``): behavioural modules of the layers above,
+    looked for beside :data:`MODELS`; those the netlist instantiates are appended."""
     text = strip_zero_meminit(rtlil.convert(component, name=name, emit_src=False, platform=NETLIST))
     with tempfile.TemporaryDirectory(prefix="trainingcxl-verilog-") as tmp:
         with open(os.path.join(tmp, "in.il"), "w") as f:

@@ -1,9 +1,12 @@
 """Reads and writes the device's control window."""
 
+from asyncio import CancelledError
+
 from cocotb.triggers import Lock, ReadOnly, RisingEdge
 
 from trainingcxl.hdl.control import ControlBusSignature
 from .layouts import pack, unpack
+from .rtl.clock import PERIOD_NS
 from .streams import sample_bit, stream_signals
 
 __all__ = ["ControlDriver", "ControlError"]
@@ -30,7 +33,7 @@ class ControlDriver:
 
     REQ, RSP = _REQ, _RSP
 
-    def __init__(self, dut, clock, *, prefix="control", timeout_ns=200_000, period_ns=10):
+    def __init__(self, dut, clock, *, prefix="control", timeout_ns=200_000, period_ns=PERIOD_NS):
         self.req_valid, self.req_ready, self.req_payload = stream_signals(dut, f"{prefix}__req")
         self.rsp_valid, self.rsp_ready, self.rsp_payload = stream_signals(dut, f"{prefix}__rsp")
         self.timeout_cycles = max(1, timeout_ns // period_ns)
@@ -68,8 +71,10 @@ class ControlDriver:
                 await self._until(self.rsp_valid, kind, reg)
                 raw = int(self.rsp_payload.value)
                 await self._edge
-            except BaseException:
-                self.forget()       # cancelled by a power failure, or timed out
+            except (CancelledError, TimeoutError):
+                # Cancelled by a power failure, or timed out (both after an edge, never
+                # in the read-only phase, where no signal may be written).
+                self.forget()
                 raise
         rsp = unpack(_RSP, raw)
         if rsp.err:

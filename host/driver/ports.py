@@ -78,17 +78,18 @@ class PortsTransport:
         """Cut the power: every volatile state of the device is lost; host requests in flight too."""
         self.dut.power_fail.value = 1
         # The host's requests die with the link while the device is held in
-        # reset: none may still be on a wire when it wakes up (the stream
-        # sources drop what was queued at the next edge). The CXL.mem workers
-        # go after one edge, once the tasks cancelled with the power are gone.
+        # reset: none may still be on a wire when it wakes up (the control
+        # driver withdraws its request, the stream sources drop what was queued
+        # at the next edge). The CXL.mem workers go after one edge, once the
+        # tasks cancelled with the power are gone.
         self.ctl.forget()
         self.host.forget()
         await RisingEdge(self.dut.clk)
         self.mem.forget_outstanding()
         await ClockCycles(self.dut.clk, max(1, cycles - 1))
         # A response a sink sampled in the cycle of the cut lands after it: drop it
-        # too, or the next access would take it for its own.
-        self.ctl.forget()
+        # too, or the next access would take it for its own. (The control driver
+        # keeps none: an access cut short leaves nothing behind.)
         self.host.forget()
         self.mem.forget_outstanding()
         self.dut.power_fail.value = 0
@@ -129,7 +130,7 @@ class DeviceTB(Device):
         # The link's latency is in the RTL; host memory adds its own access time.
         delay = self.HOST_DELAY if host_delay is None else tuple(host_delay)
         self.host = self._host_memory(host_model, layout, delay, seed, backpressure)
-        self.ctl = ControlDriver(dut, dut.clk, period_ns=PERIOD_NS)
+        self.ctl = ControlDriver(dut, dut.clk)
         media = ram_array("media", config.media_lines, LINE_BITS)
         super().__init__(PortsTransport(dut, ctl=self.ctl, mem=self.mem, host=self.host,
                                         media=media),

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from trainingcxl.host.model.data import Batch
+from trainingcxl.host.model.evaluate import TestSet
 
 __all__ = ["CriteoFormatError", "CriteoChunk", "iter_chunks", "parse_block", "CriteoDataset",
            "write_sample", "N_DENSE", "N_CAT"]
@@ -363,7 +364,6 @@ class CriteoDataset:
     def test_set(self, name=None):
         """Every sample once, in batches of ``batch_size`` (the last may be smaller), as a
         :class:`~trainingcxl.host.model.evaluate.TestSet`."""
-        from trainingcxl.host.model.evaluate import TestSet
         b, n = self.batch_size, len(self)
         return TestSet(name or f"{len(self)} samples of {self.path.name}",
                        lambda i: self._samples(i, np.arange(i * b, min(n, (i + 1) * b))),

@@ -1,10 +1,11 @@
 """Synthetic DLRM batches with Zipf-like row popularity, and initial tables."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
+from trainingcxl.host.model.evaluate import TestSet
 from trainingcxl.host.model.fixed import to_fixed
 
 __all__ = ["Batch", "SyntheticWorkload", "initial_tables"]
@@ -97,8 +98,6 @@ class SyntheticWorkload:
     def test_set(self, samples, stream=1):
         """``samples`` held-out samples (rounded up to whole batches) from another stream
         of this workload, as a :class:`~trainingcxl.host.model.evaluate.TestSet`."""
-        from dataclasses import replace
-        from trainingcxl.host.model.evaluate import TestSet
         if samples < 1:
             raise ValueError(f"a test set needs at least one sample, not {samples}")
         held = replace(self, stream=stream)

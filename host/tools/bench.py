@@ -285,7 +285,7 @@ def _table(name, rows, say):
         speedup, saving = f.get("speedup_vs_pmem"), f.get("energy_saving_vs_pmem")
         say(f"  {s:<10} {f['cycles_per_batch']:>10,.0f} "
             f"{'-' if speedup is None else f'{speedup:.2f}x':>8} "
-            f"{(100 * ovh if ovh is not None else float('nan')):>8.2f}% "
+            f"{'-' if ovh is None else f'{100 * ovh:.2f}%':>9} "
             f"{f['pmem_bytes_written_per_batch']['total']:>10,.0f} {f['link_bytes_per_batch']:>10,.0f} "
             f"{1e3 * f['energy_per_batch_j']:>10.3f} "
             f"{'-' if saving is None else f'{100 * saving:.1f}%':>7}")

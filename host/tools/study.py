@@ -4,7 +4,7 @@ TrainingCXL recovers the embedding tables exactly (the undo log brings them to
 the newest commit D) and lets the MLP snapshot lag: after a failure the MLP
 comes from batch m, at most K batches before D (docs/checkpointing.md). CPR
 (Maeng et al., MLSys 2021) relaxes the other side: the MLPs stay current and
-the tables come back from a checkpoint taken every K batches. Both trade
+the tables come back from an older checkpoint. Both trade
 accuracy for cheaper checkpoints; this study measures the trade: the same
 workload trained with power failures at a fixed rate, for each K and each
 mode, against the same run without failures, on the final test AUC and log
@@ -21,14 +21,14 @@ the replay must end with the device's tables and MLP, bit for bit.
 
 A failure strikes during batch ``b`` after a number of batches drawn from a
 geometric distribution of mean ``--failure-every`` (a fixed rate per batch
-trained). Then ``D = b - 1`` and
+trained). Then ``D = b - 1`` and, each mode at the worst case the bound K
+allows (so that the two are compared at the same staleness):
 
-* ``trainingcxl``: tables after D; the MLP after ``m = max(0, D - K)``, the
-  oldest snapshot the staleness bound allows (the worst case of the bound);
-  training resumes at D + 1;
-* ``cpr``: the MLPs after D; the tables of the newest checkpoint, taken after
-  every K-th batch trained (``K = 0``: every batch, so D's); training goes on
-  at D + 1 with them.
+* ``trainingcxl``: the tables after D; the MLPs after ``max(0, D - K)``, the
+  oldest snapshot the bound allows; training resumes at D + 1;
+* ``cpr``: the MLPs after D; the tables after ``max(0, D - K)``, as a
+  checkpoint taken at most K batches before; training goes on at D + 1 with
+  them.
 
 The lookup order does not enter: relaxed lookup is bit-identical to strict
 (docs/relaxed-lookup.md), which the RTL sample checks in both orders.
@@ -68,11 +68,13 @@ def _history(cfg, seed):
                          FloatTrainer(cfg, tables, seed=seed))
 
 
-def _step(history, workload, keep):
+def _step(history, workload, keep=None):
+    """Train the next batch; keep the states of the last ``keep`` batches (None: all)."""
     b = history.head + 1
     history.step(b, workload.batch(b - 1))
     history.remember(b)
-    history.prune(b - keep)
+    if keep is not None:
+        history.prune(b - keep)
 
 
 def golden_run(cfg, workload, batches, *, seed, mode="trainingcxl", k=0, failure_every=0):
@@ -83,7 +85,9 @@ def golden_run(cfg, workload, batches, *, seed, mode="trainingcxl", k=0, failure
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     history = _history(cfg, seed)
     live = (history.golden.tables, history.reference.tables)
-    checkpoint = (0, [[t.copy() for t in tables] for tables in live])     # cpr's tables
+    # cpr's table checkpoints, by batch: what a checkpoint after that batch holds (one
+    # taken before a recovery stays what it was).
+    saved = {0: [[t.copy() for t in tables] for tables in live]}
     rng = np.random.default_rng([seed, 0xFA11])
 
     def gap():
@@ -97,17 +101,18 @@ def golden_run(cfg, workload, batches, *, seed, mode="trainingcxl", k=0, failure
                 tables_at, mlp_at = d, max(0, d - k)
                 recover(history, tables_at, mlp_at)
             else:
-                tables_at, mlp_at = checkpoint[0], d
-                for tables, saved in zip(live, checkpoint[1]):
-                    for t, x in zip(tables, saved):
+                tables_at, mlp_at = max(0, d - k), d
+                for tables, copy in zip(live, saved[tables_at]):
+                    for t, x in zip(tables, copy):
                         t[...] = x
-                history.restart_at(d)       # older tables, the MLPs of d
+                history.restart_at(d)       # older tables with the MLPs of d
             recoveries.append((d + 1, tables_at, mlp_at))
             left = gap()
             continue
         _step(history, workload, k + 2)
-        if mode == "cpr" and (k == 0 or history.head % k == 0):
-            checkpoint = (history.head, [[t.copy() for t in tables] for tables in live])
+        if mode == "cpr":
+            saved[history.head] = [[t.copy() for t in tables] for tables in live]
+            saved.pop(history.head - k - 1, None)
         if left is not None:
             left -= 1
     return history, recoveries
@@ -119,10 +124,10 @@ def replay(cfg, workload, batches, *, seed, recoveries):
     history = _history(cfg, seed)
     for d, m in recoveries:
         while history.head < d:
-            _step(history, workload, history.head + 2)      # keep every state: m may be old
+            _step(history, workload)        # every state kept: m may be old
         recover(history, d, m)
     while history.head < batches:
-        _step(history, workload, history.head + 2)
+        _step(history, workload)
     return history
 
 
@@ -148,7 +153,7 @@ def study_point(spec):
     g, r = history.golden, history.reference
     return {**{key: spec[key] for key in ("mode", "k", "seed", "failure_every")},
             "failures": len(recoveries),
-            "staleness": [d - min(t, m) for d, t, m in recoveries],
+            "staleness": [b - 1 - min(t, m) for b, t, m in recoveries],
             "device": evaluate(cfg, g.tables, g.dense, test).to_dict(),
             "reference": evaluate(cfg, r.tables, r.dense, test).to_dict(),
             "wall_s": time.monotonic() - t0}
@@ -237,7 +242,7 @@ def _plot(summary, baseline_auc, path):
                                "test log loss change against no failures")):
         ax.set_xscale("symlog", linthresh=1)
         ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xlabel("K (batches an MLP snapshot or a table checkpoint may lag)")
+        ax.set_xlabel("K (batches the MLPs, or the tables, lag after a recovery)")
         ax.set_ylabel(what)
         ax.grid(alpha=0.3)
         ax.legend()
@@ -250,7 +255,10 @@ def _plot(summary, baseline_auc, path):
 def cmd_study(args):
     from trainingcxl.spec.config import PRESETS
     cfg = args.config or PRESETS["small"]
-    ks = [int(x) for x in args.k.split(",")]
+    try:
+        ks = [int(x) for x in args.k.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --k takes comma-separated integers, not {args.k!r}") from None
     modes = args.modes.split(",")
     for m in modes:
         if m not in MODES:
@@ -261,6 +269,10 @@ def cmd_study(args):
     if batch_size * cfg.n_tables > cfg.max_bags:
         raise SystemExit(f"error: --batch-size {batch_size} x {cfg.n_tables} tables exceeds "
                          f"the configuration's max_bags ({cfg.max_bags})")
+    try:        # a test set with one label has no AUC: say so before the runs
+        _workload(cfg, args.seed, batch_size).test_set(args.test_samples).check_labels()
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     common = {"config": cfg.to_dict(), "batches": args.batches, "batch_size": batch_size,
               "test_samples": args.test_samples}
     specs = []
@@ -335,8 +347,8 @@ def add_study_command(sub, config_option):
         "study", help="what relaxed recovery costs in test accuracy (golden model, RTL sample)",
         description="Trains the same synthetic workload with power failures at a fixed rate "
                     "for each staleness bound K and recovery mode (trainingcxl: exact tables, "
-                    "an MLP up to K batches old; cpr: current MLPs, tables from a checkpoint "
-                    "every K batches), and without failures, over several seeds, on the "
+                    "the MLPs K batches old; cpr: current MLPs, the tables K batches old), and "
+                    "without failures, over several seeds, on the "
                     "golden model with the host's reference recovery; reports the final test "
                     "AUC and log loss against the run without failures. A sample of RTL runs "
                     "with failures is replayed on the golden model and must agree bit for bit.")

@@ -124,10 +124,10 @@ async def train_job(dut):
     })
     if getattr(data, "skipped", 0):
         record["skipped_lines"] = data.skipped
+    final = await tb.read_tables() if "dump" in args or "export" in args else None
     if "dump" in args:
         out = Path(args["dump"])
         out.mkdir(parents=True, exist_ok=True)
-        final = await tb.read_tables()
         np.savez(out / "tables.npz", **{f"table{t}": x for t, x in enumerate(final)})
         mlp = {}
         for part, layers in (("bottom", run.gpu.model.bottom), ("top", run.gpu.model.top)):
@@ -142,7 +142,7 @@ async def train_job(dut):
         np.savez(out / "batches.npz", **used)
     if "export" in args:
         # The device-trained model: the tables read back, the GPU's MLPs.
-        export_model(cfg, await tb.read_tables(), run.gpu.model, args["export"])
+        export_model(cfg, final, run.gpu.model, args["export"])
     with open(args["out"], "w") as f:
         json.dump(record, f, indent=2)
     assert record["golden_match"], "the device diverged from the golden model (see the progress lines)"

@@ -31,7 +31,7 @@ class SimTop(wiring.Component):
         self.device = Device(config)
         layout = HostLayout(config)
         self.host = HostMemoryModel(config, base=layout.base, lines=layout.lines)
-        self.clock = ClockSource(half_period=PERIOD_NS // 2)
+        self.clock = ClockSource(half_period=PERIOD_NS / 2)
         members = dict(self.device.signature.members)
         members.update({
             "clk": Out(1),
