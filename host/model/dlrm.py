@@ -141,19 +141,24 @@ class DenseModel:
             layer[1] = (layer[1] - lr * gb).astype(self.dtype)
 
 
-def float_bag_sum(config, tables, indices, offsets):
-    """EmbeddingBag(mode="sum") of float32 ``tables`` in the device's bag order (bag ``k``
-    of table ``k % n_tables``), accumulated row by row in float32: the float32
-    reference's pooling."""
+def _table_rows(config, indices, offsets):
+    """Per table, the bag and the row of each of its indices (bag ``k`` is of table
+    ``k % n_tables``)."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    n_bags = len(offsets) - 1
-    bag_of = np.repeat(np.arange(n_bags), np.diff(offsets))
+    bag_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
     table_of = bag_of % config.n_tables
     idx = np.asarray(indices, dtype=np.int64)
-    pooled = np.zeros((n_bags, config.dim), dtype=np.float32)
-    for t in range(config.n_tables):
-        sel = table_of == t
-        np.add.at(pooled, bag_of[sel], tables[t][idx[sel]])
+    return [(bag_of[sel], idx[sel]) for sel in (table_of == t for t in range(config.n_tables))]
+
+
+def float_bag_sum(config, tables, indices, offsets, *, by_table=None):
+    """EmbeddingBag(mode="sum") of float32 ``tables`` in the device's bag order (bag ``k``
+    of table ``k % n_tables``), accumulated row by row in float32: the float32
+    reference's pooling. ``by_table``: :func:`_table_rows` of the batch, if at hand."""
+    by_table = by_table or _table_rows(config, indices, offsets)
+    pooled = np.zeros((len(offsets) - 1, config.dim), dtype=np.float32)
+    for table, (bags, rows) in zip(tables, by_table):
+        np.add.at(pooled, bags, table[rows])
     return pooled
 
 
@@ -205,19 +210,15 @@ class FloatTrainer:
 
     def step(self, batch):
         cfg = self.config
-        pooled = float_bag_sum(cfg, self.tables, batch.indices, batch.offsets)
-        lengths = np.diff(batch.offsets.astype(np.int64))
-        bag_of = np.repeat(np.arange(batch.n_bags), lengths)
-        table_of = bag_of % cfg.n_tables
-        idx = batch.indices.astype(np.int64)
+        by_table = _table_rows(cfg, batch.indices, batch.offsets)
+        pooled = float_bag_sum(cfg, self.tables, batch.indices, batch.offsets, by_table=by_table)
         logits, cache = self.dense.forward(batch.dense, pooled.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
         loss = self.dense.loss(logits, batch.labels)
         grads, d_pooled = self.dense.backward(cache, logits, batch.labels)
         self.dense.sgd(grads, cfg.model.lr)
         step = np.float32(cfg.model.lr) * d_pooled.reshape(batch.n_bags, cfg.dim)
-        for t in range(cfg.n_tables):
-            sel = table_of == t
-            np.subtract.at(self.tables[t], idx[sel], step[bag_of[sel]])
+        for table, (bags, rows) in zip(self.tables, by_table):
+            np.subtract.at(table, rows, step[bags])
         return StepResult(loss=loss, pooled=pooled, deltas=None)
 
 

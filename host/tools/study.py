@@ -41,6 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
+from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
+from trainingcxl.host.model.evaluate import evaluate
+from trainingcxl.host.model.history import GoldenHistory
+from trainingcxl.spec.config import PRESETS, Config
 from .argtypes import nonneg, positive, save_figure, write_json
 from .pool import Progress, prebuild, run_train
 
@@ -60,9 +65,6 @@ def recover(history, d, m):
 
 
 def _history(cfg, seed):
-    from trainingcxl.host.model.data import initial_tables
-    from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
-    from trainingcxl.host.model.history import GoldenHistory
     tables = initial_tables(cfg, seed=seed)
     return GoldenHistory(FixedPointTrainer(cfg, tables, seed=seed),
                          FloatTrainer(cfg, tables, seed=seed))
@@ -134,15 +136,12 @@ def replay(cfg, workload, batches, *, seed, recoveries):
 # -- the study's points ---------------------------------------------------------------------
 
 def _workload(cfg, seed, batch_size):
-    from trainingcxl.host.model.data import SyntheticWorkload
     return SyntheticWorkload(cfg, seed=seed, batch_size=batch_size)
 
 
 def study_point(spec):
     """One run of the study (in its own process): final test metrics of the device model and
     of the float32 reference."""
-    from trainingcxl.host.model.evaluate import evaluate
-    from trainingcxl.spec.config import Config
     cfg = Config.from_dict(spec["config"])
     workload = _workload(cfg, spec["seed"], spec["batch_size"])
     t0 = time.monotonic()
@@ -161,7 +160,6 @@ def study_point(spec):
 
 def _rtl_point(spec):
     """One RTL run with failures, replayed on the golden model: ``(spec, outcome dict)``."""
-    from trainingcxl.spec.config import Config
     cfg = Config.from_dict(spec["config"])
     with tempfile.TemporaryDirectory(prefix="trainingcxl-study-") as tmp:
         job = dict(spec)
@@ -190,7 +188,6 @@ def _rtl_point(spec):
 def rtl_specs(count, seed):
     """``count`` RTL runs on ``tiny``: K of 0, 1, 8 in strict and relaxed order, in turn,
     with three random failures each."""
-    from trainingcxl.spec.config import PRESETS
     cfg = PRESETS["tiny"]
     out = []
     for i in range(count):
@@ -253,7 +250,6 @@ def _plot(summary, baseline_auc, path):
 
 
 def cmd_study(args):
-    from trainingcxl.spec.config import PRESETS
     cfg = args.config or PRESETS["small"]
     try:
         ks = [int(x) for x in args.k.split(",")]
