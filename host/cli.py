@@ -394,34 +394,6 @@ def cmd_verilog(args):
     return 0
 
 
-def cmd_fuzz(args):
-    from trainingcxl.sim.runner import BenchFailure
-    cfg = args.config
-    print(f"trainingcxl fuzz: {args.cases} invalid inputs (seed {args.seed}) mixed with a checked "
-          f"training batch every {args.every}, on {args.sim}", flush=True)
-    t0 = time.monotonic()
-    try:
-        rec = run_job(args.sim, cfg, {"cases": args.cases, "seed": args.seed, "every": args.every},
-                       job="fuzz", partial=True)
-    except BenchFailure as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    rec.update({"sim": args.sim, "seed": args.seed, "wall_s": round(time.monotonic() - t0, 1)})
-    print()
-    print(f"  invalid inputs   {rec['invalid']} ({', '.join(f'{k} {n}' for k, n in rec['by_kind'].items())})")
-    print(f"  refused          {rec['refused']} as specified")
-    print(f"  training batches {rec['batches']} between them, checked against the golden model")
-    print(f"  corruptions      {rec['corruptions']}   hangs {rec['hangs']}   "
-          f"lost commits {rec['lost_commits']}")
-    print(f"  time             {rec['wall_s']} s")
-    if args.json:
-        _write_json(args.json, rec)
-        print(f"  JSON             {args.json}")
-    good = (rec["refused"] == rec["invalid"] and not rec["corruptions"] and not rec["hangs"]
-            and not rec["lost_commits"])
-    return 0 if good else 1
-
-
 def cmd_formal(args):
     from trainingcxl.sim.formal import PROOFS, FormalError, run_proof
     if args.list:
@@ -599,26 +571,8 @@ def build_parser():
     sp.add_argument("--lint", action="store_true", help="run verilator --lint-only on it")
     sp.set_defaults(func=cmd_verilog)
 
-    sp = sub.add_parser(
-        "fuzz", help="send random invalid CXL.mem messages and descriptors between checked "
-                     "training batches",
-        description="Seeded fuzzing of the simulated device: invalid CXL.mem messages (unmapped, "
-                    "protected, poisoned, reused tags, unimplemented opcodes) and descriptors "
-                    "(rows out of range, bad offsets, oversized bags, unknown ops, misaligned "
-                    "pointers, arrays outside the GPU window, updates without their lookup, "
-                    "commits out of order, batches already committed), each checked to be "
-                    "refused as specified, "
-                    "with a lookup, update and commit checked against the golden model after "
-                    "every --every of them and all tables compared at the end. Exit status 0 "
-                    "when everything was refused and nothing was corrupted, hung or lost.")
-    config_option(sp, "tiny")
-    sp.add_argument("--cases", type=_positive, default=200, help="invalid inputs to send (default 200)")
-    sp.add_argument("--seed", type=_nonneg, default=0)
-    sp.add_argument("--every", type=_positive, default=10,
-                    help="a checked training batch after every N invalid inputs (default 10)")
-    sp.add_argument("--sim", choices=("verilator", "icarus"), default="verilator")
-    sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
-    sp.set_defaults(func=cmd_fuzz)
+    from trainingcxl.host.tools.fuzz import add_fuzz_command
+    add_fuzz_command(sub, config_option)
 
     sp = sub.add_parser(
         "formal", help="prove the formal properties (stream rule, write-pending queue, "

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure, write_json
+from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.spec.config import LINE_BYTES, SCALE_BATCHES, SCALE_ROWS, Config, ModelShape
 from trainingcxl.host.model.energy import DEFAULT_ENERGY, Activity, link_bytes
 from trainingcxl.host.protocol.systems import SYSTEMS
@@ -132,17 +133,18 @@ def _ladder(args, workloads, systems, say, on_result=None):
     Returns ``{(workload, system, checkpointing): (spec, record)}`` and the failed
     runs (an error, no record, or a golden mismatch); ``on_result(spec, record,
     error)`` is told of each run as it finishes."""
-    from trainingcxl.host.tools.pool import parallel_runs, prebuild
+    from trainingcxl.host.tools.pool import parallel_runs
     specs = []
     for w in workloads:
         for s in systems:
             for ckpt in (True, False):
                 specs.append(_train_spec(len(specs), w, s, ckpt, args))
     say(f"[ladder] {len(specs)} training runs ({len(workloads)} workloads x {len(systems)} "
-        f"systems x checkpointing on/off), {args.batches} batches each, {args.jobs} processes")
-    prebuild([w.config for w in workloads], jobs=args.jobs)
+        f"systems x checkpointing on/off), {args.batches} batches each, {args.fan_out.workers} "
+        f"workers ({args.fan_out.name})")
+    args.fan_out.prebuild([w.config for w in workloads])
     results, errors = {}, []
-    for spec, record, error in parallel_runs(specs, args.jobs, lambda r: ""):
+    for spec, record, error in parallel_runs(specs, args.fan_out, lambda r: ""):
         key = (spec["workload"], spec["system"], spec["checkpointing"])
         if error or not record or not record.get("golden_match"):
             errors.append({"run": key, "error": error or (record or {}).get("aborted", "mismatch")})
@@ -174,14 +176,14 @@ def _engine_efficiency(args, workload, say):
 def _recovery_vs_log(args, workload, say):
     """Recovery cycles of the ``cxl`` system after a failure in an update, for log rings
     of 1x, 2x and 4x the automatic size (each a device of its own)."""
-    from trainingcxl.host.tools.pool import parallel_runs, prebuild
+    from trainingcxl.host.tools.pool import parallel_runs
     base = workload.config
     sizes = [base.log_size * f for f in (1, 2, 4)]
     configs = [base.replace(log_lines=n) for n in sizes]
     say(f"[recovery] a power failure in an update, log rings of {', '.join(map(str, sizes))} lines")
-    prebuild(configs, jobs=args.jobs)
+    args.fan_out.prebuild(configs)
     specs = [_recovery_spec(k, workload, args, cfg) for k, cfg in enumerate(configs)]
-    out = [_recovery_row(*result) for result in parallel_runs(specs, args.jobs, lambda r: "")]
+    out = [_recovery_row(*result) for result in parallel_runs(specs, args.fan_out, lambda r: "")]
     return sorted(out, key=lambda r: r["log_lines"])
 
 
@@ -344,11 +346,56 @@ def _bench_loader(args, say):
     return 0
 
 
+#: The campaign ``bench --fan-out`` times on each engine (tiny, 5 failures per run).
+FAN_OUT_CAMPAIGN = {"per_run": 5, "batches": 6, "batch_size": 8, "staleness": [0, 1, 8],
+                    "orders": ["strict", "relaxed"]}
+
+
+def _bench_fan_out(args, say):
+    """Failures per minute of one campaign on a local process pool and on a private
+    local Ray instance with the same number of workers: Ray's own cost. The device
+    is built before the clock starts; the engine's start-up is reported apart."""
+    from trainingcxl.host.tools.campaign import campaign_specs, tally
+    from trainingcxl.host.tools.pool import parallel_runs
+    from trainingcxl.spec.config import PRESETS
+    specs = campaign_specs(PRESETS["tiny"], failures=args.fan_out_failures, seed=args.seed,
+                           **FAN_OUT_CAMPAIGN)
+    say(f"[fan-out] a campaign of {len(specs)} runs x {FAN_OUT_CAMPAIGN['per_run']} planned "
+        f"failures on tiny, {args.jobs} workers: local pool, then local Ray")
+    result = {"runs": len(specs), "workers": args.jobs, "campaign": FAN_OUT_CAMPAIGN}
+    tallies = {}
+    for where in ("local", "ray"):
+        t0 = time.monotonic()
+        with open_cluster(where, args.jobs) as cluster:
+            cluster.prebuild([PRESETS["tiny"]])
+            t1 = time.monotonic()
+            results = sorted(parallel_runs(specs, cluster, lambda r: ""), key=lambda r: r[0]["index"])
+            t2 = time.monotonic()
+        t = tallies[where] = tally(results)
+        result[where] = {"startup_s": t1 - t0, "wall_s": t2 - t1, "failures": t["failures"],
+                         "consistent": t["consistent"], "inconsistent": t["inconsistent"],
+                         "failures_per_min": 60 * t["failures"] / (t2 - t1)}
+        say(f"  {where:<6} {t['failures']} failures in {t2 - t1:.1f} s: "
+            f"{result[where]['failures_per_min']:.0f} failures/min (start-up {t1 - t0:.1f} s)")
+    result["ray_over_local"] = result["ray"]["failures_per_min"] / result["local"]["failures_per_min"]
+    result["same_tally"] = tallies["local"] == tallies["ray"]
+    say(f"  Ray runs at {100 * result['ray_over_local']:.1f}% of the local pool's rate; "
+        f"tallies {'equal' if result['same_tally'] else 'DIFFERENT'}")
+    if args.json:
+        write_json(args.json, result)
+        say(f"  JSON  {args.json}")
+    return 0 if result["same_tally"] and not any(t["inconsistent"] for t in tallies.values()) else 1
+
+
 def cmd_bench(args):
     def say(text):
         print(text, flush=True)
-    if args.scale and (args.speed or args.loader):
-        raise SystemExit("error: --scale is a run of its own; leave out --speed and --loader")
+    alone = [o for o, v in (("--scale", args.scale), ("--speed", args.speed),
+                            ("--loader", args.loader), ("--fan-out", args.fan_out_failures)) if v]
+    if len(alone) > 1:
+        raise SystemExit(f"error: {' and '.join(alone)} are runs of their own; give one")
+    if args.fan_out_failures:
+        return _bench_fan_out(args, say)
     if args.loader:
         return _bench_loader(args, say)
     if args.speed:
@@ -366,7 +413,8 @@ def cmd_bench(args):
         args.sizes = args.sizes or tuple(SCALE_ROWS)
         args.batch_sizes = args.batch_sizes or SCALE_BATCHES
         args.batches = args.batches or bench_scale.DEFAULT_BATCHES
-        return bench_scale.cmd_scale(args, say)
+        with open_cluster(args.cluster, args.jobs) as args.fan_out:
+            return bench_scale.cmd_scale(args, say)
     if scale_only:
         raise SystemExit(f"error: {' and '.join(scale_only)} only apply with --scale")
     args.batches = args.batches or 8
@@ -375,11 +423,12 @@ def cmd_bench(args):
     t0 = time.monotonic()
     from trainingcxl.sim.runner import BenchFailure
     try:
-        results, errors = _ladder(args, workloads, systems, say)
-        summary = _summarise(results, workloads, systems)
+        with open_cluster(args.cluster, args.jobs) as args.fan_out:
+            results, errors = _ladder(args, workloads, systems, say)
+            summary = _summarise(results, workloads, systems)
+            recovery = ({} if args.skip_recovery
+                        else {workloads[0].name: _recovery_vs_log(args, workloads[0], say)})
         engines = {} if args.skip_engines else {w.name: _engine_efficiency(args, w, say) for w in workloads}
-        recovery = ({} if args.skip_recovery
-                    else {workloads[0].name: _recovery_vs_log(args, workloads[0], say)})
         speed = {} if args.skip_speed else _sim_speed(args, say)
     except (BenchFailure, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -455,7 +504,7 @@ def add_bench_command(sub):
     sp.add_argument("--staleness", type=nonneg, default=None,
                     help="staleness bound K for every system (default: each system's own)")
     sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed (default: 0)")
-    sp.add_argument("--jobs", type=positive, default=2, help="simulations in parallel (default: 2)")
+    add_cluster_options(sp, jobs_default=2)
     sp.add_argument("--skip-engines", action="store_true", help="leave out the engine bandwidth runs")
     sp.add_argument("--skip-recovery", action="store_true", help="leave out the recovery-time series")
     sp.add_argument("--skip-speed", action="store_true", help="leave out the simulator speed runs")
@@ -472,6 +521,12 @@ def add_bench_command(sub):
                          "rows; batches of 32, 256, 2048) on --systems, with and without "
                          "checkpointing: how cycles, checkpoint overhead, PMEM and link bytes, "
                          "energy and simulation time grow, and recovery cycles per table size")
+    sp.add_argument("--fan-out", dest="fan_out_failures", type=positive, nargs="?", const=300,
+                    default=None, metavar="FAILURES",
+                    help="instead of the ladder: the same campaign (FAILURES planned power "
+                         "failures on tiny, default 300) on a local process pool and on a local "
+                         "Ray instance of --jobs workers: failures per minute of each, and "
+                         "whether their tallies agree")
     sp.add_argument("--sizes", type=bench_scale.parse_sizes, default=None, metavar="1k,100k,1m",
                     help="with --scale: table sizes (default: all: 1k,100k,1m)")
     sp.add_argument("--batch-sizes", type=bench_scale.parse_batch_sizes, default=None,

@@ -124,7 +124,7 @@ def run_scale(args, say):
             first.setdefault(_split(w.name)[0], w)
         say("[scale] recovery: a power failure in an update on cxl, one run per table size")
         specs = [_recovery_spec(k, w, args) for k, w in enumerate(first.values())]
-        for result in parallel_runs(specs, args.jobs, lambda r: ""):
+        for result in parallel_runs(specs, args.fan_out, lambda r: ""):
             row = _recovery_row(*result)
             size, b = _split(row["workload"])
             row.update(size=size, rows=SCALE_ROWS[size], batch_size=b)

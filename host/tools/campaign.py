@@ -8,8 +8,8 @@ the checks of the invariants (docs/design.md, "Invariants"); any inconsistent
 run leaves a reproducer (and its waveform) behind.
 """
 
+import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -19,13 +19,15 @@ from pathlib import Path
 from trainingcxl.host.protocol.phases import BATCH_PHASES
 from trainingcxl.host.tools.argtypes import (nonneg as _nonneg, positive as _positive,
                                              write_json as _write_json)
+from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
+from trainingcxl.host.tools.journal import Journal, default_journal, task_digest
 from trainingcxl.host.tools.plans import check_checkpoint_regions, staleness as _staleness
-from trainingcxl.host.tools.pool import parallel_runs, prebuild, run_train
+from trainingcxl.host.tools.pool import parallel_runs, run_train
 
-__all__ = ["add_commands", "cmd_campaign", "cmd_sweep"]
+__all__ = ["add_commands", "campaign_specs", "cmd_campaign", "cmd_sweep", "run_tasks", "tally"]
 
 
-def _tally(results):
+def tally(results):
     """Aggregate the failures of many runs."""
     failures = [f for _, rec, _ in results if rec for f in rec.get("failures", [])]
     by_phase = {}
@@ -72,27 +74,51 @@ def _reproducer(out_dir, spec, record, error):
     return folder
 
 
+def run_tasks(kind, args, cluster, specs, note):
+    """Run ``specs`` on ``cluster`` through the journal of ``--journal``/``--resume``.
+
+    Returns the results sorted by task index (what the JSON is made of, so it does not
+    depend on the order tasks finished in) and the ``execution`` record: where they
+    ran, on how many workers, and how many came from the journal."""
+    digest = task_digest(kind, specs)
+    path = Path(args.journal) if args.journal else default_journal(kind, digest)
+    try:
+        journal = Journal(path, kind, digest, resume=args.resume)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    resumed = len(journal.results())
+    print(f"  {len(specs)} tasks on {cluster.name} ({cluster.workers} workers); journal {path}"
+          + (f", {resumed} done before" if args.resume else ""), flush=True)
+    results = []
+    with journal:
+        try:
+            results.extend(parallel_runs(specs, cluster, note, journal=journal))
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {len(journal.results())} of {len(specs)} tasks are in the "
+                  f"journal; the same command with --resume goes on from there", file=sys.stderr)
+            raise SystemExit(130) from None
+    return (sorted(results, key=lambda r: r[0]["index"]),
+            {"cluster": cluster.name, "workers": cluster.workers, "tasks": len(specs),
+             "resumed_tasks": resumed})
+
+
 # -- trainingcxl campaign ------------------------------------------------------------------
 
-def cmd_campaign(args):
-    base = args.config
-    staleness = [int(k) for k in args.staleness.split(",")]
-    orders = args.orders.split(",")
+def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, orders, seed):
+    """The runs of a campaign: ``ceil(failures / per_run)`` training runs cycling over
+    the staleness bounds and lookup orders, each with a failure plan drawn from
+    ``seed`` (a third in named phases, a fifth during the recovery of the one before,
+    the rest at random cycles). ``ValueError`` says what the configuration cannot do."""
     if "relaxed" in orders and "relaxed" not in base.blocks:
-        raise SystemExit("error: --orders includes relaxed, but the configuration leaves out the "
+        raise ValueError("the orders include relaxed, but the configuration leaves out the "
                          "relaxed block; use --orders strict")
-    per_run = args.per_run
-    runs = max(1, -(-args.failures // per_run))
-    rng = random.Random(args.seed)
+    cfg = base.replace(relaxed_lookup=False)
+    check_checkpoint_regions(cfg, batch_size)
+    rng = random.Random(seed)
     specs = []
-    for i in range(runs):
+    for i in range(max(1, -(-failures // per_run))):
         k = staleness[i % len(staleness)]
         relaxed = orders[(i // len(staleness)) % len(orders)] == "relaxed"
-        cfg = base.replace(relaxed_lookup=False)
-        try:
-            check_checkpoint_regions(cfg, args.batch_size)
-        except ValueError as e:
-            raise SystemExit(f"error: {e}")
         plan = []
         for _ in range(per_run):
             roll = rng.random()
@@ -103,17 +129,25 @@ def cmd_campaign(args):
             else:
                 plan.append({"random": True})
         specs.append({"index": i, "config": cfg.to_dict(), "args": {
-            "seed": args.seed * 1000 + i, "batches": args.batches, "batch_size": args.batch_size,
+            "seed": seed * 1000 + i, "batches": batches, "batch_size": batch_size,
             "check_every": 1000, "relaxed": relaxed, "staleness": k, "failures": plan,
-            "extend": True,
-            "failure_seed": args.seed * 1000 + i}, "staleness": k, "relaxed": relaxed})
-    jobs = args.jobs or os.cpu_count() or 1
+            "extend": True, "failure_seed": seed * 1000 + i}, "staleness": k, "relaxed": relaxed})
+    return specs
+
+
+def cmd_campaign(args):
+    base = args.config
+    try:
+        specs = campaign_specs(base, failures=args.failures, per_run=args.per_run,
+                               batches=args.batches, batch_size=args.batch_size,
+                               staleness=args.staleness, orders=args.orders, seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    runs, per_run, staleness, orders = len(specs), args.per_run, args.staleness, args.orders
     print(f"trainingcxl campaign: {runs} runs x {per_run} planned power failures, "
           f"K in {staleness}, {'/'.join(orders)} order, {args.batches} batches of "
-          f"{args.batch_size}, on {jobs} processes", flush=True)
+          f"{args.batch_size}", flush=True)
     t0 = time.monotonic()
-    prebuild([base.replace(relaxed_lookup=False)])
-    results = []
     bad = 0
 
     def note(result):
@@ -122,14 +156,15 @@ def cmd_campaign(args):
         if error or not rec or not rec.get("golden_match"):
             bad += 1
         return f", {bad} bad"
-    for result in parallel_runs(specs, jobs, note):
-        results.append(result)
-    summary = {"runs": runs, **_tally(results), "wall_s": time.monotonic() - t0,
-               "config": base.to_dict(), "seed": args.seed, "jobs": jobs}
+    with open_cluster(args.cluster, args.jobs) as cluster:
+        cluster.prebuild([base.replace(relaxed_lookup=False)])
+        results, execution = run_tasks("campaign", args, cluster, specs, note)
+    execution["wall_s"] = round(time.monotonic() - t0, 1)
+    summary = {"runs": runs, **tally(results), "config": base.to_dict(), "seed": args.seed}
     by_config = {}
     details = []
     reproducers = []
-    for spec, rec, error in sorted(results, key=lambda r: r[0]["index"]):
+    for spec, rec, error in results:
         key = f"K={spec['staleness']} {'relaxed' if spec['relaxed'] else 'strict'}"
         c = by_config.setdefault(key, {"runs": 0, "failures": 0, "consistent": 0})
         fs = (rec or {}).get("failures", [])
@@ -146,6 +181,7 @@ def cmd_campaign(args):
     summary["bad_runs"] = sum(not d["ok"] for d in details)
     summary["reproducers"] = reproducers
     summary["run_details"] = details
+    summary["execution"] = execution
     _print_tally("campaign", summary)
     if args.json:
         _write_json(args.json, summary)
@@ -156,7 +192,8 @@ def cmd_campaign(args):
 def _print_tally(what, s):
     print()
     print(f"  {what:<18} {s['failures']} power failures ({s['failures_during_recovery']} during "
-          f"recovery) over {s['runs']} runs in {s['wall_s']:.0f} s")
+          f"recovery) over {s['runs']} runs in {s['execution']['wall_s']:.0f} s "
+          f"({s['execution']['workers']} workers, {s['execution']['cluster']})")
     print(f"  consistent         {s['consistent']} of {s['failures_in_training']} recoveries; "
           f"inconsistent {s['inconsistent']}; durable batches lost {s['lost_commits']}")
     print(f"  recovery           {s['recovery_cycles']['median']:.0f} cycles median, "
@@ -171,58 +208,62 @@ def _print_tally(what, s):
 
 # -- trainingcxl sweep ----------------------------------------------------------------------
 
+def _chunks(points, size):
+    return [points[i:i + size] for i in range(0, len(points), size)]
+
+
 def cmd_sweep(args):
     cfg = args.config.replace(relaxed_lookup=False)
+    if args.relaxed and "relaxed" not in cfg.blocks:
+        raise SystemExit("error: --relaxed needs the relaxed block, which this configuration "
+                         "leaves out")
     try:
-        check_checkpoint_regions(cfg, args.batch_size)
+        check_checkpoint_regions(cfg, args.batch_size, relaxed=args.relaxed)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
-    jobs = args.jobs or os.cpu_count() or 1
     common = {"seed": args.seed, "batch_size": args.batch_size, "check_every": 1000,
-              "relaxed": False, "staleness": args.staleness, "until_plan_done": True}
-    prebuild([cfg])
+              "relaxed": args.relaxed, "staleness": args.staleness, "until_plan_done": True}
     t0 = time.monotonic()
-    # 1. Measure: a batch's length, and a recovery's after a failure in an update.
-    spec = {"index": 0, "config": cfg.to_dict(),
-            "args": {**common, "batches": 4, "failures": [{"phase": "update", "batch": 3, "offset": 20}]}}
-    _, probe, error = run_train(spec)
-    if error or not probe:
-        print(f"error: the measuring run failed: {error}", file=sys.stderr)
-        return 1
-    batch_len = probe["cycles_per_batch"][1]
-    rec_len = probe["failures"][0]["recovery_cycles"]
-    span = batch_len + args.margin
-    offsets = list(range(0, span, args.every))
-    # Offsets count from the host's decision to recover; the device's RECOVER
-    # starts a few register writes later, so the margin covers its last cycles.
-    rec_offsets = (list(range(0, rec_len + args.margin, args.recovery_every))
-                   if args.recovery_every else [])
-    print(f"trainingcxl sweep: a batch is {batch_len} cycles and a recovery {rec_len}; power "
-          f"failures at {len(offsets)} points of a batch (every {args.every} cycles over "
-          f"{span}) and second failures at {len(rec_offsets)} points of the recovery after "
-          f"one in the update; {jobs} processes", flush=True)
-    # 2. The points, in chunks: each run re-runs the batch after each recovery.
-    chunks = []
-    per = max(1, -(-len(offsets) // (jobs * 4)))
-    for i in range(0, len(offsets), per):
-        part = offsets[i:i + per]
-        chunks.append([{"next_batch": True, "offset": o} for o in part])
-    per = max(1, -(-len(rec_offsets) // (jobs * 4))) if rec_offsets else 1
-    for i in range(0, len(rec_offsets), per):
-        part = rec_offsets[i:i + per]
-        plan = []
-        for r in part:
-            plan += [{"phase": "update", "offset": 20}, {"phase": "recovery", "offset": r}]
-        chunks.append(plan)
-    specs = [{"index": k, "config": cfg.to_dict(),
-              "args": {**common, "batches": 3 + len(plan) + 2, "failures": plan}}
-             for k, plan in enumerate(chunks)]
-    results = list(parallel_runs(specs, jobs, lambda r: ""))
-    summary = {"runs": len(specs), **_tally(results), "wall_s": time.monotonic() - t0,
+    with open_cluster(args.cluster, args.jobs) as cluster:
+        cluster.prebuild([cfg])
+        # 1. Measure: a batch's length, and a recovery's after a failure in an update.
+        spec = {"index": 0, "config": cfg.to_dict(), "args": {
+            **common, "batches": 4, "failures": [{"phase": "update", "batch": 3, "offset": 20}]}}
+        _, (_, probe, error) = next(iter(cluster.run(run_train, [spec])))
+        if error or not probe:
+            print(f"error: the measuring run failed: {error}", file=sys.stderr)
+            return 1
+        batch_len = probe["cycles_per_batch"][1]
+        rec_len = probe["failures"][0]["recovery_cycles"]
+        span = batch_len + args.margin
+        offsets = list(range(0, span, args.every))
+        # Offsets count from the host's decision to recover; the device's RECOVER
+        # starts a few register writes later, so the margin covers its last cycles.
+        rec_offsets = (list(range(0, rec_len + args.margin, args.recovery_every))
+                       if args.recovery_every else [])
+        print(f"trainingcxl sweep: a batch is {batch_len} cycles and a recovery {rec_len}; power "
+              f"failures at {len(offsets)} points of a batch (every {args.every} cycles over "
+              f"{span}) and second failures at {len(rec_offsets)} points of the recovery after "
+              f"one in the update; K = {args.staleness}, "
+              f"{'relaxed' if args.relaxed else 'strict'} order", flush=True)
+        # 2. The points, in runs of --points-per-run (so the tasks do not depend on the
+        # number of workers): each run re-runs the batch after each recovery.
+        plans = [[{"next_batch": True, "offset": o} for o in part]
+                 for part in _chunks(offsets, args.points_per_run)]
+        plans += [[e for r in part for e in ({"phase": "update", "offset": 20},
+                                             {"phase": "recovery", "offset": r})]
+                  for part in _chunks(rec_offsets, args.points_per_run)]
+        specs = [{"index": k, "config": cfg.to_dict(),
+                  "args": {**common, "batches": 3 + len(plan) + 2, "failures": plan}}
+                 for k, plan in enumerate(plans)]
+        results, execution = run_tasks("sweep", args, cluster, specs, lambda r: "")
+    execution["wall_s"] = round(time.monotonic() - t0, 1)
+    summary = {"runs": len(specs), **tally(results),
                "batch_cycles": batch_len, "recovery_cycles_probe": rec_len,
                "batch_points": len(offsets), "recovery_points": len(rec_offsets),
                "every": args.every, "recovery_every": args.recovery_every,
-               "config": cfg.to_dict(), "staleness": args.staleness}
+               "config": cfg.to_dict(), "staleness": args.staleness, "relaxed": args.relaxed,
+               "batch_size": args.batch_size, "seed": args.seed}
     # Idempotence: a failure in an update recovers to the batch before it, however
     # many times the power fails during that recovery (K = 0).
     again = [f for _, rec, _ in results if rec for f in rec["failures"]
@@ -237,6 +278,7 @@ def cmd_sweep(args):
         for spec, rec, err in results:
             if err or not rec or not rec["golden_match"]:
                 summary["reproducers"].append(str(_reproducer(args.reproducers, spec, rec, err)))
+    summary["execution"] = execution
     _print_tally("sweep", summary)
     if summary["recovery_sweep_same_result"] is not None:
         print(f"  idempotent         {'yes' if summary['recovery_sweep_same_result'] else 'NO'}: "
@@ -247,6 +289,27 @@ def cmd_sweep(args):
         print(f"  JSON               {args.json}")
     ok = summary["inconsistent"] == 0 and summary["bad_runs"] == 0
     return 0 if ok and summary["recovery_sweep_same_result"] is not False else 1
+
+
+def _staleness_list(text):
+    return [_staleness(k) for k in text.split(",")]
+
+
+def _orders(text):
+    orders = text.split(",")
+    if not orders or set(orders) - {"strict", "relaxed"}:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected strict, relaxed or strict,relaxed")
+    return orders
+
+
+def _fan_out_options(sp, kind):
+    add_cluster_options(sp)
+    sp.add_argument("--journal", metavar="FILE",
+                    help=f"where finished tasks are recorded as they finish (default: a file "
+                         f"under .cache/journals named after the {kind}'s arguments)")
+    sp.add_argument("--resume", action="store_true",
+                    help="take the tasks the journal holds as done and run the rest (the same "
+                         "command line as the interrupted run; without it the journal starts anew)")
 
 
 def add_commands(sub, config_option):
@@ -265,10 +328,12 @@ def add_commands(sub, config_option):
     sp.add_argument("--per-run", type=_positive, default=10, help="failures planned per run (default: 10)")
     sp.add_argument("--batches", type=_positive, default=6, help="batches per run (default: 6)")
     sp.add_argument("--batch-size", type=_positive, default=8, help="samples per batch (default: 8)")
-    sp.add_argument("--staleness", default="0,1,8", help="staleness bounds to mix (default: 0,1,8)")
-    sp.add_argument("--orders", default="strict,relaxed", help="lookup orders to mix (default: strict,relaxed)")
-    sp.add_argument("--jobs", type=_positive, default=None, help="parallel processes (default: all cores)")
+    sp.add_argument("--staleness", type=_staleness_list, default=[0, 1, 8], metavar="K[,K...]",
+                    help="staleness bounds to mix (default: 0,1,8)")
+    sp.add_argument("--orders", type=_orders, default=["strict", "relaxed"], metavar="ORDER[,ORDER]",
+                    help="lookup orders to mix: strict, relaxed (default: strict,relaxed)")
     sp.add_argument("--seed", type=_nonneg, default=0, help="campaign seed (default: 0)")
+    _fan_out_options(sp, "campaign")
     sp.add_argument("--reproducers", metavar="DIR", default="campaign-failures",
                     help="where bad runs leave a reproducer and waveform (default: campaign-failures)")
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
@@ -290,8 +355,14 @@ def add_commands(sub, config_option):
                     help="cycles swept past the measured batch length (default: 200)")
     sp.add_argument("--batch-size", type=_positive, default=4, help="samples per batch (default: 4)")
     sp.add_argument("--staleness", type=_staleness, default=0, help="staleness bound K (default: 0)")
+    sp.add_argument("--relaxed", action="store_true",
+                    help="train in relaxed order: the next batch's lookup overlaps this batch "
+                         "(default: strict)")
+    sp.add_argument("--points-per-run", type=_positive, default=50,
+                    help="crash points per training run, the unit of work a worker takes "
+                         "(default: 50)")
     sp.add_argument("--seed", type=_nonneg, default=0, help="workload seed (default: 0)")
-    sp.add_argument("--jobs", type=_positive, default=None, help="parallel processes (default: all cores)")
+    _fan_out_options(sp, "sweep")
     sp.add_argument("--reproducers", metavar="DIR", default="sweep-failures",
                     help="where bad runs leave a reproducer and waveform (default: sweep-failures)")
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")

@@ -1,15 +1,14 @@
-"""Training jobs in parallel processes, with a progress bar: what campaigns, sweeps and
-the benchmark fan out."""
+"""Training jobs fanned out on a :mod:`~.cluster`, with a progress bar and an optional
+:mod:`~.journal`: what campaigns, sweeps and the benchmark run."""
 
 import json
 import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-__all__ = ["run_train", "Progress", "parallel_runs", "prebuild"]
+__all__ = ["run_train", "Progress", "parallel_runs"]
 
 
 def run_train(spec):
@@ -72,31 +71,24 @@ class Progress:
             print(text, file=sys.stderr, flush=True)     # a log file gets a line per tenth
 
 
-def parallel_runs(specs, jobs, progress_note):
-    """Run ``specs`` on ``jobs`` processes; yields ``(spec, record, error)`` as they finish."""
+def parallel_runs(specs, cluster, progress_note, *, journal=None, fn=None):
+    """Run ``specs`` (``run_train`` specs, or ``fn``'s) on ``cluster``; yields ``(spec,
+    record, error)`` as they finish. With a :class:`~.journal.Journal`, the tasks it
+    holds are yielded from it first and not run again, and each new result is added
+    to it before it is yielded."""
+    fn = fn or run_train
+    done = journal.results() if journal else {}
+    todo = [s for s in specs if s["index"] not in done]
     bar = Progress(len(specs), "runs")
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_train, s) for s in specs]
-        for fut in as_completed(futures):
-            result = fut.result()
+    for spec in specs:
+        if spec["index"] in done:
+            result = (spec, *done[spec["index"]])
             bar.step(progress_note(result))
             yield result
-
-
-def _build(sim, config_dict):
-    from trainingcxl.spec.config import Config
-    from trainingcxl.sim.runner import build
-    build(sim, Config.from_dict(config_dict), log=lambda text: print(text, file=sys.stderr, flush=True))
-
-
-def prebuild(configs, sim="verilator", jobs=1):
-    """Build each distinct device (by hardware digest) once, before the parallel runs share
-    the builds; ``jobs`` builds at a time."""
-    distinct = list({cfg.hardware_digest(): cfg for cfg in configs}.values())
-    if jobs <= 1 or len(distinct) <= 1:
-        for cfg in distinct:
-            _build(sim, cfg.to_dict())
-        return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(distinct))) as pool:
-        for fut in [pool.submit(_build, sim, cfg.to_dict()) for cfg in distinct]:
-            fut.result()
+    for i, result in cluster.run(fn, todo):
+        if isinstance(result, Exception):
+            result = (todo[i], None, f"task lost: {result}")
+        if journal:
+            journal.add(result[0]["index"], result[1], result[2])
+        bar.step(progress_note(result))
+        yield result

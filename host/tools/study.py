@@ -36,7 +36,6 @@ The lookup order does not enter: relaxed lookup is bit-identical to strict
 
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +46,8 @@ from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.history import GoldenHistory
 from trainingcxl.spec.config import PRESETS, Config
 from .argtypes import nonneg, positive, save_figure, write_json
-from .pool import Progress, prebuild, run_train
+from .cluster import LocalPool
+from .pool import Progress, run_train
 
 __all__ = ["MODES", "STUDY_K", "golden_run", "replay", "recover", "add_study_command"]
 
@@ -249,6 +249,12 @@ def _plot(summary, baseline_auc, path):
     save_figure(fig, path)
 
 
+def _result(result):
+    if isinstance(result, Exception):
+        raise SystemExit(f"error: a study run could not be run: {result}")
+    return result
+
+
 def cmd_study(args):
     cfg = args.config or PRESETS["small"]
     try:
@@ -283,21 +289,20 @@ def cmd_study(args):
     t0 = time.monotonic()
     points = []
     bar = Progress(len(specs), "runs")
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for fut in as_completed([pool.submit(study_point, s) for s in specs]):
-            points.append(fut.result())
-            bar.step()
+    pool = LocalPool(args.jobs)
+    for _, point in pool.run(study_point, specs):
+        points.append(_result(point))
+        bar.step()
     points.sort(key=lambda p: (p["seed"], p["failure_every"] > 0, p["mode"], p["k"]))
     summary = _summary(points, modes, ks)
     rtl = []
     if args.rtl_sample:
         specs = rtl_specs(args.rtl_sample, args.seed)
-        prebuild([PRESETS["tiny"]])
+        pool.prebuild([PRESETS["tiny"]])
         bar = Progress(len(specs), "RTL runs")
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            for fut in as_completed([pool.submit(_rtl_point, s) for s in specs]):
-                rtl.append(fut.result()[1])
-                bar.step()
+        for _, result in pool.run(_rtl_point, specs):
+            rtl.append(_result(result)[1])
+            bar.step()
     agree = [r for r in rtl if r.get("tables_equal") and r.get("mlp_equal") and r["consistent"]]
     baseline = float(np.mean([p["device"]["auc"] for p in points if p["failure_every"] == 0]))
     base_ll = float(np.mean([p["device"]["log_loss"] for p in points if p["failure_every"] == 0]))

@@ -42,7 +42,8 @@ def test_bad_scale_options_are_refused(argv, why, capsys):
 @pytest.mark.parametrize("argv, why", [
     (["bench", "--sizes", "1k"], "--sizes only apply with --scale"),
     (["bench", "--batch-sizes", "32"], "--batch-sizes only apply with --scale"),
-    (["bench", "--scale", "--speed"], "leave out --speed and --loader"),
+    (["bench", "--scale", "--speed"], "--scale and --speed are runs of their own"),
+    (["bench", "--fan-out", "--loader"], "--loader and --fan-out are runs of their own"),
 ])
 def test_scale_options_without_scale_are_refused(argv, why):
     with pytest.raises(SystemExit, match=why):
@@ -68,9 +69,10 @@ def test_every_batch_size_of_a_table_size_shares_one_device():
 
 
 def test_prebuild_builds_each_device_once(monkeypatch):
+    from trainingcxl.host.tools import cluster
     built = []
-    monkeypatch.setattr(pool, "_build", lambda sim, cfg: built.append(cfg["tables"][0]))
-    pool.prebuild([w.config for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))], jobs=1)
+    monkeypatch.setattr(cluster, "_build", lambda sim, cfg: built.append(cfg["tables"][0]))
+    cluster.LocalPool(1).prebuild([w.config for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))])
     assert sorted(built) == [1_000, 100_000]
 
 
@@ -106,6 +108,7 @@ def fake_run(monkeypatch, fail=None):
 def scale_args(tmp_path, **kw):
     args = parse("--scale", "--json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png"))
     args.systems, args.sizes, args.batch_sizes, args.batches = ("pmem", "cxl"), ("rm-1k", "rm-100k"), (32, 256), 4
+    args.fan_out = None             # the runs are faked: no cluster
     for k, v in kw.items():
         setattr(args, k, v)
     return args

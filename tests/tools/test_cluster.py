@@ -1,0 +1,191 @@
+"""Fan-out engines and journals: a lost worker's task runs again, an interrupted
+campaign resumes without running or counting a task twice, and the JSON does not
+depend on where or on how many workers the tasks ran."""
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trainingcxl.host.cli import main
+from trainingcxl.host.tools import campaign
+from trainingcxl.host.tools.cluster import LocalPool, TaskLost, parse_cluster
+from trainingcxl.host.tools.journal import Journal, task_digest
+
+
+# -- journals -------------------------------------------------------------------------------
+
+def test_a_journal_resumes_what_it_holds_and_drops_a_torn_line(tmp_path):
+    path = tmp_path / "j.jsonl"
+    with Journal(path, "campaign", "abc", resume=False) as j:
+        j.add(0, {"ok": 1}, None)
+        j.add(2, None, "boom")
+        j.add(2, {"ok": 2}, None)               # counted once: the first result stands
+    with open(path, "a") as f:
+        f.write('{"index": 1, "record": {"ok"')  # the interruption cut this line short
+    with Journal(path, "campaign", "abc", resume=True) as j:
+        assert j.results() == {0: ({"ok": 1}, None), 2: (None, "boom")}
+        j.add(1, {"ok": 3}, None)
+    with Journal(path, "campaign", "abc", resume=True) as j:
+        assert sorted(j.results()) == [0, 1, 2]
+    # Without --resume the journal starts anew.
+    with Journal(path, "campaign", "abc", resume=False) as j:
+        assert j.results() == {}
+
+
+def test_a_journal_of_other_tasks_is_refused(tmp_path):
+    path = tmp_path / "j.jsonl"
+    Journal(path, "campaign", task_digest("campaign", [{"index": 0}]), resume=False).close()
+    with pytest.raises(ValueError, match="not the journal of this sweep"):
+        Journal(path, "sweep", task_digest("sweep", [{"index": 0}]), resume=True)
+    with pytest.raises(ValueError, match="other arguments"):
+        Journal(path, "campaign", task_digest("campaign", [{"index": 1}]), resume=True)
+    assert task_digest("campaign", [{"index": 0}]) == task_digest("campaign", [{"index": 0}])
+
+
+class FakeCluster:
+    """Yields made-up results, then is interrupted (Ctrl-C) after ``stop_after``."""
+    name, workers = "fake", 2
+
+    def __init__(self, stop_after=None):
+        self.stop_after, self.ran = stop_after, []
+
+    def run(self, fn, items):
+        for i, spec in enumerate(items):
+            if i == self.stop_after:
+                raise KeyboardInterrupt
+            self.ran.append(spec["index"])
+            yield i, (spec, {"failures": [], "golden_match": True, "n": spec["index"]}, None)
+
+
+def test_an_interrupted_fan_out_resumes_without_repeating_a_task(tmp_path, capsys):
+    specs = [{"index": i} for i in range(5)]
+    args = type("Args", (), {"journal": str(tmp_path / "j.jsonl"), "resume": False})()
+    with pytest.raises(SystemExit) as stop:
+        campaign.run_tasks("campaign", args, FakeCluster(stop_after=3), specs, lambda r: "")
+    assert stop.value.code == 130 and "--resume goes on" in capsys.readouterr().err
+    args.resume = True
+    again = FakeCluster()
+    results, execution = campaign.run_tasks("campaign", args, again, specs, lambda r: "")
+    assert again.ran == [3, 4] and execution["resumed_tasks"] == 3
+    assert [r[1]["n"] for r in results] == [0, 1, 2, 3, 4]
+
+
+# -- the local pool ---------------------------------------------------------------------------
+
+def _die_once(item):
+    """Kills its own worker the first time it sees ``item``'s marker missing."""
+    marker, value = item
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return value * 2
+
+
+def _always_die(item):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_task_whose_worker_dies_runs_again(tmp_path):
+    items = [(str(tmp_path / f"m{i}"), i) for i in range(4)]
+    got = dict(LocalPool(2).run(_die_once, items))
+    assert got == {0: 0, 1: 2, 2: 4, 3: 6}
+    lost = dict(LocalPool(1).run(_always_die, [None]))
+    assert isinstance(lost[0], TaskLost)
+
+
+def test_cluster_values():
+    assert parse_cluster("ray://head:10001") == "ray://head:10001"
+    with pytest.raises(Exception, match="expected local, ray, auto or ray://HOST:PORT"):
+        parse_cluster("slurm")
+
+
+# -- campaigns on the simulator ---------------------------------------------------------------
+
+#: A small campaign whose runs last long enough (a second or two) to be killed mid-task.
+CAMPAIGN = ["campaign", "--failures", "16", "--per-run", "2", "--batches", "12", "--seed", "5"]
+
+
+def _campaign(tmp_path, name, *extra):
+    out = tmp_path / f"{name}.json"
+    code = main([*CAMPAIGN, "--json", str(out), "--journal", str(tmp_path / f"{name}.jsonl"),
+                 "--reproducers", str(tmp_path / f"{name}-repro"), *extra])
+    rec = json.loads(out.read_text())
+    assert code == 0, rec["run_details"]
+    return rec, rec.pop("execution")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The campaign on one local worker."""
+    return _campaign(tmp_path_factory.mktemp("reference"), "local", "--jobs", "1")
+
+
+def _task_processes():
+    """Ray workers running a task (their process title names it)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if pid.isdigit() and title.startswith(b"ray::trainingcxl_task"):
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.cocotb
+@pytest.mark.slow
+def test_a_worker_killed_mid_campaign_on_ray_changes_nothing(reference, tmp_path):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    killed = []
+    done = threading.Event()
+
+    def kill_one():
+        # Once a task has finished, kill a worker that is running another.
+        journal = tmp_path / "ray.jsonl"
+        while not done.is_set():
+            if journal.exists() and len(journal.read_text().splitlines()) >= 2:
+                for pid in _task_processes():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+            time.sleep(0.01)
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    try:
+        rec, execution = _campaign(tmp_path, "ray", "--cluster", "ray")
+    finally:
+        done.set()
+        killer.join()
+        ray.shutdown()
+    assert killed, "no worker was running a task to kill"
+    assert execution["cluster"] == "ray" and execution["workers"] == 2
+    assert rec == reference[0]
+
+
+@pytest.mark.cocotb
+@pytest.mark.slow
+def test_a_resumed_campaign_gives_the_json_of_an_uninterrupted_one(reference, tmp_path, monkeypatch):
+    from trainingcxl.host.tools import journal
+    added = []
+    real_add = journal.Journal.add
+
+    def add_then_stop(self, index, record, error):
+        real_add(self, index, record, error)
+        added.append(index)
+        if len(added) == 3:
+            raise KeyboardInterrupt             # Ctrl-C with three runs in the journal
+    monkeypatch.setattr(journal.Journal, "add", add_then_stop)
+    with pytest.raises(SystemExit) as stop:
+        _campaign(tmp_path, "cut", "--jobs", "2")
+    assert stop.value.code == 130
+    monkeypatch.setattr(journal.Journal, "add", real_add)
+    rec, execution = _campaign(tmp_path, "cut", "--jobs", "2", "--resume")
+    assert execution["resumed_tasks"] == 3 and execution["tasks"] == rec["runs"] == 8
+    assert rec == reference[0]
