@@ -12,10 +12,16 @@ from trainingcxl.host.tools.argtypes import nonneg, positive, write_json
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.host.tools.pool import parallel_runs
 
-__all__ = ["fuzz_shard", "merge_shards", "cmd_fuzz", "add_fuzz_command"]
+__all__ = ["shard_seed", "fuzz_shard", "merge_shards", "cmd_fuzz", "add_fuzz_command"]
 
 #: The counts of a shard's record that add up over shards.
 COUNTS = ("cases", "invalid", "refused", "corruptions", "hangs", "lost_commits", "batches")
+
+
+def shard_seed(seed, shard):
+    """Shard 0 runs on the fuzz seed itself (one shard is the unsharded fuzz), the
+    others on seeds no other fuzz seed's shard 0 uses."""
+    return seed + (shard << 32)
 
 
 def fuzz_shard(spec):
@@ -59,7 +65,7 @@ def cmd_fuzz(args):
     sizes = [min(args.shard_cases, args.cases - first)
              for first in range(0, args.cases, args.shard_cases)]
     specs = [{"index": k, "sim": args.sim, "config": cfg.to_dict(),
-              "args": {"cases": n, "seed": args.seed * 1000 + k, "every": args.every}}
+              "args": {"cases": n, "seed": shard_seed(args.seed, k), "every": args.every}}
              for k, n in enumerate(sizes)]
     print(f"trainingcxl fuzz: {args.cases} invalid inputs (seed {args.seed}) in {len(specs)} "
           f"shard(s), a checked training batch every {args.every}, on {args.sim}", flush=True)

@@ -54,12 +54,17 @@ class Progress:
 
     def __init__(self, total, what):
         self.total, self.what, self.done, self.t0 = total, what, 0, time.monotonic()
+        self.base = 0               # steps that took no time (taken from a journal)
+
+    def restart_clock(self):
+        """The steps so far took no time: the rate and ETA count from here."""
+        self.base, self.t0 = self.done, time.monotonic()
 
     def step(self, note=""):
         self.done += 1
         width = 30
         filled = width * self.done // max(1, self.total)
-        rate = self.done / max(1e-9, time.monotonic() - self.t0)
+        rate = (self.done - self.base) / max(1e-9, time.monotonic() - self.t0)
         eta = (self.total - self.done) / rate if rate else 0
         text = (f"  [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {self.what}"
                 f"{note}, ETA {eta:4.0f} s ")
@@ -85,6 +90,7 @@ def parallel_runs(specs, cluster, progress_note, *, journal=None, fn=None):
             result = (spec, *done[spec["index"]])
             bar.step(progress_note(result))
             yield result
+    bar.restart_clock()
     for i, result in cluster.run(fn, todo):
         if isinstance(result, Exception):
             result = (todo[i], None, f"task lost: {result}")
