@@ -6,9 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-from trainingcxl.host.tools.argtypes import (fraction as _fraction, nonneg as _nonneg,
-                                             positive as _positive, save_figure,
-                                             write_json as _write_json)
+from trainingcxl.host.tools.argtypes import (add_set_option, fraction as _fraction,
+                                             nonneg as _nonneg, positive as _positive,
+                                             save_figure, write_json as _write_json)
 from trainingcxl.spec.config import PRESETS, ConfigError, load_config
 from trainingcxl.host.tools.jobs import run_job
 
@@ -20,6 +20,13 @@ def _config_arg(text):
         return load_config(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _with_overrides(config, assignments):
+    try:
+        return config.with_overrides(assignments)
+    except ConfigError as e:
+        raise SystemExit(f"error: --set: {e}") from None
 
 
 def _check_workload(config, args):
@@ -162,10 +169,13 @@ def _plot_losses(record, path):
 def cmd_train(args):
     from trainingcxl.sim.runner import BenchFailure
     if args.target != "sim":
+        if args.set:
+            raise SystemExit("error: --set is for --target sim (a board runs the configuration "
+                             "it was built with)")
         from trainingcxl.host.tools.board_cli import cmd_train_board
         return cmd_train_board(args)
     if args.config is None:
-        args.config = PRESETS["small"]
+        args.config = _with_overrides(PRESETS["small"], args.set)
     for flag, value in (("--port", args.port), ("--baud", args.baud)):
         if value is not None:
             raise SystemExit(f"error: {flag} is for --target board")
@@ -191,6 +201,9 @@ def cmd_train(args):
     from trainingcxl.host.tools.plans import check_checkpoint_regions, failure_plan
     from trainingcxl.host.protocol.systems import SYSTEMS
     system = SYSTEMS[args.system]
+    if system.host_bus and args.sim != "verilator":
+        raise SystemExit("error: --system host-pmem reaches the media through Verilator's "
+                         "backdoor; use --sim verilator")
     plan = failure_plan(fail_at=args.fail_at, fail_in=args.fail_in, random=args.inject_failures)
     if any(e.get("phase") == "log" for e in plan) and not system.log_pass:
         raise SystemExit(f"error: system {system.name} has no 'log' phase (only near-data and "
@@ -439,6 +452,7 @@ def build_parser():
         sp.add_argument("--config", type=_config_arg, default=PRESETS[default],
                         help=f"a preset ({', '.join(PRESETS)}) or a .json/.toml file of "
                              f"configuration fields (default: {default})")
+        add_set_option(sp)
 
     def workload_options(sp, batches, batch_size):
         sp.add_argument("--batches", type=_positive, default=batches,
@@ -490,6 +504,7 @@ def build_parser():
     sp.add_argument("--config", type=_config_arg, default=None,
                     help=f"a preset ({', '.join(PRESETS)}) or a .json/.toml file of configuration "
                          f"fields (default: small; on board targets the board's own)")
+    add_set_option(sp)
     workload_options(sp, 50, None)
     from trainingcxl.host.tools.board_cli import add_target_options
     add_target_options(sp)
@@ -592,6 +607,8 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if getattr(args, "set", None) and getattr(args, "config", None) is not None:
+        args.config = _with_overrides(args.config, args.set)
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 __all__ = [
     "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
     "ConfigError",
-    "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "ModelShape", "GpuTiming", "Config",
+    "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "HostPmemTiming", "ModelShape", "GpuTiming", "Config",
     "PRESETS", "load_config", "CRITEO_KAGGLE_ROWS", "CRITEO_KAGGLE_CAP", "criteo_kaggle",
     "SCALE_ROWS", "SCALE_BATCHES", "rm_config", "scale_ladder",
 ]
@@ -194,6 +195,73 @@ class CopyTiming:
 
 
 @dataclass(frozen=True)
+class HostPmemTiming:
+    """PMEM on the host's memory bus, reached by the CPU's loads and stores (host side
+    only): the ``host-pmem`` system, the baseline the paper compares against.
+
+    Published measurements of Intel Optane DC persistent memory (first generation,
+    on a Cascade Lake Xeon), each a field a configuration may change:
+
+    * ``load_ns`` 305: latency of a random 64-byte load from one module [YANG20,
+      Fig. 2] (169 ns sequential; DRAM 101 ns);
+    * ``read_gbps`` 6.6 and ``write_gbps`` 2.3: bandwidth of one module
+      [IZR19]; six interleaved modules reach 39.4 and 13.9 GB/s, within 1% of
+      six times one, so ``modules`` scales them linearly;
+    * ``persist_ns`` 62.3: a 64-byte store, ``clwb`` and ``sfence`` until the line
+      is in the ADR domain [YANG20, Fig. 2]: what a fence waits for after the
+      last line of a group;
+    * ``modules`` 1: as many modules as the device's PMEM model stands for (its
+      9.6 / 1.6 GB/s and 240 ns are one module's order), so that both reach
+      the same media.
+
+    The CPU's gather is bandwidth-bound: by Little's law one module's 6.6 GB/s
+    at 305 ns needs 31 lines in flight, and a 20-core socket keeps more than
+    that many misses outstanding. Pooling and updating (an add per element) are
+    taken as hidden behind the memory traffic: embedding operations on CPUs are
+    memory-bound [KE20]. A load group costs ``load_ns`` plus its bytes at
+    ``read_gbps``; a fenced group of stores its bytes at ``write_gbps`` plus
+    ``persist_ns``.
+
+    [IZR19] J. Izraelevitz et al., "Basic Performance Measurements of the Intel
+    Optane DC Persistent Memory Module", arXiv:1903.05714, 2019.
+    [YANG20] J. Yang, J. Kim, M. Hoseinzadeh, J. Izraelevitz, S. Swanson, "An
+    Empirical Guide to the Behavior and Use of Scalable Persistent Memory",
+    FAST 2020.
+    [KE20] L. Ke et al., "RecNMP: Accelerating Personalized Recommendation with
+    Near-Memory Processing", ISCA 2020.
+    """
+    load_ns: float = 305.0
+    read_gbps: float = 6.6
+    write_gbps: float = 2.3
+    persist_ns: float = 62.3
+    modules: int = 1
+
+    def __post_init__(self):
+        for name in ("load_ns", "read_gbps", "write_gbps", "persist_ns"):
+            v = getattr(self, name)
+            _check(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                   and v > 0, f"host_pmem.{name} must be a positive number, not {v!r}")
+        _check(isinstance(self.modules, int) and 1 <= self.modules <= 64,
+               f"host_pmem.modules must be an integer in [1, 64], not {self.modules!r}")
+
+    @staticmethod
+    def _cycles(ns):
+        return math.ceil(ns * NOMINAL_CLOCK_MHZ / 1000)
+
+    def read_cycles(self, lines):
+        """Device cycles of the CPU loading ``lines`` 64-byte lines (0 for none)."""
+        if not lines:
+            return 0
+        return self._cycles(self.load_ns + lines * LINE_BYTES / (self.read_gbps * self.modules))
+
+    def write_cycles(self, lines):
+        """Device cycles of storing ``lines`` lines, flushing them and fencing (0 for none)."""
+        if not lines:
+            return 0
+        return self._cycles(lines * LINE_BYTES / (self.write_gbps * self.modules) + self.persist_ns)
+
+
+@dataclass(frozen=True)
 class ModelShape:
     """The dense part of DLRM, run by the GPU model (host side only).
 
@@ -320,10 +388,10 @@ class Config:
         each cycle feeds ``512 / crc_folds`` bits through an XOR network that
         much smaller. The undo logger, the snapshot copy and recovery each hold
         a line for those cycles; 1 in the simulation presets.
-    model, gpu, copy :
-        The DLRM dense part, the GPU's timing and the cost of explicit DMA
-        copies; host side only (they do not change the device, see
-        :meth:`hardware_digest`).
+    model, gpu, copy, host_pmem :
+        The DLRM dense part, the GPU's timing, the cost of explicit DMA
+        copies and of PMEM on the host's memory bus; host side only (they do
+        not change the device, see :meth:`hardware_digest`).
     """
     tables: tuple[int, ...] = (64, 64)
     dim: int = 16
@@ -350,6 +418,7 @@ class Config:
     model: ModelShape = field(default_factory=ModelShape)
     gpu: GpuTiming = field(default_factory=GpuTiming)
     copy: CopyTiming = field(default_factory=CopyTiming)
+    host_pmem: HostPmemTiming = field(default_factory=HostPmemTiming)
 
     def __post_init__(self):
         _check(isinstance(self.tables, tuple) and 1 <= len(self.tables) <= 64,
@@ -535,7 +604,8 @@ class Config:
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         _check(not unknown, f"unknown configuration keys: {', '.join(sorted(map(str, unknown)))}")
         sub = {"fixed": FixedPoint, "pmem": PmemTiming, "link": LinkTiming,
-               "model": ModelShape, "gpu": GpuTiming, "copy": CopyTiming}
+               "model": ModelShape, "gpu": GpuTiming, "copy": CopyTiming,
+               "host_pmem": HostPmemTiming}
         for key, klass in sub.items():
             if key in d:
                 _check(isinstance(d[key], dict),
@@ -565,13 +635,38 @@ class Config:
         """Hash of the fields the device is built from (not the host-only ``model`` and
         ``gpu``): the key of cached Verilog and simulator builds."""
         d = {k: v for k, v in self.to_dict().items()
-             if k not in ("model", "gpu", "copy", "relaxed_lookup")}
+             if k not in ("model", "gpu", "copy", "host_pmem", "relaxed_lookup")}
         # Automatic region sizes follow the model; the resolved sizes are hardware.
         d["log_lines"], d["snapshot_lines"] = self.log_size, self.snapshot_size
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
+
+    def with_overrides(self, assignments):
+        """This configuration with ``FIELD=VALUE`` or ``GROUP.FIELD=VALUE`` assignments
+        applied (``host_pmem.load_ns=400``, ``pmem.read_latency=80``, ``dim=32``); a
+        value is read as JSON (numbers, lists, ``true``), else as a string.
+        :class:`ConfigError` says what is wrong."""
+        d = self.to_dict()
+        for text in assignments:
+            key, sep, value = text.partition("=")
+            _check(sep and key, f"{text!r}: expected FIELD=VALUE or GROUP.FIELD=VALUE")
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+            *groups, name = key.split(".")
+            _check(len(groups) <= 1, f"{key!r}: at most one group (GROUP.FIELD)")
+            target = d
+            for g in groups:
+                _check(isinstance(d.get(g), dict), f"{key!r}: {g!r} is not a group of fields "
+                       f"({', '.join(k for k, v in d.items() if isinstance(v, dict))})")
+                target = d[g]
+            _check(name in target, f"{key!r}: no field {name!r}"
+                   + (f" in {groups[0]}" if groups else ""))
+            target[name] = value
+        return Config.from_dict(d)
 
 
 #: The 26 categorical columns of the Criteo Kaggle data set (Display Advertising

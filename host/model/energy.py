@@ -27,6 +27,7 @@ gpu_busy_w                 300 W         V100 SXM2 maximum board power [V100]
 gpu_idle_w                 50 W          *est.* V100 board idling with a live context
 device_static_w            22 W          12 W PMEM module [OPT19] + 10 W FPGA CXL
                                          controller board (*est.*)
+host_cpu_w                 125 W         Xeon Gold 6230 thermal design power [XEON19]
 clock_mhz                  250 MHz       the device clock (``NOMINAL_CLOCK_MHZ``)
 =========================  ============  ===============================================
 
@@ -60,6 +61,15 @@ Sources:
   is 0.19 W), so most of it is controller, buffers and DDR-T interface.
   That share is an estimate; the 12-18 W range is the cited figure.
 
+* [XEON19] Intel Xeon Gold 6230 processor (Cascade Lake, 20 cores, 2.1 GHz,
+  Optane DC persistent memory support), Intel ARK: thermal design power
+  125 W. Charged for the cycles the host CPU works in software
+  (``host_cpu_cycles``): the ``host-pmem`` system's gathers, pooling,
+  updates and persistent-memory transactions, and the ``pmem`` system's
+  loads and stores over CXL.mem, during which the CPU waits on memory. TDP
+  is the sustained power of a fully loaded socket, an upper bound for a
+  memory-bound one.
+
 Estimates, and how they were made:
 
 * ``link_pj_per_bit`` 5 pJ/bit: the order of magnitude usually quoted for
@@ -82,8 +92,8 @@ Estimates, and how they were made:
   FPGA at operating temperature, its transceivers and board regulators; no
   source, a round estimate.
 
-Left out: host CPU power (the host issues descriptors and, in the software
-baselines, copies, but its power is not counted), host DRAM and GPU HBM
+Left out: host CPU power outside its software work (idle, and issuing
+descriptors and copies: about the same for every system), host DRAM and GPU HBM
 background power and refresh (only the per-access HBM energy of host line
 operations is counted), DRAM refresh inside the PMEM module, power supply and
 voltage regulator losses, fans, cooling and the rest of the server, the PMEM
@@ -174,6 +184,9 @@ class Activity:
     ``host_line_ops``
         line operations done on the host side (the baselines' pooling and
         updating on the GPU).
+    ``host_cpu_cycles``
+        cycles the host CPU works in software (the baselines' gathers,
+        updates and persistent-memory transactions).
 
     Construction checks every field and raises :class:`ValueError` naming the
     field that is wrong.
@@ -185,6 +198,7 @@ class Activity:
     link_bytes: int
     engine_line_ops: int
     host_line_ops: int
+    host_cpu_cycles: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -210,6 +224,8 @@ class EnergyBreakdown:
         GPU board energy while computing and while waiting.
     ``device_static``
         CXL controller and PMEM background power over the whole run.
+    ``host_cpu``
+        the host CPU while it works in software.
     """
     pmem_read: float
     pmem_write: float
@@ -219,6 +235,7 @@ class EnergyBreakdown:
     gpu_busy: float
     gpu_idle: float
     device_static: float
+    host_cpu: float = 0.0
 
     @property
     def total(self) -> float:
@@ -256,6 +273,8 @@ class EnergyModel:
         powered, W.
     ``clock_mhz``
         device clock that turns cycles into seconds, MHz.
+    ``host_cpu_w``
+        host CPU package power while it works in software, W.
 
     The module docstring lists the defaults of :data:`DEFAULT_ENERGY` with
     their sources. Every field must be finite and non-negative, ``clock_mhz``
@@ -270,6 +289,7 @@ class EnergyModel:
     gpu_idle_w: float
     device_static_w: float
     clock_mhz: float = float(NOMINAL_CLOCK_MHZ)
+    host_cpu_w: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -299,6 +319,7 @@ class EnergyModel:
             gpu_busy=a.gpu_busy_cycles * t * self.gpu_busy_w,
             gpu_idle=max(0, a.cycles - a.gpu_busy_cycles) * t * self.gpu_idle_w,
             device_static=a.cycles * t * self.device_static_w,
+            host_cpu=a.host_cpu_cycles * t * self.host_cpu_w,
         )
 
 
@@ -331,4 +352,6 @@ DEFAULT_ENERGY = EnergyModel(
     # background power: an estimate) + FPGA CXL controller board, 10 W (estimate).
     device_static_w=12.0 + 10.0,
     clock_mhz=float(NOMINAL_CLOCK_MHZ),
+    # [XEON19] Xeon Gold 6230 thermal design power.
+    host_cpu_w=125.0,
 )

@@ -66,17 +66,17 @@ class SoftwareEmbeddings:
     copies). Counts of what the host did go to :attr:`stats`.
     """
 
-    def __init__(self, device, *, checkpointing, wait):
+    def __init__(self, device, *, checkpointing, wait, now):
         self.dev, self.cfg = device, device.config
         self.checkpointing = checkpointing
-        self.wait = wait
+        self.wait, self.now = wait, now
         self.gen = 0
         self.lsn = 0
         self.ring_sel = 0               # the ring header line written next
         self.commit_slot = 0            # where the next commit record goes
         self.newest_slot = None         # the snapshot slot holding the newest snapshot
         self.stats = {"host_line_ops": 0, "gpu_embedding_cycles": 0, "copy_cycles": 0,
-                      "gpu_copy_bytes": 0}
+                      "gpu_copy_bytes": 0, "host_cpu_cycles": 0}
 
     def _media_addr(self, table, row):
         return self.cfg.table_base[table] + row * self.cfg.lines_per_row
@@ -97,11 +97,18 @@ class SoftwareEmbeddings:
         await self.wait(cycles)
 
     async def _fenced_write(self, lines):
-        """Write ``{media line: data}`` and wait until every line is persistent."""
+        """Write ``{media line: data}`` and wait until every line is persistent (the CPU
+        waits on its stores)."""
+        t0 = self.now()
         await self.dev.write_media(lines)
+        self.stats["host_cpu_cycles"] += self.now() - t0
 
     async def _read(self, media_addrs):
-        return await self.dev.read_media_lines(media_addrs)
+        """``{media line: data}``; the CPU waits on its loads."""
+        t0 = self.now()
+        got = await self.dev.read_media_lines(media_addrs)
+        self.stats["host_cpu_cycles"] += self.now() - t0
+        return got
 
     # -- embeddings ------------------------------------------------------------------------
 
@@ -113,7 +120,7 @@ class SoftwareEmbeddings:
         return sorted(set(zip(tables.tolist(), np.asarray(batch.indices).tolist())))
 
     async def lookup(self, batch):
-        """Read the batch's rows over CXL.mem and pool them on the GPU.
+        """Read the batch's rows and pool them.
 
         Returns ``(pooled, old)``: ``old`` maps ``(table, row)`` to the row read."""
         cfg = self.cfg
@@ -126,14 +133,26 @@ class SoftwareEmbeddings:
             raw = b"".join(got[self._media_addr(t, r) + k].to_bytes(LINE_BYTES, "little")
                            for k in range(lpr))
             old[t, r] = sparse[t][r] = np.frombuffer(raw, dtype=np.int32)
-        await self._copy(len(rows) * cfg.dim * 4)                   # host -> GPU
         pooled = embedding_bag_sum(cfg, sparse, batch.indices, batch.offsets).pooled
-        await self._gpu(gathered=len(batch.indices), rows=len(rows), bags=batch.n_bags, update=False)
-        self.stats["host_line_ops"] += len(batch.indices) * lpr
+        await self._pooled(batch, len(rows))
         return pooled, old
 
+    async def _pooled(self, batch, rows):
+        """Charge the pooling: the rows go to the GPU, which pools them."""
+        cfg = self.cfg
+        await self._copy(rows * cfg.dim * 4)                        # host -> GPU
+        await self._gpu(gathered=len(batch.indices), rows=rows, bags=batch.n_bags, update=False)
+        self.stats["host_line_ops"] += len(batch.indices) * cfg.lines_per_row
+
+    async def _updated(self, batch, rows):
+        """Charge the update: the GPU applies the deltas, the new rows come back to the host."""
+        cfg = self.cfg
+        await self._gpu(gathered=len(batch.indices), rows=rows, bags=batch.n_bags, update=True)
+        await self._copy(rows * cfg.dim * 4)                        # GPU -> host
+        self.stats["host_line_ops"] += rows * cfg.lines_per_row
+
     async def update(self, b, batch, deltas, old):
-        """Apply ``deltas`` on the GPU, log the old rows (if checkpointing), write the new ones."""
+        """Apply ``deltas``, log the old rows (if checkpointing), write the new ones."""
         cfg = self.cfg
         sparse = [np.zeros((n, cfg.dim), dtype=np.int32) for n in cfg.tables]
         for (t, r), row in old.items():
@@ -141,9 +160,7 @@ class SoftwareEmbeddings:
         # In place: the zeroed tables hold only the batch's rows (their untouched pages are
         # never written, so never allocated), and a copy would cost the tables' size.
         new = embedding_update(cfg, sparse, batch.indices, batch.offsets, deltas, inplace=True)
-        await self._gpu(gathered=len(batch.indices), rows=len(old), bags=batch.n_bags, update=True)
-        await self._copy(len(old) * cfg.dim * 4)                    # GPU -> host
-        self.stats["host_line_ops"] += len(old) * cfg.lines_per_row
+        await self._updated(batch, len(old))
         if self.checkpointing:
             records = {}
             for (t, r), row in old.items():

@@ -8,8 +8,9 @@ runs. Three kinds cover every system (:mod:`.systems`):
   ``cxl-d``, ``cxl-b``, ``cxl``); its flags say whether they reach GPU memory
   over CXL.cache or through modelled copies, and whether rows are logged in a
   pass of their own;
-* :class:`Software`: the host pools and updates over CXL.mem and checkpoints
-  in software (``pmem``, :mod:`.software_path`);
+* :class:`Software`: the host pools and updates over CXL.mem (``pmem``,
+  :mod:`.software_path`) or on its own memory bus (``host-pmem``,
+  :mod:`.host_pmem`) and checkpoints in software;
 * :class:`LookupOnly`: a device with the lookup engine alone (the small
   board): it pools, the host applies each batch's update over CXL.mem, and
   nothing is checkpointed.
@@ -21,6 +22,7 @@ from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import LookupResult, lines_to_rows, rows_to_lines
 from trainingcxl.host.model.fixed import wrap32
 from trainingcxl.host.model.golden import coalesce_update
+from .host_pmem import HostPmemEmbeddings
 from .software_path import SoftwareEmbeddings
 
 __all__ = ["Engines", "Software", "LookupOnly", "strategy"]
@@ -179,15 +181,17 @@ class Engines:
 
 class Software(Engines):
     """``pmem``: the host reads every row over CXL.mem, the GPU pools and updates, the host
-    writes the rows back, and checkpoints are software's (:mod:`.software_path`)."""
+    writes the rows back, and checkpoints are software's (:mod:`.software_path`);
+    ``host-pmem``: the CPU does it all on its own memory bus (:mod:`.host_pmem`)."""
 
     def __init__(self, system):
         super().__init__(system)
         self.soft = None
 
     def bind(self, run):
-        self.soft = SoftwareEmbeddings(run.device, checkpointing=run.checkpointing,
-                                       wait=run.runtime.wait)
+        kind = HostPmemEmbeddings if self.system.host_bus else SoftwareEmbeddings
+        self.soft = kind(run.device, checkpointing=run.checkpointing, wait=run.runtime.wait,
+                         now=run.runtime.now)
 
     def stats(self):
         return dict(self.soft.stats)

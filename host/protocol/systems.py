@@ -1,4 +1,4 @@
-"""The configuration ladder of the evaluation: five systems, one device.
+"""The configuration ladder of the evaluation: six systems, one device.
 
 See docs/design.md, "Configuration ladder".
 
@@ -8,6 +8,12 @@ embedding work, how data reaches the engines and how checkpoints are taken.
 Each step up the ladder changes one thing:
 
 =============  ==================================================================
+``host-pmem``  the paper's baseline: PMEM on the host's memory bus; the CPU loads
+               and pools the rows and sends pooled vectors to the GPU over PCIe,
+               applies the pooled gradients and writes the rows back, with
+               software persistent-memory transactions (undo log, ``clwb``,
+               fences) and stop-and-copy MLP snapshots; costs from cited Optane
+               measurements (:class:`~trainingcxl.spec.config.HostPmemTiming`)
 ``pmem``       no near-memory compute: the host reads every row the batch needs
                over CXL.mem, the GPU pools and updates them, the host writes the
                rows back; software checkpointing (undo records written and
@@ -42,8 +48,10 @@ class System:
     update (else the lookup's reads are logged); ``relaxed``: relaxed lookup
     order; ``staleness``: the default bound K of MLP snapshots;
     ``device_updates``: with ``engines``, the device's update engine applies
-    the deltas (else the host does, over CXL.mem). How a system trains is
-    its strategy (:func:`trainingcxl.host.protocol.strategies.strategy`).
+    the deltas (else the host does, over CXL.mem); ``host_bus``: without
+    ``engines``, the PMEM is on the CPU's memory bus (else behind CXL.mem). How
+    a system trains is its strategy
+    (:func:`trainingcxl.host.protocol.strategies.strategy`).
     """
     name: str
     engines: bool
@@ -53,9 +61,14 @@ class System:
     staleness: int
     summary: str
     device_updates: bool = True
+    host_bus: bool = False
 
 
 SYSTEMS = {s.name: s for s in (
+    System("host-pmem", engines=False, coherent=False, log_pass=False, relaxed=False, staleness=0,
+           host_bus=True,
+           summary="PMEM on the host's memory bus; the CPU pools and updates; software "
+                   "transactions"),
     System("pmem", engines=False, coherent=False, log_pass=False, relaxed=False, staleness=0,
            summary="host pools and updates over CXL.mem; software checkpointing"),
     System("near-data", engines=True, coherent=False, log_pass=True, relaxed=False, staleness=0,

@@ -4,7 +4,7 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["nonneg", "positive", "fraction", "write_json", "save_figure"]
+__all__ = ["nonneg", "positive", "fraction", "write_json", "save_figure", "add_set_option"]
 
 
 def nonneg(text):
@@ -55,3 +55,10 @@ def save_figure(fig, path):
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     tmp.replace(path)
+
+
+def add_set_option(sp):
+    """``--set GROUP.FIELD=VALUE``: change one configuration field (repeatable)."""
+    sp.add_argument("--set", action="append", default=[], metavar="[GROUP.]FIELD=VALUE",
+                    help="change a configuration field, e.g. host_pmem.load_ns=400 or "
+                         "pmem.read_latency=80 (repeatable; `trainingcxl config` lists them)")

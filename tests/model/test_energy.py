@@ -10,7 +10,7 @@ from trainingcxl.host.model.energy import (
 )
 
 ZERO = dict(cycles=0, gpu_busy_cycles=0, pmem_lines_read=0, pmem_lines_written=0,
-            link_bytes=0, engine_line_ops=0, host_line_ops=0)
+            link_bytes=0, engine_line_ops=0, host_line_ops=0, host_cpu_cycles=0)
 DYNAMIC = ("pmem_read", "pmem_write", "link", "engines", "host_ops")
 
 # (activity field, breakdown field, joules per unit count under DEFAULT_ENERGY)
@@ -22,6 +22,7 @@ PER_COUNT = [
     ("link_bytes", "link", 8 * M.link_pj_per_bit * 1e-12),
     ("engine_line_ops", "engines", M.engine_pj_per_line_op * 1e-12),
     ("host_line_ops", "host_ops", M.host_pj_per_line_op * 1e-12),
+    ("host_cpu_cycles", "host_cpu", M.host_cpu_w * PERIOD),
 ]
 
 
@@ -78,7 +79,8 @@ def test_zero_activity_costs_nothing_and_no_dynamic_energy_without_counts():
 def test_as_dict_holds_every_field_and_the_total_is_their_sum():
     e = M.energy(activity(cycles=10**7, gpu_busy_cycles=4 * 10**6, pmem_lines_read=123_456,
                           pmem_lines_written=54_321, link_bytes=9_999_999,
-                          engine_line_ops=77_777, host_line_ops=66_666))
+                          engine_line_ops=77_777, host_line_ops=66_666,
+                          host_cpu_cycles=55_555))
     d = e.as_dict()
     names = [f.name for f in dataclasses.fields(EnergyBreakdown)]
     assert list(d) == names + ["total"]
@@ -175,5 +177,5 @@ def test_every_constant_is_in_the_module_table():
     doc = energy_module.__doc__
     for f in dataclasses.fields(EnergyModel):
         assert f.name in doc, f.name
-    for key in ("[LEE09]", "[HOR14]", "[OCO17]", "[V100]", "[OPT19]", "Left out"):
+    for key in ("[LEE09]", "[HOR14]", "[OCO17]", "[V100]", "[OPT19]", "[XEON19]", "Left out"):
         assert key in doc, key

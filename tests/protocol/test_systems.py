@@ -27,10 +27,11 @@ def test_every_system_trains_and_recovers(name, tmp_path):
     """A failure in batch 3's update and another during its recovery: every system comes
     back to batch 2 and finishes in step with the golden model."""
     s = SYSTEMS[name]
-    # The host of pmem pools and updates on the GPU before its first write of the update;
+    # The host of pmem pools and updates on the GPU before its first write of the update,
+    # the CPU of host-pmem receives the gradients and persists the undo records first;
     # with a logging pass of its own the update first waits for those records and the
     # ring header to persist (until then no row has changed and nothing is rolled back).
-    offset = 2500 if not s.engines else 1200 if s.log_pass else 60
+    offset = (800 if s.host_bus else 2500 if not s.engines else 1200 if s.log_pass else 60)
     rec = train("verilator", tmp_path, name, system=name, relaxed=s.relaxed, staleness=s.staleness,
                 measure_from=2, failures=[{"phase": "update", "batch": 3, "offset": offset},
                                           {"phase": "recovery", "offset": 250}])
@@ -40,12 +41,21 @@ def test_every_system_trains_and_recovers(name, tmp_path):
     assert f["recovered_batch"] == 2 and f["rolled_back"] > 0
     c, host = rec["counters"], rec["host"]
     # Every system writes undo records before the rows: into the log region.
-    assert c["pmem_writes_log"] > 0
-    if not s.engines:
+    assert (host if s.host_bus else c)["pmem_writes_log"] > 0
+    if s.host_bus:
+        # The CPU did it all on its memory bus: nothing crossed the device's link or
+        # went through its PMEM controller; the GPU only received pooled vectors.
+        assert c["pmem_reads"] == c["pmem_writes"] == 0
+        assert c["link_to_host"] == c["link_to_device"] == 0
+        assert host["pmem_reads"] > 0 and host["pmem_writes_data"] > 0
+        assert host["host_cpu_cycles"] > 0 and host["gpu_copy_bytes"] > 0
+        assert host["host_line_ops"] == 0 and host["gpu_embedding_cycles"] == 0
+    elif not s.engines:
         # The host did the embedding work over CXL.mem; the engines did nothing.
         assert c["lookup_lines"] == 0 and c["update_lines"] == 0 and c["cache_reads"] == 0
         assert c["link_to_host_data"] >= c["pmem_reads_data"] > 0
         assert host["host_line_ops"] > 0 and host["gpu_embedding_cycles"] > 0
+        assert host["host_cpu_cycles"] > 0
     else:
         assert c["lookup_lines"] > 0 and c["update_lines"] > 0 and c["log_records"] > 0
         assert c["link_to_device_data"] > 0 and c["link_to_host_data"] > 0
@@ -75,3 +85,20 @@ def test_near_data_on_icarus(tmp_path):
     assert rec["golden_match"]
     (f,) = rec["failures"]
     assert f["consistent"] and f["recovered_batch"] == 1
+
+
+def test_host_pmem_costs_follow_its_constants(tmp_path):
+    """Slower loads make host-pmem's batches longer, more modules make them shorter; the
+    model trains the same either way."""
+    def cycles(cfg, name):
+        out = tmp_path / f"{name}.json"
+        job = {"seed": 5, "batches": 3, "batch_size": 8, "check_every": 3, "out": str(out),
+               "system": "host-pmem", "measure_from": 2}
+        run_bench("verilator", cfg, JOB, args=job, results_name=f"host-pmem-{name}")
+        rec = json.loads(out.read_text())
+        assert rec["golden_match"]
+        return rec["window"]["cycles"], rec["loss"]
+    base, loss = cycles(CONFIG, "base")
+    slow, slow_loss = cycles(CONFIG.with_overrides(["host_pmem.load_ns=3050"]), "slow")
+    wide, _ = cycles(CONFIG.with_overrides(["host_pmem.modules=6"]), "wide")
+    assert slow > base > wide and slow_loss == loss

@@ -39,6 +39,23 @@ def test_a_window_becomes_figures_per_batch():
     assert e["pmem_write"] == pytest.approx(50 * DEFAULT_ENERGY.pmem_write_nj_per_line * 1e-9)
 
 
+def test_host_pmem_counts_its_media_accesses_and_its_cpu():
+    """host-pmem's CPU reaches the media on its own bus: the device's counters see nothing,
+    the host's counts are its PMEM traffic, and the CPU's working cycles cost its power."""
+    cfg = WORKLOADS["embedding-heavy"].config
+    rec = record()
+    rec["window"]["host"].update(pmem_reads=300, pmem_writes=100, pmem_writes_data=60,
+                                 pmem_writes_log=30, pmem_writes_snapshot=10,
+                                 host_cpu_cycles=3000, gpu_copy_bytes=640)
+    fig = analyse_run(cfg, "host-pmem", rec)
+    assert fig["pmem_bytes_written_per_batch"] == {"data": 60 * 32, "log": 30 * 32,
+                                                   "snapshot": 10 * 32, "total": 100 * 32}
+    assert fig["pmem_bytes_read_per_batch"] == 300 * 32
+    e = fig["energy_breakdown_per_batch_j"]
+    assert e["host_cpu"] == pytest.approx(1500 * 4e-9 * DEFAULT_ENERGY.host_cpu_w)
+    assert e["link"] == pytest.approx(320 * 8 * DEFAULT_ENERGY.link_pj_per_bit * 1e-12)
+
+
 def test_near_data_counts_its_copies_not_its_local_cache_traffic():
     cfg = WORKLOADS["embedding-heavy"].config
     rec = record(link_to_device=30, link_to_device_data=10, link_to_host=30, link_to_host_data=10,
@@ -54,7 +71,7 @@ def test_near_data_counts_its_copies_not_its_local_cache_traffic():
 
 
 def test_systems_are_named_and_ordered():
-    assert list(SYSTEMS) == ["pmem", "near-data", "cxl-d", "cxl-b", "cxl"]
+    assert list(SYSTEMS) == ["host-pmem", "pmem", "near-data", "cxl-d", "cxl-b", "cxl"]
     with pytest.raises(ValueError, match="choose one of"):
         system("dram")
 
