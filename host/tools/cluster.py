@@ -135,6 +135,13 @@ class LocalPool(Cluster):
                 yield i, TaskLost(f"its worker died {attempts[i]} times")
 
 
+def _build_on_node(sim, config_dict):
+    """:func:`_build` as a Ray task: returns the node it built on."""
+    import ray
+    _build(sim, config_dict)
+    return ray.get_runtime_context().get_node_id()
+
+
 def trainingcxl_task(fn, item):
     """The Ray task around every ``fn``: a worker running one is titled
     ``ray::trainingcxl_task`` (what `ps` shows)."""
@@ -170,7 +177,7 @@ class RayCluster(Cluster):
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise SystemExit(f"error: cannot reach the Ray cluster {address!r}: {e}") from None
         self._task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(trainingcxl_task)
-        self._build = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(_build)
+        self._build = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(_build_on_node)
 
     @property
     def workers(self):
@@ -180,11 +187,14 @@ class RayCluster(Cluster):
         return [n["NodeID"] for n in self.ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
 
     def prebuild(self, configs, sim="verilator"):
+        """Build every distinct device on every node, pinned there; returns the
+        ``(node id, hardware digest)`` of each build."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        distinct = _distinct(configs)
         refs = [self._build.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                 .remote(sim, cfg.to_dict())
-                for node in self._nodes() for cfg in _distinct(configs)]
-        self.ray.get(refs)
+                for node in self._nodes() for cfg in distinct]
+        return list(zip(self.ray.get(refs), [c.hardware_digest() for _ in self._nodes() for c in distinct]))
 
     def run(self, fn, items):
         ray = self.ray

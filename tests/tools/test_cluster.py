@@ -189,3 +189,28 @@ def test_a_resumed_campaign_gives_the_json_of_an_uninterrupted_one(reference, tm
     rec, execution = _campaign(tmp_path, "cut", "--jobs", "2", "--resume")
     assert execution["resumed_tasks"] == 3 and execution["tasks"] == rec["runs"] == 8
     assert rec == reference[0]
+
+
+@pytest.mark.cocotb
+@pytest.mark.slow
+def test_ray_builds_each_device_once_on_every_node():
+    """A cluster of two nodes (two raylets on this machine): each distinct device is
+    built on each node, pinned there, and no more often."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+    from trainingcxl.host.tools.cluster import RayCluster
+    from trainingcxl.spec.config import PRESETS
+    import ray
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    nodes.add_node(num_cpus=1)
+    ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        tiny = PRESETS["tiny"]
+        # A host-side change is the same device: one build a node.
+        built = RayCluster().prebuild([tiny, tiny.with_overrides(["host_pmem.load_ns=400"])])
+    finally:
+        ray.shutdown()
+        nodes.shutdown()
+    assert len(built) == 2 and len({node for node, _ in built}) == 2
+    assert {digest for _, digest in built} == {tiny.hardware_digest()}
