@@ -144,12 +144,33 @@ def build_key(sim, config):
     return f"{design_key(config)}-{_sim_digest(sim)}"
 
 
+#: A cached entry of other HDL is removed once unused for this long: another checkout
+#: sharing the cache (a long campaign beside an edit) may still be running on it.
+PRUNE_AFTER_S = 3600
+
+
+def _used(path):
+    """Mark a cached entry as used now (what :func:`_prune_stale` reads)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 def _prune_stale(folder, prefix, keep):
-    """Remove cached entries named ``prefix*`` other than ``keep``: builds of older HDL."""
+    """Remove cached entries named ``prefix*`` other than ``keep`` (builds of other HDL)
+    that have not been used for :data:`PRUNE_AFTER_S`."""
     if not folder.exists():
         return
+    now = time.time()
     for old in folder.glob(prefix + "*"):
         if old.name != keep and not old.name.startswith(keep + "-"):
+            marker = old / ".built" if old.is_dir() else old
+            try:
+                if now - marker.stat().st_mtime < PRUNE_AFTER_S:
+                    continue
+            except OSError:
+                pass                    # no marker: a build that never finished
             if old.is_dir():
                 shutil.rmtree(old, ignore_errors=True)
             else:
@@ -174,6 +195,7 @@ def verilog_for(config, *, top="device", log=print):
     """Path of the Verilog of ``top`` for ``config``, converting it if not cached."""
     out = repo_cache() / "verilog" / f"{top}-{design_key(config)}.v"
     if out.exists():
+        _used(out)
         return out
     with _exclusive(out.name):
         return _convert(config, top, out, log)
@@ -242,6 +264,7 @@ def build(sim, config, *, top="device", waves=False, log=print):
     if waves:
         bdir = bdir.with_name(bdir.name + "-waves")
     if (bdir / ".built").exists():
+        _used(bdir / ".built")
         return bdir
     with _exclusive(bdir.name):
         return _compile(sim, config, top, source, bdir, waves, log)
