@@ -14,11 +14,13 @@ simulators' speed on one run. Simulations are deterministic: the same seed
 gives the same cycle counts.
 """
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
 
-from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure, write_json
+from trainingcxl.host.tools.argtypes import (add_set_option, nonneg, positive, save_figure,
+                                             write_json)
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.spec.config import LINE_BYTES, SCALE_BATCHES, SCALE_ROWS, Config, ModelShape
 from trainingcxl.host.model.energy import DEFAULT_ENERGY, Activity, link_bytes
@@ -57,6 +59,18 @@ WORKLOADS = {w.name: w for w in (
                                      batch_size=64)),
              batch_size=64, min_pooling=1),
 )}
+
+
+def overridden(workloads, assignments):
+    """The workloads with ``--set`` applied to each one's configuration."""
+    if not assignments:
+        return workloads
+    from trainingcxl.spec.config import ConfigError
+    try:
+        return [dataclasses.replace(w, config=w.config.with_overrides(assignments))
+                for w in workloads]
+    except ConfigError as e:
+        raise SystemExit(f"error: --set: {e}") from None
 
 
 def _per_batch(value, batches):
@@ -297,7 +311,7 @@ def _summarise(results, workloads, systems):
 def _table(name, rows, say):
     def ratio(v, fmt):
         # Without the baseline in the run there is nothing to compare with: "-", not 0.
-        return "-" if v is None else format(v, fmt)
+        return "-" if v is None else format(v, fmt) + ("x" if fmt.endswith("f") else "")
     say(f"\n  {name}")
     say(f"  {'system':<10} {'cyc/batch':>10} {'ckpt ovh':>9} {'PMEM wr B':>10} {'link B':>10} "
         f"{'energy mJ':>10}  {'speedup over':>15}  {'energy saving over':>18}")
@@ -309,8 +323,8 @@ def _table(name, rows, say):
             f"{'-' if ovh is None else f'{100 * ovh:.2f}%':>9} "
             f"{f['pmem_bytes_written_per_batch']['total']:>10,.0f} {f['link_bytes_per_batch']:>10,.0f} "
             f"{1e3 * f['energy_per_batch_j']:>10.3f}  "
-            f"{ratio(f.get('speedup_vs_host_pmem'), '.2f') + 'x':>9} "
-            f"{ratio(f.get('speedup_vs_pmem'), '.2f') + 'x':>5}  "
+            f"{ratio(f.get('speedup_vs_host_pmem'), '.2f'):>9} "
+            f"{ratio(f.get('speedup_vs_pmem'), '.2f'):>5}  "
             f"{ratio(f.get('energy_saving_vs_host_pmem'), '.1%'):>9} "
             f"{ratio(f.get('energy_saving_vs_pmem'), '.1%'):>8}")
 
@@ -440,7 +454,7 @@ def cmd_bench(args):
     if scale_only:
         raise SystemExit(f"error: {' and '.join(scale_only)} only apply with --scale")
     args.batches = args.batches or 8
-    workloads = [WORKLOADS[w] for w in args.workloads.split(",")]
+    workloads = overridden([WORKLOADS[w] for w in args.workloads.split(",")], args.set)
     systems = (args.systems or ",".join(SYSTEMS)).split(",")
     t0 = time.monotonic()
     from trainingcxl.sim.runner import BenchFailure
@@ -529,6 +543,7 @@ def add_bench_command(sub):
                     help="staleness bound K for every system (default: each system's own)")
     sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed (default: 0)")
     add_cluster_options(sp, jobs_default=2)
+    add_set_option(sp)
     sp.add_argument("--skip-engines", action="store_true", help="leave out the engine bandwidth runs")
     sp.add_argument("--skip-recovery", action="store_true", help="leave out the recovery-time series")
     sp.add_argument("--skip-speed", action="store_true", help="leave out the simulator speed runs")

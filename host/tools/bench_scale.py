@@ -14,7 +14,7 @@ import time
 
 from trainingcxl.host.tools.argtypes import save_figure, write_json
 from trainingcxl.host.tools.bench import (
-    Workload, _ladder, _recovery_row, _recovery_spec, _summarise)
+    Workload, _ladder, _recovery_row, _recovery_spec, _summarise, overridden)
 from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.spec.config import SCALE_BATCHES, SCALE_ROWS, scale_ladder
 
@@ -92,7 +92,7 @@ def _split(name):
 def run_scale(args, say):
     """Run the scale ladder and the recovery runs; returns the JSON-ready result."""
     from trainingcxl.host.tools.pool import parallel_runs
-    workloads = scale_workloads(args.sizes, args.batch_sizes)
+    workloads = overridden(scale_workloads(args.sizes, args.batch_sizes), getattr(args, "set", []))
     systems = args.systems
     say(f"[scale] table sizes {', '.join(args.sizes)}; batches of "
         f"{', '.join(map(str, args.batch_sizes))}; systems {', '.join(systems)}; "

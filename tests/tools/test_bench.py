@@ -102,3 +102,24 @@ def test_the_loader_benchmark_prints_lines_per_second(tmp_path, capsys):
     assert "lines/s" in capsys.readouterr().out
     result = json.loads(out.read_text())
     assert result["lines"] == 3000 and result["load_lines_per_s"] > 0 and result["bytes"] > 3000 * 100
+
+
+def test_set_changes_every_workloads_configuration():
+    from trainingcxl.host.tools.bench import overridden
+    got = overridden(list(WORKLOADS.values()), ["host_pmem.modules=6"])
+    assert [w.config.host_pmem.modules for w in got] == [6, 6]
+    assert [w.config.hardware_digest() for w in got] == \
+        [w.config.hardware_digest() for w in WORKLOADS.values()]
+    with pytest.raises(SystemExit, match="--set: 'host_pmem.speed': no field"):
+        overridden(list(WORKLOADS.values()), ["host_pmem.speed=2"])
+
+
+def test_the_table_compares_with_each_baseline_it_has():
+    from trainingcxl.host.tools.bench import _table
+    fig = {"cycles_per_batch": 100.0, "checkpoint_overhead": 0.5, "link_bytes_per_batch": 0.0,
+           "pmem_bytes_written_per_batch": {"total": 640.0}, "energy_per_batch_j": 0.002}
+    lines = []
+    _table("w", {"cxl": {**fig, "speedup_vs_pmem": 1.5, "energy_saving_vs_pmem": 0.25}}, lines.append)
+    row = lines[-1].split()
+    # No host-pmem in the run: '-', not 0 or a bare 'x'.
+    assert row[-4:] == ["-", "1.50x", "-", "25.0%"]
