@@ -133,6 +133,11 @@ class CxlMemMaster:
                 self._release(tag)
         return got
 
+    @property
+    def idle(self):
+        """Nothing is outstanding: no answer is due to this master."""
+        return not self._pending and self._raw is None and len(self._free) == self.max_tags
+
     async def read(self, addr):
         """Read line ``addr``; returns ``(data, poison)``."""
         rsp = await self._transact(self.req, {"opcode": M2SReqOpcode.MemRd, "addr": addr},

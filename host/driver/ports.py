@@ -1,6 +1,6 @@
 """The driver on a simulated device's own ports: a cocotb transport and the bench that owns it."""
 
-from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, First, Lock, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
 from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
@@ -9,6 +9,7 @@ from trainingcxl.sim.bench_env import PERIOD_NS
 from trainingcxl.sim.control_driver import ControlDriver
 from trainingcxl.sim.cxl_mem_master import CxlMemMaster
 from trainingcxl.sim.host_memory import GatewareHostMemory, HostMemory
+from trainingcxl.sim.mem_bulk import MemBulkDriver
 from trainingcxl.sim.streams import StreamMonitor
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from trainingcxl.spec.host_layout import HostLayout
@@ -37,9 +38,16 @@ class PortsTransport:
     #: The same for the device's own staging buffer (``near-data``).
     LOCAL_DELAY = (2, 6)
 
-    def __init__(self, dut, *, ctl, mem, host, media=None):
+    def __init__(self, dut, *, ctl, mem, host, media=None, bulk=None):
         self.dut, self.ctl, self.mem, self.host = dut, ctl, mem, host
         self.media = media
+        # Many lines at once go through the bulk master in gateware (:mod:`~trainingcxl.sim.mem_bulk`).
+        self.bulk = bulk
+        self._bulk_free = Lock()
+
+    def _bulk_for(self, count):
+        return (self.bulk is not None and count >= self.bulk.MIN_LINES and self.mem.idle
+                and not self._bulk_free.locked())
 
     async def read_reg(self, reg):
         return await self.ctl.read(reg)
@@ -49,10 +57,22 @@ class PortsTransport:
 
     async def read_lines(self, addrs):
         addrs = list(addrs)
+        if self._bulk_for(len(addrs)):
+            async with self._bulk_free:
+                words, errors = await self.bulk.read(addrs)
+            if errors:
+                raise DeviceError(f"{errors} of {len(addrs)} CXL.mem reads returned poisoned data")
+            return words
         got = await self.mem.read_lines(addrs)
         return [got[a][0] for a in addrs]
 
     async def write_lines(self, lines):
+        if self._bulk_for(len(lines)):
+            async with self._bulk_free:
+                errors = await self.bulk.write(lines)
+            if errors:
+                raise DeviceError(f"{errors} of {len(lines)} CXL.mem writes refused")
+            return
         result = await self.mem.write_lines(lines)
         bad = [a for a, op in result.items() if op.name != "Cmp"]
         if bad:
@@ -125,6 +145,8 @@ class DeviceTB(Device):
         self.clock = dut.clk            # free-running inside the simulator (SimTop)
         dut.rst.value = 1
         dut.power_fail.value = 0
+        if hasattr(dut, "bulk_start"):
+            dut.bulk_start.value = 0            # an input left undriven is X under Icarus
         layout = HostLayout(config, base=self.HOST_BASE)
         self.mem = CxlMemMaster(dut, dut.clk, pause=backpressure, gaps=gaps)
         # The link's latency is in the RTL; host memory adds its own access time.
@@ -132,8 +154,10 @@ class DeviceTB(Device):
         self.host = self._host_memory(host_model, layout, delay, seed, backpressure)
         self.ctl = ControlDriver(dut, dut.clk)
         media = ram_array("media", config.media_lines, LINE_BITS)
+        # Bulk CXL.mem only where nothing watches the bench's own master at work.
+        bulk = MemBulkDriver.open(dut) if backpressure is None and gaps is None else None
         super().__init__(PortsTransport(dut, ctl=self.ctl, mem=self.mem, host=self.host,
-                                        media=media),
+                                        media=media, bulk=bulk),
                          config, layout=layout)
         self.idx_line, self.off_line, self.out_line = (
             self.idx_lines[0], self.off_lines[0], self.out_lines[0])

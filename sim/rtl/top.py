@@ -1,6 +1,7 @@
 """The design the simulation benches run: the device, and host memory in gateware beside it."""
 
 from amaranth import *
+from amaranth.hdl import ResetInserter
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -8,6 +9,7 @@ from trainingcxl.hdl.top import Device
 from trainingcxl.spec.host_layout import HostLayout
 from .clock import PERIOD_NS, ClockSource
 from .host_memory import HostMemoryModel
+from .mem_bulk import MemBulk
 
 __all__ = ["SimTop"]
 
@@ -19,6 +21,10 @@ class SimTop(wiring.Component):
     ``host_rtl`` picks who answers the device's CXL.cache: the model (1), or a
     bench on the ``cxl_cache`` ports (0: a Python model that can inject faults
     or hold answers back). The ``host_*`` members are the model's.
+
+    The bench's CXL.mem master reaches the device through a :class:`~.mem_bulk.MemBulk`,
+    which can instead issue a list of line reads or writes itself (the ``bulk_*``
+    members).
 
     The clock comes from a :class:`~.clock.ClockSource` inside the simulator
     (period ``PERIOD_NS``), shown on the ``clk`` output; ``rst`` is the
@@ -32,6 +38,7 @@ class SimTop(wiring.Component):
         layout = HostLayout(config)
         self.host = HostMemoryModel(config, base=layout.base, lines=layout.lines)
         self.clock = ClockSource(half_period=PERIOD_NS / 2)
+        self.bulk = MemBulk()
         members = dict(self.device.signature.members)
         members.update({
             "clk": Out(1),
@@ -42,6 +49,12 @@ class SimTop(wiring.Component):
             "host_reads": Out(32),
             "host_writes": Out(32),
             "host_errors": Out(32),
+            "bulk_start": In(1),
+            "bulk_write": In(1),
+            "bulk_count": In(32),
+            "bulk_busy": Out(1),
+            "bulk_done": Out(32),
+            "bulk_errors": Out(32),
         })
         super().__init__(members)
 
@@ -53,12 +66,22 @@ class SimTop(wiring.Component):
         m.submodules.device = dev = self.device
         m.submodules.host = host = self.host
         for path, member, port in self.signature.flatten(self):
-            if path[0] in ("cxl_cache", "clk", "rst") or path[0].startswith("host_"):
+            if path[0] in ("cxl_cache", "cxl_mem", "clk", "rst") or path[0].startswith(("host_", "bulk_")):
                 continue
             inner = dev
             for part in path:
                 inner = inner[part] if isinstance(part, int) else getattr(inner, part)
             m.d.comb += port.eq(inner) if member.flow == Out else inner.eq(port)
+
+        # Requests in flight die with the power, as the device's do.
+        m.submodules.bulk = ResetInserter(self.power_fail)(self.bulk)
+        wiring.connect(m, wiring.flipped(self.cxl_mem), self.bulk.host)
+        wiring.connect(m, self.bulk.dev, dev.cxl_mem)
+        m.d.comb += [
+            self.bulk.start.eq(self.bulk_start), self.bulk.write.eq(self.bulk_write),
+            self.bulk.count.eq(self.bulk_count), self.bulk_busy.eq(self.bulk.busy),
+            self.bulk_done.eq(self.bulk.done), self.bulk_errors.eq(self.bulk.errors),
+        ]
 
         rtl = self.host_rtl
         for name in ("d2h_req", "d2h_data"):            # device -> host

@@ -33,6 +33,10 @@ def test_backdoor_agrees_with_cxl_mem(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_backdoor_agrees_with_cxl_mem")
 
 
+def test_bulk_cxl_mem_agrees_with_the_media(sim):
+    run_bench(sim, CONFIG, BENCH, testcase="test_bulk_cxl_mem_agrees_with_the_media")
+
+
 def test_cxl_mem_refusals(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_cxl_mem_refusals")
 
