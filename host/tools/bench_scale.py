@@ -160,23 +160,31 @@ def _num(v, fmt, width=10):
     return f"{'-':>{width}}" if v is None else f"{v:>{width}{fmt}}"
 
 
+def _ratio(v):
+    return f"{'-':>6}" if v is None else f"{v:>5.2f}x"
+
+
 def report(result, say):
     """A table per table size (a row per batch size and system), then the recovery runs."""
-    head = (f"  {'batch':>6} {'system':<7} {'cyc/batch':>11} {'ckpt ovh':>9} {'PMEM wr B':>11} "
-            f"{'link B':>11} {'energy mJ':>10} {'sim s':>7} {'cyc/s':>9}")
+    head = (f"  {'batch':>6} {'system':<9} {'cyc/batch':>11} {'ckpt ovh':>9} {'PMEM wr B':>11} "
+            f"{'link B':>11} {'energy mJ':>10} {'sim s':>7} {'cyc/s':>9}  speedup and energy "
+            f"saving over host-pmem, pmem")
     for size in result["sizes"]:
         rows = [r for r in result["grid"] if r["size"] == size]
         say(f"\n  {size}: 8 tables x {rows[0]['rows']:,} rows" if rows else f"\n  {size}")
         say(head)
         for r in rows:
             if not r["ok"]:
-                say(f"  {r['batch_size']:>6} {r['system']:<7} FAILED (see the errors below)")
+                say(f"  {r['batch_size']:>6} {r['system']:<9} FAILED (see the errors below)")
                 continue
-            say(f"  {r['batch_size']:>6} {r['system']:<7} {r['cycles_per_batch']:>11,.0f} "
+            say(f"  {r['batch_size']:>6} {r['system']:<9} {r['cycles_per_batch']:>11,.0f} "
                 f"{_num(r.get('checkpoint_overhead'), '.2%', width=9)} "
                 f"{r['pmem_bytes_written_per_batch']['total']:>11,.0f} "
                 f"{r['link_bytes_per_batch']:>11,.0f} {1e3 * r['energy_per_batch_j']:>10.3f} "
-                f"{r['sim_wall_s']:>7.1f} {_num(r['sim_cycles_per_s'], ',.0f', width=9)}")
+                f"{r['sim_wall_s']:>7.1f} {_num(r['sim_cycles_per_s'], ',.0f', width=9)}  "
+                + " ".join(f"{_ratio(r.get(f'speedup_vs_{b}'))} "
+                           f"{_num(r.get(f'energy_saving_vs_{b}'), '.1%', width=6)}"
+                           for b in ("host_pmem", "pmem")))
     if result["recovery"]:
         say("\n  recovery (cxl, a power failure in an update):")
         say(f"  {'size':<8} {'rows':>10} {'log lines':>10} {'rolled back':>12} {'lines read':>11} "

@@ -126,6 +126,9 @@ def test_report_json_and_plot_of_a_fake_scale_run(monkeypatch, tmp_path):
     assert ["256", "pmem", f"{cyc / 2:,.0f}", f"{100 * (cyc / (cyc - 5000) - 1):.2f}%"] in [
         r[:4] for r in rows]
     assert ["rm-100k", "100,000", "2,097,152", "900", "1,800", "64,000", "hold"] in rows
+    # Each row compares with both baselines; host-pmem is not in this run: '-'.
+    cxl = next(r for r in rows if r[:2] == ["256", "cxl"])
+    assert cxl[-4] == "-" and cxl[-2] == f"{cyc / (cyc + 100):.2f}x"
     out = json.loads((tmp_path / "s.json").read_text())
     assert len(out["grid"]) == 2 * 2 * 2 and all(r["ok"] for r in out["grid"])
     row = next(r for r in out["grid"] if (r["size"], r["batch_size"], r["system"]) == ("rm-100k", 256, "pmem"))
