@@ -193,24 +193,24 @@ def test_a_resumed_campaign_gives_the_json_of_an_uninterrupted_one(reference, tm
 
 @pytest.mark.cocotb
 @pytest.mark.slow
-def test_ray_builds_each_device_once_on_every_node():
-    """A cluster of two nodes (two raylets on this machine): each distinct device is
-    built on each node, pinned there, and no more often."""
+def test_ray_builds_each_device_once_on_every_node(monkeypatch):
+    """A cluster of two nodes (two raylets on this machine), joined as `--cluster auto`
+    joins one: each distinct device is built on each node, pinned there, and no more
+    often."""
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
-    from trainingcxl.host.tools.cluster import RayCluster
+    from trainingcxl.host.tools.cluster import open_cluster
     from trainingcxl.spec.config import PRESETS
-    import ray
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     nodes.add_node(num_cpus=1)
-    ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    monkeypatch.setenv("RAY_ADDRESS", nodes.address)
     try:
         tiny = PRESETS["tiny"]
-        # A host-side change is the same device: one build a node.
-        built = RayCluster().prebuild([tiny, tiny.with_overrides(["host_pmem.load_ns=400"])])
+        with open_cluster("auto") as cluster:
+            assert cluster.workers == 2
+            # A host-side change is the same device: one build a node.
+            built = cluster.prebuild([tiny, tiny.with_overrides(["host_pmem.load_ns=400"])])
     finally:
-        ray.shutdown()
         nodes.shutdown()
     assert len(built) == 2 and len({node for node, _ in built}) == 2
     assert {digest for _, digest in built} == {tiny.hardware_digest()}
