@@ -217,8 +217,9 @@ def plot(result, path):
     import matplotlib.pyplot as plt
     ok = [r for r in result["grid"] if r["ok"]]
     systems = list(result["systems"])
-    styles = dict(zip(systems, ("-", "--", ":", "-.", (0, (5, 1)))))
-    markers = dict(zip(systems, "osD^v"))
+    dashes = ("-", "--", ":", "-.", (0, (5, 1)), (0, (1, 1)), (0, (3, 1, 1, 1, 1, 1)))
+    styles = {s: dashes[k % len(dashes)] for k, s in enumerate(systems)}
+    markers = {s: "osD^v<>p"[k % 8] for k, s in enumerate(systems)}
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
     def lines(ax, x_key, group_key, value, labels):
@@ -276,10 +277,11 @@ def cmd_scale(args, say):
         return 1
     report(result, say)
     say(f"  wall time {result['wall_s']:.0f} s")
-    if args.plot:
-        plot(result, args.plot)
-        say(f"  plot  {args.plot}")
+    # The JSON first: a figure that cannot be drawn loses no measurement.
     if args.json:
         write_json(args.json, result)
         say(f"  JSON  {args.json}")
+    if args.plot:
+        plot(result, args.plot)
+        say(f"  plot  {args.plot}")
     return 1 if result["errors"] else 0

@@ -174,3 +174,18 @@ def test_a_tiny_scale_run_end_to_end(tmp_path, capsys):
     assert rec["consistent"] and rec["rolled_back"] > 0 and rec["recovery_cycles"] > 0
     assert res["errors"] == []
     assert "rm-1k: 8 tables x 1,000 rows" in capsys.readouterr().out
+
+
+def test_every_system_is_drawn_and_the_json_comes_first(monkeypatch, tmp_path):
+    from trainingcxl.host.protocol.systems import SYSTEMS
+    fake_run(monkeypatch)
+    args = scale_args(tmp_path, systems=tuple(SYSTEMS))
+    assert bench_scale.cmd_scale(args, lambda text: None) == 0
+    assert (tmp_path / "s.png").stat().st_size > 0
+    assert {r["system"] for r in json.loads((tmp_path / "s.json").read_text())["grid"]} == set(SYSTEMS)
+    # A figure that cannot be drawn loses no measurement.
+    (tmp_path / "s.json").unlink()
+    monkeypatch.setattr(bench_scale, "plot", lambda result, path: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        bench_scale.cmd_scale(args, lambda text: None)
+    assert (tmp_path / "s.json").exists()
