@@ -190,11 +190,10 @@ class RayCluster(Cluster):
         """Build every distinct device on every node, pinned there; returns the
         ``(node id, hardware digest)`` of each build."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        distinct = _distinct(configs)
+        builds = [(node, cfg) for node in self._nodes() for cfg in _distinct(configs)]
         refs = [self._build.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-                .remote(sim, cfg.to_dict())
-                for node in self._nodes() for cfg in distinct]
-        return list(zip(self.ray.get(refs), [c.hardware_digest() for _ in self._nodes() for c in distinct]))
+                .remote(sim, cfg.to_dict()) for node, cfg in builds]
+        return list(zip(self.ray.get(refs), [cfg.hardware_digest() for _, cfg in builds]))
 
     def run(self, fn, items):
         ray = self.ray
