@@ -47,9 +47,10 @@ case "$cmd" in
         exec "$VENV/bin/trainingcxl" train --inject-failures 3 --fail-in recovery "$@" ;;
     test)
         # One pytest worker per core (TEST_JOBS overrides; 0 runs in this process):
-        # the simulators are single-threaded, and builds are shared under a lock.
+        # the simulators are single-threaded, and builds are shared under a lock;
+        # tests marked with one xdist_group run on one worker (the Ray tests).
         status=0
-        "$VENV/bin/python" -m pytest -n "${TEST_JOBS:-auto}" "$@" || status=$?
+        "$VENV/bin/python" -m pytest -n "${TEST_JOBS:-auto}" --dist loadgroup "$@" || status=$?
         if [ "$status" = 5 ]; then
             echo "error: pytest collected no tests" >&2
             exit 1

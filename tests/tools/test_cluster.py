@@ -106,6 +106,9 @@ def test_cluster_values():
 
 # -- campaigns on the simulator ---------------------------------------------------------------
 
+# The Ray tests share one pytest worker (run.sh distributes by group): two Ray instances
+# starting at once on one machine could contend for ports, and they share the reference.
+
 #: A small campaign whose runs last long enough (a second or two) to be killed mid-task.
 CAMPAIGN = ["campaign", "--failures", "16", "--per-run", "2", "--batches", "12", "--seed", "5"]
 
@@ -140,6 +143,7 @@ def _task_processes():
 
 @pytest.mark.cocotb
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_a_worker_killed_mid_campaign_on_ray_changes_nothing(reference, tmp_path):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -171,6 +175,7 @@ def test_a_worker_killed_mid_campaign_on_ray_changes_nothing(reference, tmp_path
 
 @pytest.mark.cocotb
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_a_resumed_campaign_gives_the_json_of_an_uninterrupted_one(reference, tmp_path, monkeypatch):
     from trainingcxl.host.tools import journal
     added = []
@@ -193,6 +198,7 @@ def test_a_resumed_campaign_gives_the_json_of_an_uninterrupted_one(reference, tm
 
 @pytest.mark.cocotb
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_ray_builds_each_device_once_on_every_node(monkeypatch):
     """A cluster of two nodes (two raylets on this machine), joined as `--cluster auto`
     joins one: each distinct device is built on each node, pinned there, and no more
