@@ -8,7 +8,8 @@ from pathlib import Path
 
 from trainingcxl.host.tools.argtypes import (add_set_option, fraction as _fraction,
                                              nonneg as _nonneg, positive as _positive,
-                                             save_figure, write_json as _write_json)
+                                             save_figure, with_overrides,
+                                             write_json as _write_json)
 from trainingcxl.spec.config import PRESETS, ConfigError, load_config
 from trainingcxl.host.tools.jobs import run_job
 
@@ -20,13 +21,6 @@ def _config_arg(text):
         return load_config(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _with_overrides(config, assignments):
-    try:
-        return config.with_overrides(assignments)
-    except ConfigError as e:
-        raise SystemExit(f"error: --set: {e}") from None
 
 
 def _check_workload(config, args):
@@ -175,7 +169,7 @@ def cmd_train(args):
         from trainingcxl.host.tools.board_cli import cmd_train_board
         return cmd_train_board(args)
     if args.config is None:
-        args.config = _with_overrides(PRESETS["small"], args.set)
+        args.config = with_overrides(PRESETS["small"], args.set)
     for flag, value in (("--port", args.port), ("--baud", args.baud)):
         if value is not None:
             raise SystemExit(f"error: {flag} is for --target board")
@@ -608,7 +602,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if getattr(args, "set", None) and getattr(args, "config", None) is not None:
-        args.config = _with_overrides(args.config, args.set)
+        args.config = with_overrides(args.config, args.set)
     try:
         return args.func(args)
     except KeyboardInterrupt:

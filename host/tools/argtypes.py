@@ -4,7 +4,8 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["nonneg", "positive", "fraction", "write_json", "save_figure", "add_set_option"]
+__all__ = ["nonneg", "positive", "fraction", "write_json", "save_figure", "add_set_option",
+           "with_overrides"]
 
 
 def nonneg(text):
@@ -62,3 +63,12 @@ def add_set_option(sp):
     sp.add_argument("--set", action="append", default=[], metavar="[GROUP.]FIELD=VALUE",
                     help="change a configuration field, e.g. host_pmem.load_ns=400 or "
                          "pmem.read_latency=80 (repeatable; `trainingcxl config` lists them)")
+
+
+def with_overrides(config, assignments):
+    """``config`` with the ``--set`` assignments applied; a bad one exits with its message."""
+    from trainingcxl.spec.config import ConfigError
+    try:
+        return config.with_overrides(assignments)
+    except ConfigError as e:
+        raise SystemExit(f"error: --set: {e}") from None

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from trainingcxl.host.tools.argtypes import (add_set_option, nonneg, positive, save_figure,
-                                             write_json)
+                                             with_overrides, write_json)
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.spec.config import LINE_BYTES, SCALE_BATCHES, SCALE_ROWS, Config, ModelShape
 from trainingcxl.host.model.energy import DEFAULT_ENERGY, Activity, link_bytes
@@ -65,12 +65,7 @@ def overridden(workloads, assignments):
     """The workloads with ``--set`` applied to each one's configuration."""
     if not assignments:
         return workloads
-    from trainingcxl.spec.config import ConfigError
-    try:
-        return [dataclasses.replace(w, config=w.config.with_overrides(assignments))
-                for w in workloads]
-    except ConfigError as e:
-        raise SystemExit(f"error: --set: {e}") from None
+    return [dataclasses.replace(w, config=with_overrides(w.config, assignments)) for w in workloads]
 
 
 def _per_batch(value, batches):
@@ -308,10 +303,15 @@ def _summarise(results, workloads, systems):
     return out
 
 
+def comparison(value, kind):
+    """A speedup (``"x"``: ``1.34x``) or a saving (``"%"``: ``35.6%``) over a baseline;
+    ``-`` when the run has no such baseline (nothing to compare with, not 0)."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if kind == "x" else f"{value:.1%}"
+
+
 def _table(name, rows, say):
-    def ratio(v, fmt):
-        # Without the baseline in the run there is nothing to compare with: "-", not 0.
-        return "-" if v is None else format(v, fmt) + ("x" if fmt.endswith("f") else "")
     say(f"\n  {name}")
     say(f"  {'system':<10} {'cyc/batch':>10} {'ckpt ovh':>9} {'PMEM wr B':>10} {'link B':>10} "
         f"{'energy mJ':>10}  {'speedup over':>15}  {'energy saving over':>18}")
@@ -323,10 +323,10 @@ def _table(name, rows, say):
             f"{'-' if ovh is None else f'{100 * ovh:.2f}%':>9} "
             f"{f['pmem_bytes_written_per_batch']['total']:>10,.0f} {f['link_bytes_per_batch']:>10,.0f} "
             f"{1e3 * f['energy_per_batch_j']:>10.3f}  "
-            f"{ratio(f.get('speedup_vs_host_pmem'), '.2f'):>9} "
-            f"{ratio(f.get('speedup_vs_pmem'), '.2f'):>5}  "
-            f"{ratio(f.get('energy_saving_vs_host_pmem'), '.1%'):>9} "
-            f"{ratio(f.get('energy_saving_vs_pmem'), '.1%'):>8}")
+            f"{comparison(f.get('speedup_vs_host_pmem'), 'x'):>9} "
+            f"{comparison(f.get('speedup_vs_pmem'), 'x'):>5}  "
+            f"{comparison(f.get('energy_saving_vs_host_pmem'), '%'):>9} "
+            f"{comparison(f.get('energy_saving_vs_pmem'), '%'):>8}")
 
 
 def _plot(summary, path):

@@ -14,7 +14,7 @@ import time
 
 from trainingcxl.host.tools.argtypes import save_figure, write_json
 from trainingcxl.host.tools.bench import (
-    Workload, _ladder, _recovery_row, _recovery_spec, _summarise, overridden)
+    Workload, _ladder, _recovery_row, _recovery_spec, _summarise, comparison, overridden)
 from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.spec.config import SCALE_BATCHES, SCALE_ROWS, scale_ladder
 
@@ -160,10 +160,6 @@ def _num(v, fmt, width=10):
     return f"{'-':>{width}}" if v is None else f"{v:>{width}{fmt}}"
 
 
-def _ratio(v):
-    return f"{'-':>6}" if v is None else f"{v:>5.2f}x"
-
-
 def report(result, say):
     """A table per table size (a row per batch size and system), then the recovery runs."""
     head = (f"  {'batch':>6} {'system':<9} {'cyc/batch':>11} {'ckpt ovh':>9} {'PMEM wr B':>11} "
@@ -182,8 +178,8 @@ def report(result, say):
                 f"{r['pmem_bytes_written_per_batch']['total']:>11,.0f} "
                 f"{r['link_bytes_per_batch']:>11,.0f} {1e3 * r['energy_per_batch_j']:>10.3f} "
                 f"{r['sim_wall_s']:>7.1f} {_num(r['sim_cycles_per_s'], ',.0f', width=9)}  "
-                + " ".join(f"{_ratio(r.get(f'speedup_vs_{b}'))} "
-                           f"{_num(r.get(f'energy_saving_vs_{b}'), '.1%', width=6)}"
+                + " ".join(f"{comparison(r.get(f'speedup_vs_{b}'), 'x'):>6} "
+                           f"{comparison(r.get(f'energy_saving_vs_{b}'), '%'):>6}"
                            for b in ("host_pmem", "pmem")))
     if result["recovery"]:
         say("\n  recovery (cxl, a power failure in an update):")

@@ -24,6 +24,7 @@ share the build). A task whose worker or node is lost is run again, up to
 import argparse
 import os
 import sys
+from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
@@ -53,26 +54,27 @@ def _distinct(configs):
     return list({cfg.hardware_digest(): cfg for cfg in configs}.values())
 
 
-class Cluster:
-    """Runs independent tasks somewhere and yields their results as they finish."""
+class Cluster(ABC):
+    """Runs independent tasks somewhere and yields their results as they finish
+    (:class:`LocalPool`, :class:`RayCluster`)."""
 
     #: What ``--cluster`` said, for the JSON's ``execution`` record.
     name = "?"
 
     @property
+    @abstractmethod
     def workers(self):
         """Tasks that can run at once."""
-        raise NotImplementedError
 
+    @abstractmethod
     def prebuild(self, configs, sim="verilator"):
         """Build each distinct device (by hardware digest) once on every node."""
-        raise NotImplementedError
 
+    @abstractmethod
     def run(self, fn, items):
         """Run ``fn(item)`` for every item; yields ``(index, result)`` as each finishes,
         ``result`` being a :class:`TaskLost` when the task could not be run. ``fn``
         must be a module-level function (it is sent to the workers by name)."""
-        raise NotImplementedError
 
     def close(self):
         """Let the workers go."""
