@@ -42,9 +42,10 @@ from dataclasses import dataclass
 
 from .config import LINE_BITS, LINE_BYTES
 
-__all__ = ["HEADER_FIELDS", "UNDO", "COMMIT", "SNAPSHOT", "RING", "CRC_POLY", "CRC_INIT", "CRC_XOR",
-           "crc_update", "checksum", "Header", "undo_record", "commit_record",
-           "snapshot_header", "ring_header", "decode_undo", "valid_header", "CSUM_MASK"]
+__all__ = ["HEADER_FIELDS", "UNDO", "COMMIT", "SNAPSHOT", "RING", "UNDO_GROUP", "GROUP_RECORDS",
+           "GROUP_FIELDS", "CRC_POLY", "CRC_INIT", "CRC_XOR", "crc_update", "checksum", "Header",
+           "undo_record", "undo_group", "decode_group", "commit_record", "snapshot_header",
+           "ring_header", "decode_undo", "valid_header", "CSUM_MASK"]
 
 #: Header line fields (name, bits), from bit 0.
 HEADER_FIELDS = (("magic", 16), ("gen", 16), ("batch", 32), ("a", 32), ("b", 32), ("csum", 32))
@@ -52,6 +53,14 @@ UNDO = 0x5544         # "UD"
 COMMIT = 0x434D       # "CM"
 SNAPSHOT = 0x534E     # "SN"
 RING = 0x5248         # "RH"
+UNDO_GROUP = 0x5547   # "UG"
+
+#: Undo records a group holds at most: their data lines, then one line of their headers.
+GROUP_RECORDS = 6
+#: The group line's common fields (name, bits), from bit 0; then ``GROUP_RECORDS``
+#: entries of (``addr`` 32, ``csum`` 32).
+GROUP_FIELDS = (("magic", 16), ("gen", 16), ("batch", 32), ("lsn", 32), ("count", 8))
+_GROUP_COMMON = sum(bits for _, bits in GROUP_FIELDS)
 
 CRC_POLY = 0x1EDC6F41
 CRC_INIT = 0xFFFFFFFF
@@ -176,3 +185,56 @@ def valid_header(line, magic):
 
 
 assert sum(bits for _, bits in HEADER_FIELDS) <= LINE_BITS
+
+
+# -- packed undo records ---------------------------------------------------------------
+
+def _record_csum(*, gen, batch, lsn, addr, row_lines):
+    """A record's checksum: the same as :func:`undo_record`'s (its data lines and its
+    header with ``csum`` zero), so a packed record checks itself as an unpacked one does."""
+    return checksum([*row_lines, Header(UNDO, gen, batch, lsn, addr, 0).pack()])
+
+
+def undo_group(*, gen, batch, lsn, records):
+    """The lines of a group of undo records of one batch: every record's data lines in
+    order, then one line holding the group's fields and, per record, its media line
+    and checksum. ``records``: ``(addr, row_lines)`` pairs, 1 to :data:`GROUP_RECORDS`;
+    the first record's log sequence number is ``lsn``, the next ones follow."""
+    if not 1 <= len(records) <= GROUP_RECORDS:
+        raise ValueError(f"a group holds 1 to {GROUP_RECORDS} records, not {len(records)}")
+    line, at = 0, 0
+    for (name, bits), value in zip(GROUP_FIELDS, (UNDO_GROUP, gen, batch, lsn, len(records))):
+        line |= value << at
+        at += bits
+    data = []
+    for k, (addr, row_lines) in enumerate(records):
+        csum = _record_csum(gen=gen, batch=batch, lsn=lsn + k, addr=addr, row_lines=row_lines)
+        line |= (addr | csum << 32) << (_GROUP_COMMON + 64 * k)
+        data += row_lines
+    return [*data, line]
+
+
+def decode_group(line, data_lines):
+    """The intact records of a group, newest first, as ``(Header, row_lines)`` like
+    :func:`decode_undo`; ``data_lines(k)`` gives record ``k``'s data lines. A record
+    whose checksum fails (torn data, a torn group line) is left out; a line that is
+    no group gives ``[]``."""
+    fields, at = {}, 0
+    for name, bits in GROUP_FIELDS:
+        fields[name] = (line >> at) & ((1 << bits) - 1)
+        at += bits
+    if fields["magic"] != UNDO_GROUP or not 1 <= fields["count"] <= GROUP_RECORDS:
+        return []
+    out = []
+    for k in reversed(range(fields["count"])):
+        entry = line >> (_GROUP_COMMON + 64 * k)
+        addr, csum = entry & 0xFFFFFFFF, (entry >> 32) & 0xFFFFFFFF
+        rows = data_lines(k)
+        lsn = fields["lsn"] + k
+        if _record_csum(gen=fields["gen"], batch=fields["batch"], lsn=lsn, addr=addr,
+                        row_lines=rows) == csum:
+            out.append((Header(UNDO, fields["gen"], fields["batch"], lsn, addr, csum), rows))
+    return out
+
+
+assert _GROUP_COMMON + 64 * GROUP_RECORDS <= LINE_BITS
