@@ -226,6 +226,7 @@ class Device(wiring.Component):
                 logger.durable.eq(ckpt.durable),
                 logger.durable_valid.eq(ckpt.durable_valid),
                 logger.restart.eq(ckpt.restart),
+                logger.flush.eq(~lookup.busy),
                 # A coalesced UPDATE checks each row against the logger's stamps.
                 update.logging.eq(ckpt.logging),
                 logger.query_addr.eq(update.log_addr),
@@ -265,7 +266,7 @@ class Device(wiring.Component):
             # Busy cycles of the checkpoint engines: records waiting to persist, a pull running.
             log_busy = Signal(32)
             snapshot_busy = Signal(32)
-            m.d.sync += [log_busy.eq(log_busy + ~logger.drained),
+            m.d.sync += [log_busy.eq(log_busy + logger.busy),
                          snapshot_busy.eq(snapshot_busy + ckpt.snap_busy)]
             m.d.comb += [control.counter(Reg.LOG_BUSY).eq(log_busy),
                          control.counter(Reg.SNAPSHOT_BUSY).eq(snapshot_busy)]

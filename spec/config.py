@@ -23,6 +23,7 @@ from pathlib import Path
 
 __all__ = [
     "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
+    "GROUP_RECORDS",
     "ConfigError",
     "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "HostPmemTiming", "ModelShape", "GpuTiming", "Config",
     "PRESETS", "load_config", "CRITEO_KAGGLE_ROWS", "CRITEO_KAGGLE_CAP", "criteo_kaggle",
@@ -40,6 +41,9 @@ ADDR_BITS = 46
 #: Lines of undo ring headers (``Config.ring_base``): written in turn, so a torn one leaves
 #: the one before it.
 RING_HEADERS = 2
+#: Undo records an undo group (one slot of the log ring) holds at most: their
+#: (addr, csum) entries share the group line (spec/records.py).
+GROUP_RECORDS = 6
 
 
 class ConfigError(ValueError):
@@ -464,8 +468,9 @@ class Config:
         _check(isinstance(self.commit_lines, int) and 2 <= self.commit_lines <= 1024,
                f"commit_lines must be in [2, 1024] (a torn commit record must leave the one "
                f"before it), not {self.commit_lines!r}")
-        _check(self.log_size >= self.rec_lines,
-               f"log_lines = {self.log_lines} holds no undo record of {self.rec_lines} lines")
+        _check(self.log_size >= 2 * self.group_lines,
+               f"log_lines = {self.log_lines} holds fewer than two undo groups of "
+               f"{self.group_lines} lines")
         _check(self.snapshot_size >= 2,
                f"snapshot_lines must be at least 2 (a header and data), not {self.snapshot_lines}")
         _check(isinstance(self.log_buffer, int) and self.log_buffer >= 4
@@ -506,13 +511,21 @@ class Config:
     # -- checkpoint regions -------------------------------------------------------------
 
     @property
-    def rec_lines(self):
-        """Lines of one undo record: the row's old lines, then a header line."""
-        return self.lines_per_row + 1
+    def group_lines(self):
+        """Lines of one slot of the undo log ring: a group line, then the data lines of
+        up to :data:`GROUP_RECORDS` records (spec/records.py)."""
+        return 1 + GROUP_RECORDS * self.lines_per_row
 
     def records_per_batch(self, batch_size):
         """Most undo records one batch can need: one per distinct row it touches."""
         return min(sum(self.tables), batch_size * self.n_tables * self.max_pooling)
+
+    @staticmethod
+    def groups_for(records):
+        """Most ring slots a batch of ``records`` undo records takes: full groups, and one
+        more for a group an ``UPDATE`` closes early (one of a batch looked up while the
+        one before it updates, in relaxed order)."""
+        return -(-records // GROUP_RECORDS) + 1 if records else 0
 
     @property
     def log_size(self):
@@ -523,11 +536,12 @@ class Config:
         relaxed order, the one looked up early hold live records."""
         if self.log_lines:
             return self.log_lines
-        return 2 * self.records_per_batch(self.model.batch_size) * self.rec_lines
+        return 2 * self.groups_for(self.records_per_batch(self.model.batch_size)) * self.group_lines
 
     @property
-    def log_slots(self):
-        return self.log_size // self.rec_lines
+    def log_groups(self):
+        """Slots of the undo log ring, a group each."""
+        return self.log_size // self.group_lines
 
     @property
     def mlp_params(self):

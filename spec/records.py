@@ -11,16 +11,29 @@ field      bits  meaning
 ``magic``  16    the kind of record (:data:`UNDO`, :data:`COMMIT`, :data:`SNAPSHOT`, :data:`RING`)
 ``gen``    16    recovery generation the record was written in
 ``batch``  32    batch id (ring header: the newest record's)
-``a``      32    undo: log sequence number; commit: staleness bound K; snapshot: data lines;
+``a``      32    undo: log sequence number (LSN); commit: staleness bound K; snapshot: data lines;
                  ring header: the LSN of the next record (records so far in ``gen``)
 ``b``      32    undo: media line of the row's first line; snapshot: data checksum;
-                 ring header: first media line of the slot of the next record
+                 ring header: first media line of the slot of the next group
 ``csum``   32    checksum of the record with this field zero
 =========  ====  ==========================================================
 
-* **Undo record** (log ring, ``1 + lines_per_row`` lines per slot): the row's
-  old contents, line by line, then the header. ``csum`` covers the data lines
-  and the header, so a record torn anywhere (8-byte granularity) fails it.
+* **Undo record**: a row's old contents, line by line, and a header that is
+  never stored whole: ``a`` is the record's log sequence number (LSN), ``b``
+  the row's first media line. Its checksum (:func:`record_csum`) covers the
+  data lines and that header, so a record torn anywhere (8-byte granularity)
+  fails it.
+* **Undo group** (log ring, one group per slot of ``Config.group_lines`` =
+  ``1 + GROUP_RECORDS * lines_per_row`` lines): up to :data:`GROUP_RECORDS`
+  records of one batch with consecutive LSNs. The slot's first line is the
+  *group line* (:data:`GROUP_FIELDS`: ``magic`` :data:`UNDO_GROUP`, ``gen``,
+  ``batch``, the first record's ``lsn``, ``count``; then each record's
+  ``addr`` and ``csum``, 64 bits a record); record ``k``'s data lines follow at
+  ``1 + k * lines_per_row``. Six headers share a line, so a row of dim 16 costs
+  7/6 log lines instead of 2. The group line is written once its records'
+  data lines are persistent and after its last record; a group is closed when
+  it is full, when the next row is of another batch, or when an ``UPDATE``
+  waits for the log.
 * **Commit record** (commit region, one line per slot): the header alone.
 * **Ring header** (:data:`~trainingcxl.spec.config.RING_HEADERS` lines at
   ``Config.ring_base``, written in turn): the header alone, written once every
@@ -40,12 +53,13 @@ line per cycle with an XOR network derived from :func:`crc_update`.
 
 from dataclasses import dataclass
 
-from .config import LINE_BITS, LINE_BYTES
+from .config import GROUP_RECORDS, LINE_BITS, LINE_BYTES
 
 __all__ = ["HEADER_FIELDS", "UNDO", "COMMIT", "SNAPSHOT", "RING", "UNDO_GROUP", "GROUP_RECORDS",
-           "GROUP_FIELDS", "CRC_POLY", "CRC_INIT", "CRC_XOR", "crc_update", "checksum", "Header",
-           "undo_record", "undo_group", "decode_group", "commit_record", "snapshot_header",
-           "ring_header", "decode_undo", "valid_header", "CSUM_MASK"]
+           "GROUP_FIELDS", "GROUP_COMMON_BITS", "CRC_POLY", "CRC_INIT", "CRC_XOR", "crc_update",
+           "checksum", "Header", "record_csum", "group_line", "undo_group", "decode_group_line",
+           "decode_record", "commit_record", "snapshot_header", "ring_header", "valid_header",
+           "CSUM_MASK"]
 
 #: Header line fields (name, bits), from bit 0.
 HEADER_FIELDS = (("magic", 16), ("gen", 16), ("batch", 32), ("a", 32), ("b", 32), ("csum", 32))
@@ -55,12 +69,10 @@ SNAPSHOT = 0x534E     # "SN"
 RING = 0x5248         # "RH"
 UNDO_GROUP = 0x5547   # "UG"
 
-#: Undo records a group holds at most: their data lines, then one line of their headers.
-GROUP_RECORDS = 6
 #: The group line's common fields (name, bits), from bit 0; then ``GROUP_RECORDS``
 #: entries of (``addr`` 32, ``csum`` 32).
 GROUP_FIELDS = (("magic", 16), ("gen", 16), ("batch", 32), ("lsn", 32), ("count", 8))
-_GROUP_COMMON = sum(bits for _, bits in GROUP_FIELDS)
+GROUP_COMMON_BITS = sum(bits for _, bits in GROUP_FIELDS)
 
 CRC_POLY = 0x1EDC6F41
 CRC_INIT = 0xFFFFFFFF
@@ -137,12 +149,6 @@ def _sealed(header, data_lines=()):
     return body.with_csum(checksum([*data_lines, body.pack()]))
 
 
-def undo_record(*, gen, batch, lsn, addr, row_lines):
-    """The lines of an undo record (data lines, then the header)."""
-    header = _sealed(Header(UNDO, gen, batch, lsn, addr, 0), row_lines)
-    return [*row_lines, header.pack()]
-
-
 def commit_record(*, gen, batch, staleness=0):
     """A commit record; it also keeps the staleness bound K in force (``a``)."""
     return _sealed(Header(COMMIT, gen, batch, staleness, 0, 0)).pack()
@@ -163,19 +169,6 @@ def ring_header(*, gen, batch, next_lsn, next_slot):
 CSUM_MASK = ((1 << 32) - 1) << 128
 
 
-def decode_undo(lines):
-    """``(Header, row_lines)`` of an undo record, or ``None`` if it is torn or no record.
-
-    The checksum covers the header line as stored (with ``csum`` zeroed), so
-    any bit of the line that differs from what was sealed, even beyond the
-    fields, makes the record torn."""
-    *data, last = lines
-    header = Header.unpack(last)
-    if header.magic != UNDO or checksum([*data, last & ~CSUM_MASK]) != header.csum:
-        return None
-    return header, data
-
-
 def valid_header(line, magic):
     """The header of a commit record, snapshot or ring header line if it is intact, else ``None``."""
     header = Header.unpack(line)
@@ -187,54 +180,65 @@ def valid_header(line, magic):
 assert sum(bits for _, bits in HEADER_FIELDS) <= LINE_BITS
 
 
-# -- packed undo records ---------------------------------------------------------------
+# -- undo groups ----------------------------------------------------------------------
 
-def _record_csum(*, gen, batch, lsn, addr, row_lines):
-    """A record's checksum: the same as :func:`undo_record`'s (its data lines and its
-    header with ``csum`` zero), so a packed record checks itself as an unpacked one does."""
+def record_csum(*, gen, batch, lsn, addr, row_lines):
+    """An undo record's checksum: its data lines, then the header line it would have
+    alone (``UNDO``, ``gen``, ``batch``, ``a`` = ``lsn``, ``b`` = ``addr``, ``csum``
+    zero). The record checks itself inside a group, whatever its neighbours."""
     return checksum([*row_lines, Header(UNDO, gen, batch, lsn, addr, 0).pack()])
 
 
-def undo_group(*, gen, batch, lsn, records):
-    """The lines of a group of undo records of one batch: every record's data lines in
-    order, then one line holding the group's fields and, per record, its media line
-    and checksum. ``records``: ``(addr, row_lines)`` pairs, 1 to :data:`GROUP_RECORDS`;
-    the first record's log sequence number is ``lsn``, the next ones follow."""
-    if not 1 <= len(records) <= GROUP_RECORDS:
-        raise ValueError(f"a group holds 1 to {GROUP_RECORDS} records, not {len(records)}")
+def group_line(*, gen, batch, lsn, entries):
+    """A group line: the common fields, then ``(addr, csum)`` of each record."""
+    if not 1 <= len(entries) <= GROUP_RECORDS:
+        raise ValueError(f"a group holds 1 to {GROUP_RECORDS} records, not {len(entries)}")
     line, at = 0, 0
-    for (name, bits), value in zip(GROUP_FIELDS, (UNDO_GROUP, gen, batch, lsn, len(records))):
+    for (name, bits), value in zip(GROUP_FIELDS, (UNDO_GROUP, gen, batch, lsn, len(entries))):
+        assert 0 <= value < (1 << bits), f"{name} = {value} does not fit {bits} bits"
         line |= value << at
         at += bits
-    data = []
-    for k, (addr, row_lines) in enumerate(records):
-        csum = _record_csum(gen=gen, batch=batch, lsn=lsn + k, addr=addr, row_lines=row_lines)
-        line |= (addr | csum << 32) << (_GROUP_COMMON + 64 * k)
-        data += row_lines
-    return [*data, line]
+    for k, (addr, csum) in enumerate(entries):
+        line |= (addr | csum << 32) << (GROUP_COMMON_BITS + 64 * k)
+    return line
 
 
-def decode_group(line, data_lines):
-    """The intact records of a group, newest first, as ``(Header, row_lines)`` like
-    :func:`decode_undo`; ``data_lines(k)`` gives record ``k``'s data lines. A record
-    whose checksum fails (torn data, a torn group line) is left out; a line that is
-    no group gives ``[]``."""
+def undo_group(*, gen, batch, lsn, records):
+    """The lines of a group of undo records of one batch, as a slot holds them: the
+    group line, then every record's data lines in order. ``records``: ``(addr,
+    row_lines)`` pairs, 1 to :data:`GROUP_RECORDS`; the first record's log sequence
+    number is ``lsn``, the next ones follow."""
+    entries = [(addr, record_csum(gen=gen, batch=batch, lsn=lsn + k, addr=addr, row_lines=rows))
+               for k, (addr, rows) in enumerate(records)]
+    line = group_line(gen=gen, batch=batch, lsn=lsn, entries=entries)
+    return [line, *(row for _, rows in records for row in rows)]
+
+
+def decode_group_line(line):
+    """``(fields, entries)`` of a group line, or ``None`` if it is no group: ``fields``
+    maps :data:`GROUP_FIELDS` names to values, ``entries`` lists ``(addr, csum)``."""
     fields, at = {}, 0
     for name, bits in GROUP_FIELDS:
         fields[name] = (line >> at) & ((1 << bits) - 1)
         at += bits
     if fields["magic"] != UNDO_GROUP or not 1 <= fields["count"] <= GROUP_RECORDS:
-        return []
-    out = []
-    for k in reversed(range(fields["count"])):
-        entry = line >> (_GROUP_COMMON + 64 * k)
-        addr, csum = entry & 0xFFFFFFFF, (entry >> 32) & 0xFFFFFFFF
-        rows = data_lines(k)
-        lsn = fields["lsn"] + k
-        if _record_csum(gen=fields["gen"], batch=fields["batch"], lsn=lsn, addr=addr,
-                        row_lines=rows) == csum:
-            out.append((Header(UNDO, fields["gen"], fields["batch"], lsn, addr, csum), rows))
-    return out
+        return None
+    entries = []
+    for k in range(fields["count"]):
+        entry = line >> (GROUP_COMMON_BITS + 64 * k)
+        entries.append((entry & _MASK, (entry >> 32) & _MASK))
+    return fields, entries
 
 
-assert _GROUP_COMMON + 64 * GROUP_RECORDS <= LINE_BITS
+def decode_record(fields, entries, k, row_lines):
+    """Record ``k`` of a decoded group as a :class:`Header` (``a`` its LSN, ``b`` its
+    row's media line) if ``row_lines`` are its intact data, else ``None``."""
+    addr, csum = entries[k]
+    lsn = fields["lsn"] + k
+    if record_csum(gen=fields["gen"], batch=fields["batch"], lsn=lsn, addr=addr,
+                   row_lines=row_lines) != csum:
+        return None
+    return Header(UNDO, fields["gen"], fields["batch"], lsn, addr, csum)
+
+
+assert GROUP_COMMON_BITS + 64 * GROUP_RECORDS <= LINE_BITS

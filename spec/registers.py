@@ -236,11 +236,11 @@ REGISTERS = (
        ("d", 0, 32, "recovered batch D"), ("m", 32, 32, "snapshot batch m")),
     _r("RECOVERED_INFO", 0x38, "RO", "STATUS", "validity and work of the last RECOVER",
        ("d_valid", 0, 1, "D is valid"), ("m_valid", 1, 1, "m is valid"),
-       ("lines_read", 2, 30, "media lines read (undo records rolled back x rec_lines, "
-                             "plus a constant)"),
+       ("lines_read", 2, 30, "media lines read (the rows rolled back, a line per "
+                             "undo group, plus a constant)"),
        ("rolled_back", 32, 32, "undo records rolled back")),
     _counter("LOG_RECORDS", 0x39, "undo records written"),
-    _counter("LOG_FULL", 0x3A, "cycles the undo logger waited for ring space"),
+    _counter("LOG_FULL", 0x3A, "cycles a row waited for a slot of the undo log ring"),
     _counter("CKPT_STALLS", 0x3B, "cycles a LOOKUP waited for the snapshot to come within K"),
     _counter("LOG_BARRIER", 0x3C, "cycles an UPDATE waited for its undo records to persist"),
     _counter("RECOVER_CYCLES", 0x3D, "cycles spent in RECOVER"),
@@ -260,7 +260,7 @@ REGISTERS = (
     _counter("LINK_TO_HOST_DATA", 0x4B, "of those, data lines"),
     _r("LINK_LATENCY", 0x4C, "RW", "CONTROL", "one-way latency of the link model in cycles",
        ("mem", 0, 12, "CXL.mem"), ("cache", 16, 12, "CXL.cache")),
-    _counter("LOG_BUSY", 0x4D, "cycles the undo logger held records not yet persistent"),
+    _counter("LOG_BUSY", 0x4D, "cycles the undo logger had rows to write or writes in flight"),
     _counter("SNAPSHOT_BUSY", 0x4E, "cycles a snapshot pull was in progress"),
     _r("CACHE_STRAYS", 0x4F, "RO", "DIAGNOSTIC",
        "CXL.cache messages dropped: they named no outstanding transaction"),

@@ -4,18 +4,17 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS, LINE_BYTES, RING_HEADERS
-from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, UNDO
+from trainingcxl.spec.config import GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
+from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, UNDO, UNDO_GROUP
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LineOp, LinePortSignature
 from ..cxl.messages import ADDR_BITS
 from .crc import CRC_INIT, CRC_XOR, crc_part
-from .layouts import header_layout, sealed_header
+from .layouts import CSUM, group_layout, header_layout, sealed_header
 from .snapshot import SnapshotPuller
 
 __all__ = ["CheckpointEngine"]
 
-_CSUM = slice(128, 160)         # the csum field inside a header line
 
 
 class CheckpointEngine(wiring.Component):
@@ -139,9 +138,8 @@ class CheckpointEngine(wiring.Component):
         cfg = self._config
         abits = cfg.media_addr_bits
         lpr = cfg.lines_per_row
-        rec = cfg.rec_lines
-        slots = cfg.log_slots
-        last_slot = cfg.log_base + (slots - 1) * rec
+        groups = cfg.log_groups
+        last_slot = cfg.log_base + (groups - 1) * cfg.group_lines
 
         # -- state
         ready = Signal()
@@ -213,15 +211,13 @@ class CheckpointEngine(wiring.Component):
 
         # -- recovery: issue side (addresses) and receive side (checks), decoupled
         iss_addr = Signal(abits)
-        iss_left = Signal(32)           # reads still to issue in this phase
-        iss_j = Signal(range(rec))
-        rcv_left = Signal(32)           # lines still to receive in this phase
-        rcv_j = Signal(range(rec))
-        phase = Signal(range(4))        # 0 commits, 1 snapshot headers, 2 ring headers, 3 rollback
+        iss_left = Signal(32)           # reads still to issue in this phase (the walk: of a group)
+        rcv_left = Signal(32)           # lines still to receive in this phase (phases 0 to 2)
+        phase = Signal(range(4))        # 0 commits, 1 snapshot headers, 2 ring headers, 3 the walk
         reading = Signal()
         # Reads issued and not yet received: at most ``window``, so a walk that stops reads
         # at most that many lines past the record that stopped it.
-        window = max(rec, cfg.pmem.read_depth)
+        window = max(lpr, cfg.pmem.read_depth)
         inflight = Signal(range(window + 1))
         writing = Signal()
 
@@ -239,7 +235,7 @@ class CheckpointEngine(wiring.Component):
         rh_slot = Array(Signal(32, name=f"ring{k}_slot") for k in range(RING_HEADERS))
         rh_batch = Array(Signal(32, name=f"ring{k}_batch") for k in range(RING_HEADERS))
         exp_lsn = Signal(32)            # the LSN the next record of the walk must have
-        stopped = Signal()              # the walk met a record it does not roll back
+        stopped = Signal()              # the walk met a group or record it does not roll back
         rolled = Signal(32)
         linebuf = Array(Signal(LINE_BITS, name=f"undo_line{k}") for k in range(lpr))
         wr_j = Signal(range(max(2, lpr)))
@@ -249,7 +245,20 @@ class CheckpointEngine(wiring.Component):
         pending = Signal()              # a received line still waits for its verdict
         hold = Signal()                 # the next line waits for that verdict
 
-        # Issue: sequential, except that the rollback walks records backwards.
+        # The walk, a group at a time: its group line; once that is in, its records'
+        # data lines, newest record first; then the group line of the slot before.
+        w_slot = Signal(abits)          # the group being walked
+        w_left = Signal(32)             # groups the walk may still read
+        iss_group = Signal()            # the group line is the next read
+        iss_j = Signal(range(max(2, lpr)))
+        group = Signal(group_layout)    # the group line received
+        g_new = Signal()                # ... and not yet judged
+        r_group = Signal()              # the next line received is a group line
+        r_i = Signal(range(GROUP_RECORDS))      # record of the next data line received
+        r_j = Signal(range(max(2, lpr)))        # its line
+        prev_slot = Mux(w_slot == cfg.log_base, last_slot, w_slot - cfg.group_lines)
+
+        # Issue: sequential, except for the walk.
         m.d.comb += [port.req.payload.tag.eq(0)]
         with m.If(writing):
             m.d.comb += [
@@ -257,41 +266,46 @@ class CheckpointEngine(wiring.Component):
                 port.req.payload.addr.eq(hdr_b + wr_j), port.req.payload.data.eq(linebuf[wr_j]),
             ]
         with m.Elif(reading):
-            m.d.comb += [port.req.valid.eq(iss_left != 0), port.req.payload.op.eq(LineOp.READ),
-                         port.req.payload.addr.eq(iss_addr)]
+            m.d.comb += [port.req.valid.eq((iss_left != 0) | iss_group),
+                         port.req.payload.op.eq(LineOp.READ),
+                         port.req.payload.addr.eq(Mux(iss_group, w_slot, iss_addr))]
         rfire = reading & ~writing & port.req.valid & port.req.ready & (inflight != window)
         with m.If(reading & ~writing & (inflight == window)):
             m.d.comb += port.req.valid.eq(0)
         with m.If(rfire):
-            m.d.sync += iss_left.eq(iss_left - 1)
-            with m.If(phase == 1):
-                m.d.sync += iss_addr.eq(cfg.snapshot_base[1])
-            with m.Elif(phase == 3):
-                with m.If(iss_j == rec - 1):
-                    m.d.sync += [iss_j.eq(0),
-                                 iss_addr.eq(Mux(iss_addr - lpr == cfg.log_base, last_slot,
-                                                 iss_addr - lpr - rec))]
-                with m.Else():
-                    m.d.sync += [iss_j.eq(iss_j + 1), iss_addr.eq(iss_addr + 1)]
+            with m.If(iss_group):
+                m.d.sync += iss_group.eq(0)
             with m.Else():
-                m.d.sync += iss_addr.eq(iss_addr + 1)
+                m.d.sync += iss_left.eq(iss_left - 1)
+                with m.If(phase == 1):
+                    m.d.sync += iss_addr.eq(cfg.snapshot_base[1])
+                with m.Elif(phase == 3):
+                    with m.If(iss_j == lpr - 1):
+                        # Line 0 of the record before; after record 0, the group before.
+                        m.d.sync += [iss_j.eq(0), iss_addr.eq(iss_addr - (2 * lpr - 1))]
+                        with m.If((iss_left == 1) & (w_left > 1)):
+                            m.d.sync += [w_slot.eq(prev_slot), w_left.eq(w_left - 1),
+                                         iss_group.eq(1)]
+                    with m.Else():
+                        m.d.sync += [iss_j.eq(iss_j + 1), iss_addr.eq(iss_addr + 1)]
+                with m.Else():
+                    m.d.sync += iss_addr.eq(iss_addr + 1)
 
         # Receive: checksums and decisions, in read order.
         rd = port.rdata.payload.data
         hdr = Signal(header_layout)
         m.d.comb += hdr.eq(rd[:header_layout.size])
         single = phase < 3                          # one-line records
-        is_header = single | (rcv_j == rec - 1)
         zeroed = Signal(LINE_BITS)
         m.d.comb += zeroed.eq(rd)
-        with m.If(is_header):
-            m.d.comb += zeroed[_CSUM].eq(0)
+        with m.If(single):
+            m.d.comb += zeroed[CSUM].eq(0)
         crc = Signal(32)
         # A line is taken once its checksum has taken all its parts; decisions are
         # made on the last one.
         fold = Signal(range(cfg.crc_folds))
         last_fold = fold == cfg.crc_folds - 1
-        crc_in = Mux((single | (rcv_j == 0)) & (fold == 0), CRC_INIT, crc)
+        crc_in = Mux((single | (r_j == 0)) & (fold == 0), CRC_INIT, crc)
         crc_next = Signal(32)
         m.d.comb += crc_next.eq(crc_part(m, crc_in, zeroed, fold, cfg.crc_folds))
 
@@ -302,12 +316,18 @@ class CheckpointEngine(wiring.Component):
         m.d.sync += inflight.eq(inflight + rfire - rcv)
         with m.If(recovering & rfire):
             m.d.sync += self.recover_lines.eq(self.recover_lines + 1)
+        ends_record = (phase == 3) & ~r_group & (r_j == lpr - 1)
         with m.If(rcv):
             m.d.sync += [rcv_left.eq(rcv_left - 1), crc.eq(crc_next), fold.eq(0)]
-            with m.If(~single):
-                m.d.sync += rcv_j.eq(Mux(rcv_j == rec - 1, 0, rcv_j + 1))
-                with m.If(rcv_j != rec - 1):
-                    m.d.sync += linebuf[rcv_j].eq(rd)
+            with m.If(phase == 3):
+                with m.If(r_group):
+                    m.d.sync += [group.eq(rd), g_new.eq(1), r_group.eq(0)]
+                with m.Else():
+                    m.d.sync += linebuf[r_j].eq(rd)
+                    with m.If(r_j == lpr - 1):
+                        m.d.sync += [r_j.eq(0), r_i.eq(r_i - 1), r_group.eq(r_i == 0)]
+                    with m.Else():
+                        m.d.sync += r_j.eq(r_j + 1)
 
         # The verdict on a received line: at once, or (with register slices) a
         # cycle later from registered copies, which takes the CRC network and
@@ -316,21 +336,24 @@ class CheckpointEngine(wiring.Component):
             v_fire = Signal()
             v_crc = Signal(32)
             v_hdr = Signal(header_layout)
-            v_j = Signal.like(rcv_j)
             v_left = Signal.like(rcv_left)
+            v_end = Signal()
+            v_i = Signal.like(r_i)
             m.d.sync += v_fire.eq(rcv)
             with m.If(rcv):
-                m.d.sync += [v_crc.eq(crc_next ^ CRC_XOR), v_hdr.eq(hdr), v_j.eq(rcv_j),
-                             v_left.eq(rcv_left)]
+                m.d.sync += [v_crc.eq(crc_next), v_hdr.eq(hdr), v_left.eq(rcv_left),
+                             v_end.eq(ends_record), v_i.eq(r_i)]
             # A rollback decision starts its writes a cycle late: hold the next
             # line back meanwhile, so that it cannot overwrite the line buffer.
             m.d.comb += [pending.eq(v_fire), hold.eq(v_fire & (phase == 3))]
-            intact = v_crc == v_hdr.csum
         else:
-            v_fire, v_hdr, v_j, v_left = rcv, hdr, rcv_j, rcv_left
-            intact = (crc_next ^ CRC_XOR) == hdr.csum
-        undo_live = (intact & (v_hdr.magic == UNDO) & (v_hdr.gen == best_gen)
-                     & (v_hdr.batch > d_batch) & (v_hdr.a == exp_lsn) & ~stopped)
+            v_fire, v_crc, v_hdr, v_left, v_end, v_i = rcv, crc_next, hdr, rcv_left, ends_record, r_i
+        intact = (v_crc ^ CRC_XOR) == v_hdr.csum
+        # A record is intact if its checksum, over its data lines and the header it would
+        # have alone (spec/records.py), is the one its group line holds.
+        entry = group.entries[v_i]
+        record_intact = sealed_header(m, magic=UNDO, gen=group.gen, batch=group.batch,
+                                      a=group.lsn + v_i, b=entry.addr, crc=v_crc)[CSUM] == entry.csum
         with m.If(v_fire):
             with m.Switch(phase):
                 with m.Case(0):
@@ -350,16 +373,30 @@ class CheckpointEngine(wiring.Component):
                         m.d.sync += [rhv.bit_select(k, 1).eq(1), rh_next[k].eq(v_hdr.a),
                                      rh_slot[k].eq(v_hdr.b), rh_batch[k].eq(v_hdr.batch)]
                 with m.Case(3):
-                    with m.If(v_j == rec - 1):
-                        with m.If(undo_live):
-                            m.d.sync += [hdr_b.eq(v_hdr.b), wr_j.eq(0), writing.eq(1),
+                    with m.If(v_end & ~stopped):
+                        with m.If(record_intact):
+                            m.d.sync += [hdr_b.eq(entry.addr), wr_j.eq(0), writing.eq(1),
                                          rolled.eq(rolled + 1), exp_lsn.eq(exp_lsn - 1)]
                         with m.Else():
-                            # Older records are durable, reclaimed or of another
-                            # timeline: nothing more to issue.
-                            m.d.sync += [stopped.eq(1), iss_left.eq(0)]
+                            m.d.sync += stopped.eq(1)
+        # A group is walked if it is of generation g, of a batch after D, and its newest
+        # record is the one expected; else the walk ends there (older groups are durable,
+        # reclaimed or of another timeline).
+        walked = ((group.magic == UNDO_GROUP) & (group.count != 0) & (group.count <= GROUP_RECORDS)
+                  & (group.gen == best_gen) & (group.batch > d_batch)
+                  & ((group.lsn + group.count - 1)[:32] == exp_lsn))
+        with m.If(g_new):
+            m.d.sync += g_new.eq(0)
+            with m.If(walked & ~stopped):
+                m.d.sync += [iss_left.eq(group.count * lpr), iss_j.eq(0),
+                             iss_addr.eq(w_slot + 1 + (group.count - 1) * lpr),
+                             r_i.eq(group.count - 1), r_j.eq(0)]
+            with m.Else():
+                m.d.sync += stopped.eq(1)
+        with m.If(stopped):
+            m.d.sync += [iss_left.eq(0), iss_group.eq(0)]
         # Every line issued is received and has had its verdict.
-        received = (iss_left == 0) & (inflight == 0) & ~pending
+        received = (iss_left == 0) & ~iss_group & ~g_new & (inflight == 0) & ~pending
         with m.If(writing & port.req.ready):
             m.d.sync += wr_j.eq(wr_j + 1)
             with m.If(wr_j == lpr - 1):
@@ -367,7 +404,7 @@ class CheckpointEngine(wiring.Component):
 
         def begin(phase_no, addr, lines):
             m.d.sync += [phase.eq(phase_no), iss_addr.eq(addr), iss_left.eq(lines),
-                         rcv_left.eq(lines), iss_j.eq(0), rcv_j.eq(0), reading.eq(1)]
+                         rcv_left.eq(lines), reading.eq(1)]
 
         with m.FSM() as fsm:
             m.d.comb += self.recovering.eq(Cat(
@@ -436,6 +473,7 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += self.restart.eq(1)
                 with m.If(~puller.busy & (outstanding == 0)):
                     m.d.sync += [ready.eq(0), found.eq(0), rsv.eq(0), rhv.eq(0), stopped.eq(0),
+                                 g_new.eq(0), iss_group.eq(0),
                                  rolled.eq(0), self.recovered_flags.eq(0),
                                  self.recover_lines.eq(0)]
                     begin(0, cfg.commit_base, cfg.commit_lines)
@@ -488,9 +526,11 @@ class CheckpointEngine(wiring.Component):
                     nxt = Mux(k1, rh_slot[1], rh_slot[0])
                     newest_batch = Mux(k1, rh_batch[1], rh_batch[0])
                     with m.If(rhv.any() & (e != 0) & (newest_batch > dd)):
-                        begin(3, Mux(nxt == cfg.log_base, last_slot, nxt - rec),
-                              Mux(e >= slots, slots * rec, e * rec))
-                        m.d.sync += exp_lsn.eq(e - 1)
+                        begin(3, 0, 0)
+                        m.d.sync += [exp_lsn.eq(e - 1), iss_group.eq(1), r_group.eq(1),
+                                     w_slot.eq(Mux(nxt == cfg.log_base, last_slot,
+                                                   nxt - cfg.group_lines)),
+                                     w_left.eq(Mux(e >= groups, groups, e))]
                         m.next = "R_ROLLBACK"
                     with m.Else():
                         m.next = "R_DRAIN"

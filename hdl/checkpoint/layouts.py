@@ -1,15 +1,23 @@
-"""Header line layout of the checkpoint records, built from spec/records.py's field list."""
+"""Line layouts of the checkpoint records, built from spec/records.py's field lists."""
 
 from amaranth import *
 from amaranth.lib import data
 
-from trainingcxl.spec.records import HEADER_FIELDS
+from trainingcxl.spec.records import GROUP_FIELDS, GROUP_RECORDS, HEADER_FIELDS
 from .crc import CRC_INIT, CRC_XOR, crc_line
 
-__all__ = ["header_layout", "sealed_header"]
+__all__ = ["header_layout", "CSUM", "group_layout", "sealed_header"]
 
 #: The fields of every undo, commit and snapshot header, from bit 0 of the line.
 header_layout = data.StructLayout(dict(HEADER_FIELDS))
+#: The ``csum`` field's bits in a header line.
+CSUM = slice(header_layout["csum"].offset, header_layout["csum"].offset + header_layout["csum"].width)
+
+#: An undo group's line: the common fields, then each record's media line and checksum.
+group_layout = data.StructLayout({
+    **dict(GROUP_FIELDS),
+    "entries": data.ArrayLayout(data.StructLayout({"addr": 32, "csum": 32}), GROUP_RECORDS),
+})
 
 
 def sealed_header(m, *, magic, gen, batch, a=0, b=0, crc=CRC_INIT):

@@ -5,12 +5,12 @@ from amaranth.hdl import ResetInserter
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS, LINE_BYTES, RING_HEADERS
-from trainingcxl.spec.records import RING, UNDO
+from trainingcxl.spec.config import GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
+from trainingcxl.spec.records import RING, UNDO, UNDO_GROUP
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.ram import Ram
 from .crc import CRC_INIT, crc_part
-from .layouts import sealed_header
+from .layouts import CSUM, group_layout, sealed_header
 
 __all__ = ["UndoTapSignature", "UndoLogger"]
 
@@ -61,24 +61,29 @@ class UndoTapSignature(wiring.Signature):
 class UndoLogger(wiring.Component):
     """Writes an undo record for the first read of every row in every batch.
 
-    See docs/design.md, "Checkpoint protocol".
+    See docs/checkpointing.md.
 
     A stamp memory holds, per row, the generation and batch that last logged
     it, so a row read many times in a batch is logged once. The rows' old lines come from
     the lookup's own PMEM reads (``tap``): logging costs no extra read, and
     the records are written while the GPU computes, before the update comes.
-    Each record goes to the next slot of the ring (``log_slots`` slots of
-    ``rec_lines`` lines, the header last; spec/records.py).
 
-    Space is reclaimed a batch at a time: the ring keeps the first log
-    sequence number (LSN) of each batch with live records, and frees a
-    batch's records once ``durable`` reaches it. A full ring stalls the
-    writer (``full_cycles``), and through the buffers the lookup; it never
-    overwrites a live record. Records that no descriptor running now can free
-    (every record in the ring or on its way, once nothing is left to reclaim)
-    are counted: when they fill the ring the tap says ``full`` instead of
-    stalling the lookup for good. The count is of records, i.e. of distinct
-    rows per batch.
+    Records go into undo groups (spec/records.py): each slot of the ring
+    (``log_groups`` slots of ``group_lines`` lines) holds up to
+    ``GROUP_RECORDS`` records of one batch, whose data lines are written as
+    they come and whose headers share the slot's group line, written when the
+    group closes: when it is full, when the next row is of another batch, or
+    when no lookup runs (``flush``) and no row waits. Which group a row goes to
+    is decided as it is taken, so room in the ring is counted in slots before
+    the lookup hands a row over.
+
+    Space is reclaimed a batch at a time: the ring keeps the first group of
+    each batch with live records, and frees a batch's groups once
+    ``durable`` reaches it. A full ring holds the lookup (``full_cycles``); it
+    never overwrites a live group. When the ring is full and nothing can be
+    reclaimed (every group in it is of a batch no descriptor running now can
+    make durable), the tap says ``full`` instead of holding the lookup for
+    good.
 
     Stamps are never cleared: an entry matches only the current generation
     ``gen`` as well as the batch. Batch ids repeat after a recovery, but the
@@ -88,9 +93,9 @@ class UndoLogger(wiring.Component):
     initial zeros, batch 0 being never logged) can match. Reset and recovery
     thus cost no time proportional to the tables.
 
-    Once every record taken is persistent, and before ``drained`` rises, the
-    logger writes a ring header (the next LSN, its slot and the newest
-    record's batch; spec/records.py) into the next of ``RING_HEADERS`` lines:
+    Once every group is closed and persistent, and before ``drained`` rises,
+    the logger writes a ring header (the next LSN, the next group's slot and
+    the newest record's batch) into the next of ``RING_HEADERS`` lines:
     recovery walks back from it instead of reading the whole ring.
 
     Members
@@ -102,15 +107,23 @@ class UndoLogger(wiring.Component):
         Log (the checkpoint engine is recovered and checkpointing is on).
     gen : In(16)
     durable : In(32), durable_valid : In(1)
+    flush : In(1)
+        No lookup is running: no row will join the open group soon, close it.
     restart : In(1)
         Drop the rows and lines held and empty the ring (around a recovery; the
         generation changes with it). Writes already issued still complete.
     drained : Out(1)
-        Every record taken is persistent, and so is a ring header that covers
-        them: the write-ahead barrier for ``UPDATE``.
+        Every record taken is persistent in a closed group, and so is a ring
+        header that covers them: the write-ahead barrier for ``UPDATE``.
+    busy : Out(1)
+        Rows or lines wait to be written, or writes to be acknowledged (an open
+        group waiting for more rows is not work).
     live : Out(32)
         Records in the ring not yet reclaimed.
-    records, full_cycles : Out(32)
+    records : Out(32)
+        Records written in closed groups.
+    full_cycles : Out(32)
+        Cycles a row waited for a slot of a full ring.
     query_addr : In(media_addr_bits), query_batch : In(32), query_logged : Out(1)
         Whether batch ``query_batch`` took the row at ``query_addr`` (its record is
         in the ring or on its way there): how a coalesced ``UPDATE`` checks, row by
@@ -127,8 +140,10 @@ class UndoLogger(wiring.Component):
             "gen": In(16),
             "durable": In(32),
             "durable_valid": In(1),
+            "flush": In(1),
             "restart": In(1),
             "drained": Out(1),
+            "busy": Out(1),
             "live": Out(32),
             "records": Out(32),
             "full_cycles": Out(32),
@@ -142,8 +157,8 @@ class UndoLogger(wiring.Component):
         cfg = self._config
         abits = cfg.media_addr_bits
         lpr = cfg.lines_per_row
-        slots = cfg.log_slots
-        rec = cfg.rec_lines
+        groups = cfg.log_groups
+        last_slot = cfg.log_base + (groups - 1) * cfg.group_lines
 
         # -- stamps: the (generation, batch) that last logged each row (indexed by media line)
         stamp = Cat(self.tap.batch, self.gen)
@@ -156,41 +171,56 @@ class UndoLogger(wiring.Component):
             self.query_logged.eq(st_q.data == Cat(self.query_batch, self.gen)),
         ]
 
-        row_layout = data.StructLayout({"addr": abits, "batch": 32})
+        # ``first``: the row starts a new group.
+        row_layout = data.StructLayout({"addr": abits, "batch": 32, "first": 1})
         row_q = fifo.SyncFIFOBuffered(width=row_layout.size, depth=cfg.log_buffer)
         buf = fifo.SyncFIFOBuffered(width=LINE_BITS, depth=cfg.log_buffer)
         m.submodules.row_q = ResetInserter(self.restart)(row_q)
         m.submodules.buf = ResetInserter(self.restart)(buf)
 
+        # -- claims: the group of each row, decided as the lookup hands it over
         tap = self.tap
-        # Room for a record, counted against the ring: ``pinned`` records are in it or on
-        # their way (queued, being written); at ``slots`` another one must wait for
-        # reclaim, which only a pending pop can still give while a lookup runs.
-        pinned = Signal(range(slots + cfg.log_buffer + 2))
-        at_cap = pinned >= slots
+        c_open = Signal()               # the newest claimed group may take more rows
+        c_batch = Signal(32)
+        c_fill = Signal(range(GROUP_RECORDS + 1))
+        c_head = Signal(32)             # groups claimed: in the ring, open, or due for queued rows
+        tail = Signal(32)               # the oldest live group
+        closing = Signal()              # the writer closes the open group now
+        joins = c_open & (c_batch == tap.batch) & (c_fill != GROUP_RECORDS) & ~closing
+        at_cap = (c_head - tail) >= groups
         pop_due = Signal()
         m.d.comb += [
             st_r.addr.eq(tap.addr),
             tap.need.eq(self.enable & (st_r.data != stamp)),
-            tap.room.eq(row_q.w_rdy & ~at_cap),
-            tap.full.eq(at_cap & ~pop_due),
-            row_q.w_data.eq(Cat(tap.addr, tap.batch)),
+            tap.room.eq(row_q.w_rdy & (joins | ~at_cap)),
+            tap.full.eq(~joins & at_cap & ~pop_due),
+            row_q.w_data.eq(Cat(tap.addr, tap.batch, ~joins)),
             row_q.w_en.eq(tap.take),
             buf.w_data.eq(tap.lines.payload),
             buf.w_en.eq(tap.lines.valid),
             tap.lines.ready.eq(buf.w_rdy),
             st_w.addr.eq(tap.addr), st_w.data.eq(stamp), st_w.en.eq(tap.take),
         ]
+        with m.If(tap.take):
+            with m.If(joins):
+                m.d.sync += c_fill.eq(c_fill + 1)
+            with m.Else():
+                m.d.sync += [c_open.eq(1), c_batch.eq(tap.batch), c_fill.eq(1),
+                             c_head.eq(c_head + 1)]
+        with m.Elif(closing):
+            m.d.sync += c_open.eq(0)
+        with m.If(tap.need & ~joins & at_cap):
+            m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
 
         # -- the ring
         head = Signal(32)               # LSN of the next record
-        tail = Signal(32)               # LSN of the oldest live record
-        slot_addr = Signal(abits, init=cfg.log_base)
-        last_slot = cfg.log_base + (slots - 1) * rec
-        m.d.comb += self.live.eq(head - tail)
-        free = (head - tail) < slots
+        tail_lsn = Signal(32)           # LSN of the oldest live record
+        g_head = Signal(32)             # groups started
+        g_slot = Signal(abits, init=cfg.log_base)      # slot of the open group, or of the next
+        m.d.comb += self.live.eq(head - tail_lsn)
 
         bnd_batch = Array(Signal(32, name=f"bnd_batch{k}") for k in range(_BOUNDARIES))
+        bnd_group = Array(Signal(32, name=f"bnd_group{k}") for k in range(_BOUNDARIES))
         bnd_lsn = Array(Signal(32, name=f"bnd_lsn{k}") for k in range(_BOUNDARIES))
         bnd_n = Signal(range(_BOUNDARIES + 1))
 
@@ -207,37 +237,58 @@ class UndoLogger(wiring.Component):
         last_fold = fold == cfg.crc_folds - 1
         idle = Signal()
 
+        # The open group: its first record's LSN and batch, its records' entries.
+        w_open = Signal()
+        w_group = Signal(group_layout)
+        w_addr = Signal(abits)          # media line of the next data line
         push = Signal()
         m.d.comb += self.pmem.req.payload.be.eq((1 << LINE_BYTES) - 1)
         m.d.comb += self.pmem.req.payload.op.eq(LineOp.WRITE)
 
-        sealed = sealed_header(m, magic=UNDO, gen=self.gen, batch=cur.batch, a=head, b=cur.addr,
-                               crc=crc)
+        # A record's checksum: its data lines, then the header it would have alone.
+        rec_csum = sealed_header(m, magic=UNDO, gen=self.gen, batch=cur.batch, a=head,
+                                 b=cur.addr, crc=crc)[CSUM]
+        group_line = Signal(group_layout)
+        m.d.comb += [group_line.eq(w_group), group_line.magic.eq(UNDO_GROUP),
+                     group_line.gen.eq(self.gen)]
         # The ring header: how far the ring is persistent (see the class docstring).
         hdr_end = Signal(32)            # the LSN the last ring header written says comes next
         hdr_sel = Signal(range(RING_HEADERS))
-        ring_line = sealed_header(m, magic=RING, gen=self.gen, batch=cur.batch, a=head,
-                                  b=slot_addr)
-        settled = Signal()              # nothing taken is waiting or in flight
+        ring_line = sealed_header(m, magic=RING, gen=self.gen, batch=w_group.batch, a=head,
+                                  b=g_slot)
+        quiet = Signal()                # nothing taken is waiting or in flight
+        m.d.comb += quiet.eq(idle & (row_q.level == 0) & (buf.level == 0) & (outstanding == 0)
+                             & ~tap.take & ~tap.lines.valid)
 
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += idle.eq(1)
                 new_batch = (bnd_n == 0) | (row.batch != bnd_batch[bnd_n - 1])
-                can = row_q.r_rdy & free & ~(new_batch & (bnd_n == _BOUNDARIES))
-                with m.If(row_q.r_rdy & ~can):
-                    m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
-                with m.If(settled & (hdr_end != head) & ~self.restart):
-                    m.next = "RING"
-                with m.Elif(can & ~self.restart):
-                    m.d.comb += [row_q.r_en.eq(1), push.eq(new_batch)]
+                can = row_q.r_rdy & ~(row.first & new_batch & (bnd_n == _BOUNDARIES))
+                with m.If(self.restart):
+                    pass
+                with m.Elif(row_q.r_rdy & row.first & w_open):
+                    m.next = "CLOSE"
+                with m.Elif(can):
+                    m.d.comb += row_q.r_en.eq(1)
                     m.d.sync += [cur.eq(row), j.eq(0), crc.eq(CRC_INIT), fold.eq(0)]
+                    with m.If(row.first):
+                        m.d.comb += push.eq(new_batch)
+                        m.d.sync += [w_open.eq(1), w_group.eq(0), w_group.batch.eq(row.batch),
+                                     w_group.lsn.eq(head), w_addr.eq(g_slot + 1),
+                                     g_head.eq(g_head + 1)]
                     m.next = "DATA"
+                with m.Elif(w_open & self.flush & (row_q.level == 0)):
+                    # Rows taken from now on start a new group (see ``joins``).
+                    m.d.comb += closing.eq(1)
+                    m.next = "CLOSE"
+                with m.Elif(quiet & ~w_open & (hdr_end != head)):
+                    m.next = "RING"
             with m.State("DATA"):
                 # The line is written once its checksum has taken all its parts.
                 m.d.comb += [
                     self.pmem.req.valid.eq(buf.r_rdy & last_fold),
-                    self.pmem.req.payload.addr.eq(slot_addr + j),
+                    self.pmem.req.payload.addr.eq(w_addr),
                     self.pmem.req.payload.data.eq(buf.r_data),
                     buf.r_en.eq(self.pmem.req.ready & last_fold),
                 ]
@@ -245,26 +296,38 @@ class UndoLogger(wiring.Component):
                 with m.If(buf.r_rdy & ~last_fold):
                     m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
                 with m.If(wfire):
-                    m.d.sync += [crc.eq(crc_next), fold.eq(0), j.eq(j + 1)]
+                    m.d.sync += [crc.eq(crc_next), fold.eq(0), j.eq(j + 1), w_addr.eq(w_addr + 1)]
                     with m.If(j == lpr - 1):
-                        m.next = "HEADER"
+                        m.next = "ENTRY"
                 with m.If(self.restart):
-                    m.next = "IDLE"     # a record cut short is torn: its checksum fails
-            with m.State("HEADER"):
+                    m.next = "IDLE"     # a group cut short has no group line: never read
+            with m.State("ENTRY"):
+                entry = w_group.entries[w_group.count]
+                m.d.sync += [entry.addr.eq(cur.addr), entry.csum.eq(rec_csum),
+                             w_group.count.eq(w_group.count + 1), head.eq(head + 1)]
+                with m.If(self.restart):
+                    m.next = "IDLE"
+                with m.Elif(w_group.count == GROUP_RECORDS - 1):
+                    m.next = "CLOSE"
+                with m.Else():
+                    m.next = "IDLE"
+            with m.State("CLOSE"):
+                # Every data line of the group was issued before its group line, and the
+                # ring header that covers it waits for all of them to be acknowledged.
                 m.d.comb += [
                     self.pmem.req.valid.eq(1),
-                    self.pmem.req.payload.addr.eq(slot_addr + lpr),
-                    self.pmem.req.payload.data.eq(sealed),
+                    self.pmem.req.payload.addr.eq(g_slot),
+                    self.pmem.req.payload.data.eq(group_line),
                 ]
                 with m.If(wfire):
-                    m.d.sync += [head.eq(head + 1), self.records.eq(self.records + 1),
-                                 slot_addr.eq(Mux(slot_addr == last_slot, cfg.log_base,
-                                                  slot_addr + rec))]
+                    m.d.sync += [w_open.eq(0), self.records.eq(self.records + w_group.count),
+                                 g_slot.eq(Mux(g_slot == last_slot, cfg.log_base,
+                                               g_slot + cfg.group_lines))]
                     m.next = "IDLE"
                 with m.If(self.restart):
                     m.next = "IDLE"
             with m.State("RING"):
-                # Every record so far is persistent (``settled``): say so, before any
+                # Every record so far is persistent in a closed group: say so, before any
                 # UPDATE may overwrite a row they cover.
                 m.d.comb += [
                     self.pmem.req.valid.eq(1),
@@ -277,35 +340,36 @@ class UndoLogger(wiring.Component):
                     m.next = "IDLE"
                 with m.If(self.restart):
                     m.next = "IDLE"
-        m.d.comb += pinned.eq((head - tail) + row_q.level
-                              + (fsm.ongoing("DATA") | fsm.ongoing("HEADER")))
 
-        # -- reclaim: the oldest batch's records are free once it is durable.
+        # -- reclaim: the oldest batch's groups are free once it is durable. The open
+        # group stays pinned: its slot is written again when it closes.
         pop = Signal()
         m.d.comb += [
             pop_due.eq((bnd_n != 0) & self.durable_valid & (bnd_batch[0] <= self.durable)),
             pop.eq(pop_due & ((bnd_n > 1) | idle)),
         ]
         with m.If(pop):
-            m.d.sync += tail.eq(Mux(bnd_n > 1, bnd_lsn[1], head))
+            m.d.sync += [tail.eq(Mux(bnd_n > 1, bnd_group[1], g_head - w_open)),
+                         tail_lsn.eq(Mux(bnd_n > 1, bnd_lsn[1], Mux(w_open, w_group.lsn, head)))]
         n_after_pop = Signal.like(bnd_n)
         m.d.comb += n_after_pop.eq(bnd_n - pop)
         for k in range(_BOUNDARIES):
-            src_b = bnd_batch[k + 1] if k + 1 < _BOUNDARIES else bnd_batch[k]
-            src_l = bnd_lsn[k + 1] if k + 1 < _BOUNDARIES else bnd_lsn[k]
+            nxt = min(k + 1, _BOUNDARIES - 1)
             with m.If(push & (n_after_pop == k)):
-                m.d.sync += [bnd_batch[k].eq(row.batch), bnd_lsn[k].eq(head)]
+                m.d.sync += [bnd_batch[k].eq(row.batch), bnd_group[k].eq(g_head),
+                             bnd_lsn[k].eq(head)]
             with m.Elif(pop):
-                m.d.sync += [bnd_batch[k].eq(src_b), bnd_lsn[k].eq(src_l)]
+                m.d.sync += [bnd_batch[k].eq(bnd_batch[nxt]), bnd_group[k].eq(bnd_group[nxt]),
+                             bnd_lsn[k].eq(bnd_lsn[nxt])]
         m.d.sync += bnd_n.eq(n_after_pop + push)
 
         m.d.comb += [
-            settled.eq(idle & (row_q.level == 0) & (buf.level == 0) & (outstanding == 0)
-                       & ~tap.take & ~tap.lines.valid),
-            self.drained.eq(settled & (hdr_end == head)),
+            self.drained.eq(quiet & ~w_open & (hdr_end == head)),
+            self.busy.eq(~quiet | (~w_open & (hdr_end != head))),
         ]
 
         with m.If(self.restart):
-            m.d.sync += [head.eq(0), tail.eq(0), bnd_n.eq(0), slot_addr.eq(cfg.log_base),
+            m.d.sync += [head.eq(0), tail.eq(0), tail_lsn.eq(0), g_head.eq(0), c_head.eq(0),
+                         c_open.eq(0), w_open.eq(0), bnd_n.eq(0), g_slot.eq(cfg.log_base),
                          hdr_end.eq(0), hdr_sel.eq(0)]
         return m

@@ -15,6 +15,7 @@ from amaranth.hdl import Assert, Assume
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..checkpoint.layouts import group_layout, header_layout
 from ..checkpoint.logger import UndoLogger
 from trainingcxl.spec.config import RING_HEADERS
 from trainingcxl.spec.descriptors import ErrorCode, Op
@@ -93,23 +94,25 @@ class LoggerHarness(wiring.Component):
     The solver drives the tap (rows taken only when the logger asks for
     them and has room, their lines after them, in the stream rule), the PMEM
     port's ``ready`` and acknowledgements (one per write taken, in any
-    cycle), ``durable`` and ``enable``. Then, whenever the logger says
-    ``drained``, every row it took has all its lines and its header written
-    and acknowledged: ``records * rec_lines == record writes``, every write
-    acknowledged, and a ring header written after the last record (recovery
-    walks back from it).
+    cycle), ``durable``, ``enable`` and ``flush``. Then, whenever the logger
+    says ``drained``, every row it took has all its lines written, and is
+    counted in a group line written (the counts of the group lines add up to
+    the rows taken); every write is acknowledged; and a ring header was
+    written after the last group, saying that all those records are in
+    (recovery walks back from it).
 
     The rows' data does not decide when the logger is drained, so the tap's
-    lines carry zeros and the PMEM write data is left unconnected: constant
-    propagation then removes the 512-bit datapath, whose words the solver
-    could not get through in CI time. ``restart`` (around a recovery) is held
+    lines carry zeros and only two fields of the PMEM write data are read
+    (a group line's count, a ring header's LSN): constant propagation then
+    removes most of the 512-bit datapath, whose words the solver could not
+    get through in CI time. ``restart`` (around a recovery) is held
     low; what it drops is checked in simulation (``tests/hdl/test_logger.py``).
 
     ``logger`` is the class under proof (a test substitutes a broken one).
 
     Members
     -------
-    take, lines_valid, pmem_ready, wack_valid, enable, durable_valid : In(1)
+    take, lines_valid, pmem_ready, wack_valid, enable, durable_valid, flush : In(1)
     durable : In(32)
     drained : Out(1)
     """
@@ -120,7 +123,7 @@ class LoggerHarness(wiring.Component):
         super().__init__({
             "addr": In(config.media_addr_bits), "batch": In(32), "take": In(1),
             "lines_valid": In(1), "pmem_ready": In(1), "wack_valid": In(1),
-            "enable": In(1), "durable": In(32), "durable_valid": In(1),
+            "enable": In(1), "durable": In(32), "durable_valid": In(1), "flush": In(1),
             "drained": Out(1),
         })
 
@@ -136,26 +139,34 @@ class LoggerHarness(wiring.Component):
             port.req.ready.eq(self.pmem_ready), port.wack.valid.eq(self.wack_valid),
             port.rdata.valid.eq(0), dut.enable.eq(self.enable), dut.gen.eq(0),
             dut.durable.eq(self.durable), dut.durable_valid.eq(self.durable_valid),
-            dut.restart.eq(0), self.drained.eq(dut.drained),
+            dut.flush.eq(self.flush), dut.restart.eq(0), self.drained.eq(dut.drained),
         ]
         taken = Signal(8)
         lines = Signal(8)
         writes = Signal(8)
-        headers = Signal(8)
+        data_writes = Signal(8)
+        counted = Signal(8)             # records the group lines written hold
         acked = Signal(8)
-        covered = Signal()              # a ring header went out after the last record line
+        covered = Signal()              # a ring header went out after the last group line
+        ring_says = Signal(8)           # the records the last ring header says are in
         wfire = port.req.valid & port.req.ready
-        ring = (port.req.payload.addr >= cfg.ring_base) & (
-            port.req.payload.addr < cfg.ring_base + RING_HEADERS)
+        addr, line = port.req.payload.addr, port.req.payload.data
+        ring = (addr >= cfg.ring_base) & (addr < cfg.ring_base + RING_HEADERS)
+        group = Cat(addr == cfg.log_base + k * cfg.group_lines for k in range(cfg.log_groups)).any()
+        count = group_layout["count"]
+        lsn = header_layout["a"]
         m.d.sync += [
             taken.eq(taken + self.take),
             lines.eq(lines + (tap.lines.valid & tap.lines.ready)),
             writes.eq(writes + wfire),
-            headers.eq(headers + (wfire & ring)),
+            data_writes.eq(data_writes + (wfire & ~ring & ~group)),
             acked.eq(acked + port.wack.valid),
         ]
-        with m.If(wfire):
-            m.d.sync += covered.eq(ring)
+        with m.If(wfire & group):
+            m.d.sync += [counted.eq(counted + line[count.offset:count.offset + count.width]),
+                         covered.eq(0)]
+        with m.If(wfire & ring):
+            m.d.sync += [covered.eq(1), ring_says.eq(line[lsn.offset:lsn.offset + 8])]
         # The lookup takes a row only when the logger needs it and has room,
         # then offers its lines (in the stream rule); PMEM acknowledges only
         # writes it took.
@@ -173,8 +184,10 @@ class LoggerHarness(wiring.Component):
         with m.If(dut.drained):
             m.d.comb += [
                 Assert(acked == writes, "drained with a log write not yet acknowledged"),
-                Assert(writes - headers == taken * cfg.rec_lines,
+                Assert(data_writes == taken * lpr,
                        "drained with a taken row not yet written to the log"),
-                Assert(covered | (taken == 0), "drained without a ring header after the records"),
+                Assert(counted == taken, "drained with a taken row in no group line"),
+                Assert((covered & (ring_says == taken)) | (taken == 0),
+                       "drained without a ring header after the records"),
             ]
         return m

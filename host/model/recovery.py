@@ -8,7 +8,8 @@ including torn records, and compare the results bit for bit.
 from dataclasses import dataclass, field
 
 from trainingcxl.spec.config import RING_HEADERS
-from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, commit_record, decode_undo, valid_header
+from trainingcxl.spec.records import (COMMIT, RING, SNAPSHOT, commit_record, decode_group_line,
+                                      decode_record, valid_header)
 
 __all__ = ["Recovery", "recover"]
 
@@ -62,20 +63,36 @@ def recover(config, media, staleness):
         if h is not None and h.gen == gen and (ring is None or h.a > ring.a):
             ring = h
     if ring is not None and ring.a != 0 and ring.batch > d:
-        lsn, at = ring.a - 1, ring.b
-        for _ in range(min(ring.a, cfg.log_slots)):     # newest first
-            at = at - cfg.rec_lines if at != cfg.log_base else cfg.log_base + (
-                cfg.log_slots - 1) * cfg.rec_lines
-            got = decode_undo([read(at + j) for j in range(cfg.rec_lines)])
-            if got is None or got[0].gen != gen or got[0].batch <= d or got[0].a != lsn:
-                break
-            header, lines = got
-            for j, line in enumerate(lines):
-                media[header.b + j] = line
-                result.writes[header.b + j] = line
-            result.rolled_back += 1
-            lsn -= 1
+        _walk(cfg, media, read, result, gen=gen, d=d, lsn=ring.a - 1, at=ring.b,
+              groups=min(ring.a, cfg.log_groups))
     seal = cfg.commit_base + (slot + 1) % cfg.commit_lines
     media[seal] = commit_record(gen=gen + 1, batch=d, staleness=k)
     result.writes[seal] = media[seal]
     return result
+
+
+def _walk(cfg, media, read, result, *, gen, d, lsn, at, groups):
+    """Roll back the undo groups before slot ``at``, newest record first, while they are
+    of generation ``gen``, after batch ``d`` and end at LSN ``lsn``, and their records
+    intact; read at most ``groups`` group lines."""
+    lpr = cfg.lines_per_row
+    last = cfg.log_base + (cfg.log_groups - 1) * cfg.group_lines
+    for _ in range(groups):
+        at = at - cfg.group_lines if at != cfg.log_base else last
+        got = decode_group_line(read(at))
+        if got is None:
+            return
+        fields, entries = got
+        if (fields["gen"] != gen or fields["batch"] <= d
+                or (fields["lsn"] + len(entries) - 1) & 0xFFFFFFFF != lsn):
+            return
+        for k in reversed(range(len(entries))):
+            rows = [read(at + 1 + k * lpr + j) for j in range(lpr)]
+            header = decode_record(fields, entries, k, rows)
+            if header is None:
+                return
+            for j, line in enumerate(rows):
+                media[header.b + j] = line
+                result.writes[header.b + j] = line
+            result.rolled_back += 1
+            lsn = (lsn - 1) & 0xFFFFFFFF

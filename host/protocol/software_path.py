@@ -7,8 +7,8 @@ writes the updated rows back. Checkpointing is the software kind a
 PMEM-based system does, in the device's own on-media formats
 (:mod:`trainingcxl.spec.records`), so that the same invariants can be checked:
 
-1. an undo record per row (its old lines, then a header) into the log ring,
-   then a fence (every write acknowledged, i.e. persistent), then a ring
+1. an undo record per row (its old lines), in undo groups of up to six rows
+   (a slot of the log ring each), then a fence (every write acknowledged, i.e. persistent), then a ring
    header saying where the newest record is, fence;
 2. the new rows, fence;
 3. a commit record, fence;
@@ -30,12 +30,12 @@ import numpy as np
 
 from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import Recovery
-from trainingcxl.spec.config import LINE_BYTES, RING_HEADERS
+from trainingcxl.spec.config import GROUP_RECORDS, LINE_BYTES, RING_HEADERS
 from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
 from trainingcxl.host.model.gpu import embedding_cycles
 from trainingcxl.host.model.recovery import recover
 from trainingcxl.spec.records import (COMMIT, SNAPSHOT, commit_record, ring_header,
-                                      snapshot_header, undo_record, valid_header)
+                                      snapshot_header, undo_group, valid_header)
 
 __all__ = ["SoftwareEmbeddings"]
 
@@ -51,7 +51,7 @@ def _param_lines(config, params):
     return [int.from_bytes(raw[i:i + LINE_BYTES], "little") for i in range(0, len(raw), LINE_BYTES)]
 
 
-#: Undo records the software recovery reads at a time while it walks the ring.
+#: Undo groups the software recovery reads at a time while it walks the ring.
 _WALK_CHUNK = 32
 
 
@@ -72,6 +72,7 @@ class SoftwareEmbeddings:
         self.wait, self.now = wait, now
         self.gen = 0
         self.lsn = 0
+        self.groups = 0                 # undo groups written in this generation
         self.ring_sel = 0               # the ring header line written next
         self.commit_slot = 0            # where the next commit record goes
         self.newest_slot = None         # the snapshot slot holding the newest snapshot
@@ -163,16 +164,18 @@ class SoftwareEmbeddings:
         await self._updated(batch, len(old))
         if self.checkpointing:
             records = {}
-            for (t, r), row in old.items():
-                slot = self.lsn % cfg.log_slots
-                at = cfg.log_base + slot * cfg.rec_lines
-                lines = undo_record(gen=self.gen, batch=b, lsn=self.lsn,
-                                    addr=self._media_addr(t, r), row_lines=_row_lines(row))
+            items = list(old.items())
+            for k in range(0, len(items), GROUP_RECORDS):
+                at = cfg.log_base + self.groups % cfg.log_groups * cfg.group_lines
+                chunk = [(self._media_addr(t, r), _row_lines(row))
+                         for (t, r), row in items[k:k + GROUP_RECORDS]]
+                lines = undo_group(gen=self.gen, batch=b, lsn=self.lsn, records=chunk)
                 records.update({at + j: line for j, line in enumerate(lines)})
-                self.lsn += 1
+                self.lsn += len(chunk)
+                self.groups += 1
             await self._fenced_write(records)
             # Only once the records are persistent: recovery walks back from here.
-            nxt = cfg.log_base + self.lsn % cfg.log_slots * cfg.rec_lines
+            nxt = cfg.log_base + self.groups % cfg.log_groups * cfg.group_lines
             await self._fenced_write({cfg.ring_base + self.ring_sel: ring_header(
                 gen=self.gen, batch=b, next_lsn=self.lsn, next_slot=nxt)})
             self.ring_sel = (self.ring_sel + 1) % RING_HEADERS
@@ -215,12 +218,13 @@ class SoftwareEmbeddings:
                 break
             except KeyError as missing:
                 # The walk went past what was read: read the next records back from there.
-                at = cfg.log_base + (missing.args[0] - cfg.log_base) // cfg.rec_lines * cfg.rec_lines
+                size = cfg.group_lines
+                at = cfg.log_base + (missing.args[0] - cfg.log_base) // size * size
                 lines = []
-                for _ in range(min(_WALK_CHUNK, cfg.log_slots)):
-                    lines += range(at, at + cfg.rec_lines)
-                    at = at - cfg.rec_lines if at != cfg.log_base else (
-                        cfg.log_base + (cfg.log_slots - 1) * cfg.rec_lines)
+                for _ in range(min(_WALK_CHUNK, cfg.log_groups)):
+                    lines += range(at, at + size)
+                    at = at - size if at != cfg.log_base else (
+                        cfg.log_base + (cfg.log_groups - 1) * size)
                 media.update(await self._read(lines))
         if not result.found:
             return Recovery(ErrorCode.NO_CHECKPOINT, None, None, 0, await dev.cycles() - t0,
@@ -230,7 +234,7 @@ class SoftwareEmbeddings:
         if rows:
             await self._fenced_write(rows)
         await self._fenced_write({seal: result.writes[seal]})
-        self.gen, self.lsn, self.ring_sel = result.gen, 0, 0
+        self.gen, self.lsn, self.groups, self.ring_sel = result.gen, 0, 0, 0
         self.commit_slot = (seal - cfg.commit_base + 1) % cfg.commit_lines
         for slot, base in enumerate(cfg.snapshot_base):
             h = valid_header(media[base], SNAPSHOT)

@@ -218,15 +218,15 @@ def handed_out_or_refused(dut, steps):
 
 
 def test_a_logged_lookup_with_more_indices_than_ring_slots_goes_out():
-    """The dispatcher does not count indices: with a ring of 8 records, a logged LOOKUP of
-    9 indices may name fewer distinct rows. Whether they fit is the undo logger's to
-    find (``LOG_TOO_SMALL`` from the lookup engine, tests/hdl/test_lookup.py)."""
+    """The dispatcher does not count indices: with a ring of two groups (12 records), a
+    logged LOOKUP of 13 indices may name fewer distinct rows. Whether they fit is the
+    undo logger's to find (``LOG_TOO_SMALL`` from the lookup engine, tests/hdl/test_lookup.py)."""
     from trainingcxl.spec.config import Config
-    cfg = Config(tables=(40, 40), log_lines=8 * PRESETS["tiny"].rec_lines)
-    assert cfg.log_slots == 8
+    cfg = Config(tables=(40, 40), log_lines=2 * PRESETS["tiny"].group_lines)
+    assert cfg.log_groups == 2
     logging = {"logging": 1, "log_drained": 1}
     outcomes = handed_out_or_refused(Dispatcher(cfg), [
-        (logging, LOOKUP),                              # 9 indices, logged
+        (logging, {**LOOKUP, "n_indices": 13}),         # logged
         ({}, {**LOOKUP, "n_indices": 8}),
     ])
     assert outcomes == [(1, False), (1, False)]

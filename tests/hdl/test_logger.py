@@ -1,6 +1,6 @@
 """The undo logger in amaranth.sim: records on the media, one per row and batch and
-generation, a full ring says so without overwriting, reclaim by durable batch, ring
-headers, write-ahead drain."""
+generation, in groups of one batch; a full ring says so without overwriting, reclaim
+by durable batch, ring headers, write-ahead drain."""
 
 import random
 from dataclasses import replace
@@ -14,9 +14,10 @@ from amaranth.sim import Simulator
 from trainingcxl.hdl.checkpoint.logger import UndoLogger
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
-from trainingcxl.spec.records import RING, decode_undo, valid_header
+from trainingcxl.spec.records import (GROUP_RECORDS, RING, decode_group_line, decode_record,
+                                      valid_header)
 
-CFG = Config(tables=(8, 8), dim=32, log_lines=9, commit_lines=2, snapshot_lines=2, log_buffer=8,
+CFG = Config(tables=(8, 8), dim=32, log_lines=2 * (1 + GROUP_RECORDS * 2) + 1, commit_lines=2, snapshot_lines=2, log_buffer=8,
              pmem=PmemTiming(read_latency=6, write_latency=8, wpq_depth=4, read_depth=8))
 LPR = CFG.lines_per_row
 
@@ -65,9 +66,12 @@ async def offer_row(ctx, log, addr, batch, lines, timeout=2000):
 
 
 async def wait_drained(ctx, log, timeout=5000):
+    """No lookup runs: the open group closes and a ring header covers it."""
+    ctx.set(log.flush, 1)
     for _ in range(timeout):
         await ctx.tick()
         if ctx.get(log.drained):
+            ctx.set(log.flush, 0)
             return
     raise AssertionError("not drained")
 
@@ -76,9 +80,18 @@ def ring_headers(ctx, pmem):
     return [valid_header(ctx.get(pmem.media.data[CFG.ring_base + k]), RING) for k in range(2)]
 
 
-def slot_record(ctx, pmem, s):
-    at = CFG.log_base + s * CFG.rec_lines
-    return decode_undo([ctx.get(pmem.media.data[at + j]) for j in range(CFG.rec_lines)])
+def slot_group(ctx, pmem, s, cfg=CFG):
+    """The records of slot ``s``, oldest first, as ``(Header, row lines)``; every one intact."""
+    at = cfg.log_base + s * cfg.group_lines
+    lpr = cfg.lines_per_row
+    fields, entries = decode_group_line(ctx.get(pmem.media.data[at]))
+    out = []
+    for k in range(len(entries)):
+        rows = [ctx.get(pmem.media.data[at + 1 + k * lpr + j]) for j in range(lpr)]
+        header = decode_record(fields, entries, k, rows)
+        assert header is not None, f"record {k} of slot {s} is torn"
+        out.append((header, rows))
+    return out
 
 
 @pytest.mark.parametrize("folds", [1, 4])
@@ -86,8 +99,7 @@ def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
     # crc_folds = 4 checksums each line in four parts; the records must not change.
     dut = Harness(replace(CFG, crc_folds=folds))
     log = dut.logger
-    slots = CFG.log_slots
-    assert slots == 3
+    assert CFG.log_groups == 2
     rng = random.Random(3)
     rows = {a: [rng.getrandbits(512) for _ in range(LPR)]
             for a in (row_addr(0, 1), row_addr(1, 2), row_addr(0, 5), row_addr(1, 7))}
@@ -101,10 +113,11 @@ def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
         assert await offer_row(ctx, log, a1, 1, rows[a1])
         assert await offer_row(ctx, log, a0, 2, rows[a0])         # next batch: logged again
         await wait_drained(ctx, log)
-        for s, (batch, addr) in enumerate([(1, a0), (1, a1), (2, a0)]):
-            header, data = slot_record(ctx, dut.pmem, s)
-            assert (header.gen, header.batch, header.a, header.b) == (7, batch, s, addr)
-            assert data == rows[addr]
+        # A group per batch: batch 1's two records share slot 0.
+        got = [[(h.gen, h.batch, h.a, h.b, data) for h, data in slot_group(ctx, dut.pmem, s)]
+               for s in range(2)]
+        assert got == [[(7, 1, 0, a0, rows[a0]), (7, 1, 1, a1, rows[a1])],
+                       [(7, 2, 2, a0, rows[a0])]]
         assert ctx.get(log.live) == 3 and ctx.get(log.records) == 3
         # Drained only after a ring header says where the newest record is.
         first, second = ring_headers(ctx, dut.pmem)
@@ -116,15 +129,15 @@ def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
         ctx.set(log.tap.batch, 2)
         await ctx.tick()
         assert ctx.get(log.tap.need) and not ctx.get(log.tap.room) and ctx.get(log.tap.full)
-        assert slot_record(ctx, dut.pmem, 0)[0].batch == 1
-        # Batch 1 durable: its two records are free, the next one goes to slot 0.
+        assert slot_group(ctx, dut.pmem, 0)[0][0].batch == 1
+        # Batch 1 durable: its group is free, the next one goes to slot 0.
         ctx.set(log.durable, 1)
         ctx.set(log.durable_valid, 1)
         await ctx.tick()
         assert not ctx.get(log.tap.full)
         assert await offer_row(ctx, log, a2, 2, rows[a2])
         await wait_drained(ctx, log)
-        header, data = slot_record(ctx, dut.pmem, 0)
+        [(header, data)] = slot_group(ctx, dut.pmem, 0)
         assert (header.batch, header.a, header.b, data) == (2, 3, a2, rows[a2])
         assert ctx.get(log.live) == 2
         assert ring_headers(ctx, dut.pmem)[1].a == 4              # the other line, in turn
@@ -152,9 +165,46 @@ def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
         assert await offer_row(ctx, log, a0, 2, rows[a0])          # logged again after a restart
         assert not await offer_row(ctx, log, a0, 2, rows[a0])
         await wait_drained(ctx, log)
-        header, data = slot_record(ctx, dut.pmem, 0)
+        [(header, data)] = slot_group(ctx, dut.pmem, 0)
         assert (header.gen, header.batch, header.a, data) == (8, 2, 0, rows[a0])
         assert ring_headers(ctx, dut.pmem)[0].gen == 8
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+
+
+def test_groups_close_when_full_at_a_new_batch_and_when_no_lookup_runs():
+    """Dim 16: a group is six rows of a batch; the seventh row, a row of the next
+    batch, or ``flush`` with no row waiting closes it; ``drained`` waits for that."""
+    cfg = Config(tables=(64,), dim=16, log_lines=6 * (1 + GROUP_RECORDS), log_buffer=16,
+                 pmem=CFG.pmem)
+    assert cfg.lines_per_row == 1 and cfg.log_groups == 6
+    dut = Harness(cfg)
+    log = dut.logger
+    rng = random.Random(5)
+    rows = {a: [rng.getrandbits(512)] for a in range(cfg.table_base[0], cfg.table_base[0] + 20)}
+    plan = [(1, a) for a in list(rows)[:13]] + [(2, a) for a in list(rows)[13:15]]
+
+    async def tb(ctx):
+        ctx.set(log.enable, 1)
+        ctx.set(log.gen, 1)
+        for batch, a in plan:
+            assert await offer_row(ctx, log, a, batch, rows[a])
+        for _ in range(200):                                       # a lookup still runs
+            await ctx.tick()
+        assert not ctx.get(log.drained) and ctx.get(log.records) == 13
+        await wait_drained(ctx, log)
+        a = list(rows)[15]
+        assert await offer_row(ctx, log, a, 2, rows[a])            # the same batch, after a flush
+        await wait_drained(ctx, log)
+        got = [[(h.batch, h.a, h.b) for h, _ in slot_group(ctx, dut.pmem, s, cfg)]
+               for s in range(5)]
+        assert [len(g) for g in got] == [6, 6, 1, 2, 1]
+        assert [h for g in got for h in g] == [(b, lsn, a) for lsn, (b, a) in
+                                              enumerate(plan + [(2, a)])]
+        assert ctx.get(log.records) == 16 and ctx.get(log.live) == 16
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

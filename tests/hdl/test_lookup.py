@@ -24,8 +24,10 @@ TIMING = PmemTiming(read_latency=10, write_latency=6, write_rate=(1, 1), read_ra
 
 
 def cfg_for(dim=16, tables=(24, 40), max_pooling=6):
-    return Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
-                  log_lines=4, commit_lines=2, snapshot_lines=2, host_window=4)
+    """A small device whose undo log ring is two groups."""
+    cfg = Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
+                 commit_lines=2, snapshot_lines=2, host_window=4)
+    return cfg.replace(log_lines=2 * cfg.group_lines)
 
 
 class Harness(wiring.Component):
@@ -46,6 +48,7 @@ class Harness(wiring.Component):
             m.submodules.logger = self.logger
             wiring.connect(m, self.engine.log, self.logger.tap)
             wiring.connect(m, self.logger.pmem, self.pmem.port2)
+            m.d.comb += self.logger.flush.eq(~self.engine.busy)
         return m
 
 
@@ -237,21 +240,22 @@ def test_without_the_relaxed_block_relaxed_lookup_and_finish_are_refused():
 
 
 def test_log_too_small_counts_distinct_rows():
-    """A ring of 4 records: a batch of 24 indices over 4 distinct rows is logged (4
-    records); a batch of 5 distinct rows completes with LOG_TOO_SMALL once the ring
-    is full of its records, which nothing can free before it ends, instead of
-    waiting for good; its pooled vectors are still right."""
-    cfg = cfg_for(tables=(24, 40)).replace(log_lines=4 * cfg_for().rec_lines)
-    assert cfg.log_slots == 4
+    """A ring of two groups (12 records of a batch): a batch of 24 indices over 12
+    distinct rows is logged (12 records); a batch of 13 distinct rows completes with
+    LOG_TOO_SMALL once the ring is full of its records, which nothing can free before
+    it ends, instead of waiting for good; its pooled vectors are still right."""
+    cfg = cfg_for(tables=(24, 40))
+    assert cfg.log_groups == 2
     tables = initial_tables(cfg, seed=4)
-    repeats = (np.array([1, 2] * 3 + [3, 7] * 3 + [2, 1] * 3 + [7, 3] * 3, np.uint32),
+    rows = [1, 2, 3, 7, 9, 11]
+    repeats = (np.array(rows * 2 + rows[::-1] + [3, 3, 2, 2, 1, 1], np.uint32),
                np.array([0, 6, 12, 18, 24], np.uint32))         # bags of tables 0, 1, 0, 1
-    five = (np.array([1, 2, 3, 3, 7, 9], np.uint32), np.array([0, 2, 4, 5, 6], np.uint32))
-    results = run_lookups(cfg, tables, [repeats, five], ops=[(Op.LOOKUP, 1, 0), (Op.LOOKUP, 2, 0)],
-                          log=True)
+    thirteen = (np.array([1, 2, 3, 4, 5, 6] * 2 + [7], np.uint32), np.array([0, 6, 12, 13], np.uint32))
+    results = run_lookups(cfg, tables, [repeats, thirteen],
+                          ops=[(Op.LOOKUP, 1, 0), (Op.LOOKUP, 2, 0)], log=True)
     assert [(error, records) for error, _, records in results] == [
-        (ErrorCode.NONE, 4), (ErrorCode.LOG_TOO_SMALL, 8)]
-    for (indices, offsets), (_, writes, _) in zip([repeats, five], results):
+        (ErrorCode.NONE, 12), (ErrorCode.LOG_TOO_SMALL, 24)]
+    for (indices, offsets), (_, writes, _) in zip([repeats, thirteen], results):
         want = embedding_bag_sum(cfg, tables, indices, offsets)
         np.testing.assert_array_equal(pooled_from_writes(cfg, writes, len(offsets) - 1),
                                       want.pooled)

@@ -12,7 +12,7 @@ from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
 from trainingcxl.sim.amaranth_streams import stream_put
 
-CFG = Config(tables=(24, 8), log_lines=8, commit_lines=2, snapshot_lines=2,
+CFG = Config(tables=(24, 8), log_lines=14, commit_lines=2, snapshot_lines=2,
              pmem=PmemTiming(read_latency=12, write_latency=30, wpq_depth=8, read_depth=16))
 FULL = (1 << 64) - 1
 

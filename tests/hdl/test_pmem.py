@@ -17,7 +17,7 @@ def small_config(registered=False, **timing):
     t = dict(read_latency=8, write_latency=12, read_rate=(3, 5), write_rate=(1, 4),
              wpq_depth=4, read_depth=8)
     t.update(timing)
-    return Config(tables=(16, 16), pmem=PmemTiming(**t), log_lines=8, commit_lines=2,
+    return Config(tables=(16, 16), pmem=PmemTiming(**t), log_lines=14, commit_lines=2,
                   snapshot_lines=2, register_slices=registered)
 
 

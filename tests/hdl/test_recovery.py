@@ -14,11 +14,12 @@ from trainingcxl.hdl.checkpoint.engine import CheckpointEngine
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
-from trainingcxl.spec.records import commit_record, ring_header, snapshot_header, undo_record
+from trainingcxl.spec.config import GROUP_RECORDS
+from trainingcxl.spec.records import commit_record, ring_header, snapshot_header, undo_group
 from trainingcxl.host.model.recovery import recover
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
-CFG = Config(tables=(12, 20), dim=32, log_lines=30, commit_lines=3, snapshot_lines=4,
+CFG = Config(tables=(12, 20), dim=32, log_lines=3 * 13, commit_lines=3, snapshot_lines=4,
              pmem=PmemTiming(read_latency=6, write_latency=8, wpq_depth=4, read_depth=8))
 WORD = (1 << 64) - 1
 
@@ -44,6 +45,21 @@ def tear(rng, new, old):
     keep = rng.randrange(1, 255)
     mask = sum(WORD << (64 * w) for w in range(8) if keep >> w & 1)
     return (new & mask) | (old & ~mask)
+
+
+def put_groups(cfg, media, slot, groups):
+    """Write undo groups ``(gen, batch, lsn, [(addr, row_lines)])`` into consecutive ring
+    slots from ``slot``; returns the slot after the last."""
+    for gen, batch, lsn, records in groups:
+        at = cfg.log_base + slot * cfg.group_lines
+        lines = undo_group(gen=gen, batch=batch, lsn=lsn, records=records)
+        media[at:at + len(lines)] = lines
+        slot = (slot + 1) % cfg.log_groups
+    return slot
+
+
+def slot_line(cfg, slot):
+    return cfg.log_base + slot % cfg.log_groups * cfg.group_lines
 
 
 def run_recover(media, staleness, cfg=CFG):
@@ -77,7 +93,6 @@ def run_recover(media, staleness, cfg=CFG):
 def random_image(rng):
     """Tables, log, commits and snapshots as a power failure might leave them."""
     cfg = CFG
-    lpr, slots = cfg.lines_per_row, cfg.log_slots
     media = [rng.getrandbits(512) for _ in range(cfg.table_lines)] + [0] * (
         cfg.media_lines - cfg.table_lines)
     gen = rng.randrange(1, 6)
@@ -100,37 +115,41 @@ def random_image(rng):
         if rng.random() < 0.2:
             media[base] = tear(rng, media[base], 0)
         media[base + 1:base + cfg.snapshot_size] = data
-    # The log ring: records of this generation for batches around the commit, in
-    # ring order, a lap of older records, some torn.
-    start = rng.randrange(slots)
-    lsn0 = rng.randrange(0, 1000)
-    batch = committed - 2
-    batches = []
-    for k in range(slots):
-        s = (start + k) % slots
-        if rng.random() < 0.3:
+    # The log ring: groups of this generation for batches around the commit, in
+    # ring order, a lap of older groups, some torn.
+    lpr, groups = cfg.lines_per_row, cfg.log_groups
+    start = rng.randrange(groups)
+    lsn = lsn0 = rng.randrange(0, 1000)
+    batch = committed
+    batches, lsns = [], []
+    for k in range(groups):
+        if rng.random() < 0.6:
             batch += 1
         batches.append(batch)
+        lsns.append(lsn)
         g = gen if rng.random() < 0.85 else gen - 1
-        t = rng.randrange(cfg.n_tables)
-        row = rng.randrange(cfg.tables[t])
-        addr = cfg.table_base[t] + row * lpr
-        lines = undo_record(gen=g, batch=batch, lsn=lsn0 + k, addr=addr,
-                            row_lines=[rng.getrandbits(512) for _ in range(lpr)])
-        at = cfg.log_base + s * cfg.rec_lines
+        records = []
+        for _ in range(rng.randrange(1, GROUP_RECORDS + 1)):
+            t = rng.randrange(cfg.n_tables)
+            addr = cfg.table_base[t] + rng.randrange(cfg.tables[t]) * lpr
+            records.append((addr, [rng.getrandbits(512) for _ in range(lpr)]))
+        lines = undo_group(gen=g, batch=batch, lsn=lsn, records=records)
         if rng.random() < 0.15:
-            j = rng.randrange(cfg.rec_lines)
+            j = rng.randrange(len(lines))
             lines[j] = tear(rng, lines[j], rng.getrandbits(512))
-        media[at:at + cfg.rec_lines] = lines
+        at = slot_line(cfg, start + k)
+        media[at:at + len(lines)] = lines
+        lsn += len(records)
+    lsns.append(lsn)
     # Ring headers: how far the ring was persistent, one maybe older, torn, of another
     # generation or missing.
     for line in range(2):
-        n = rng.randrange(slots + 1)
-        nxt = cfg.log_base + (start + n) % slots * cfg.rec_lines
+        n = rng.randrange(groups + 1)
         g = gen if rng.random() < 0.8 else rng.choice([gen - 1, gen + 1])
         if rng.random() < 0.9:
             media[cfg.ring_base + line] = ring_header(
-                gen=g, batch=batches[n - 1] if n else 0, next_lsn=lsn0 + n, next_slot=nxt)
+                gen=g, batch=batches[n - 1] if n else 0, next_lsn=lsns[n],
+                next_slot=slot_line(cfg, start + n))
         if rng.random() < 0.15:
             media[cfg.ring_base + line] = tear(rng, media[cfg.ring_base + line],
                                                rng.getrandbits(512))
@@ -178,24 +197,23 @@ def committed_media(rng, cfg, *, gen, batch):
 
 
 def test_torn_record_and_torn_row():
-    """A power failure during batch 5's update: both its records are persistent and a
-    ring header says so; the first row is torn (half updated), the second not yet
-    touched. Batch 6's early (relaxed) lookup had logged a third record after the
-    header, torn: the walk starts at the header, so it is never read. Recovery restores
-    the torn row: every row is as after batch 4, and generation 3 begins."""
+    """A power failure during batch 5's update: both its records are persistent in a
+    group and a ring header says so; the first row is torn (half updated), the second
+    not yet touched. Batch 6's early (relaxed) lookup had logged a third record in the
+    next group after the header, its group line torn: the walk starts at the header, so
+    it is never read. Recovery restores the torn row: every row is as after batch 4,
+    and generation 3 begins."""
     rng = random.Random(1)
     cfg = CFG
     lpr = cfg.lines_per_row
     after4, media = committed_media(rng, cfg, gen=2, batch=4)
     rows = [cfg.table_base[0] + 3 * lpr, cfg.table_base[1] + 7 * lpr, cfg.table_base[1] + 2 * lpr]
-    for k, (a, b) in enumerate(zip(rows, (5, 5, 6))):
-        at = cfg.log_base + k * cfg.rec_lines
-        media[at:at + cfg.rec_lines] = undo_record(gen=2, batch=b, lsn=k, addr=a,
-                                                   row_lines=after4[a:a + lpr])
-    media[cfg.ring_base + 1] = ring_header(gen=2, batch=5, next_lsn=2,
-                                           next_slot=cfg.log_base + 2 * cfg.rec_lines)
-    hdr = cfg.log_base + 3 * cfg.rec_lines - 1
-    media[hdr] = tear(rng, media[hdr], 0)
+    put_groups(cfg, media, 0, [
+        (2, 5, 0, [(a, after4[a:a + lpr]) for a in rows[:2]]),
+        (2, 6, 2, [(rows[2], after4[rows[2]:rows[2] + lpr])]),
+    ])
+    media[cfg.ring_base + 1] = ring_header(gen=2, batch=5, next_lsn=2, next_slot=slot_line(cfg, 1))
+    media[slot_line(cfg, 1)] = tear(rng, media[slot_line(cfg, 1)], 0)
     # The first row was being rewritten: one line torn, one line updated.
     media[rows[0]] = tear(rng, rng.getrandbits(512), after4[rows[0]])
     media[rows[0] + 1] = rng.getrandbits(512)
@@ -207,23 +225,23 @@ def test_torn_record_and_torn_row():
 
 @pytest.mark.parametrize("registered", [False, True])
 def test_a_lone_record_in_the_last_log_slot_is_rolled_back(registered):
-    """The newest record is in the last slot (the ring header's next slot wrapped to the
-    first) and the only live one: the walk rolls it back, reads the record before it
-    (batch 6, durable), and stops there; its verdict, a cycle late with register
-    slices, must be in before the walk ends."""
+    """The newest group is in the last slot (the ring header's next slot wrapped to the
+    first), of one record, the only live one: the walk rolls it back, reads the group
+    before it (batch 6, durable), and stops there; its verdict, a cycle late with
+    register slices, must be in before the walk ends."""
     rng = random.Random(2)
     cfg = replace(CFG, register_slices=registered)
-    lpr, slots = cfg.lines_per_row, cfg.log_slots
+    lpr, groups = cfg.lines_per_row, cfg.log_groups
     before, media = committed_media(rng, cfg, gen=1, batch=6)
-    for s in range(slots):
-        t = s % 2
-        row = cfg.table_base[t] + (s + 1) * lpr
-        at = cfg.log_base + s * cfg.rec_lines
-        media[at:at + cfg.rec_lines] = undo_record(gen=1, batch=6 if s < slots - 1 else 7,
-                                                   lsn=s, addr=row,
-                                                   row_lines=before[row:row + lpr])
-    media[row:row + lpr] = [rng.getrandbits(512) for _ in range(lpr)]     # batch 7's update
-    media[cfg.ring_base] = ring_header(gen=1, batch=7, next_lsn=slots, next_slot=cfg.log_base)
+    row = lambda k: cfg.table_base[k % 2] + (k + 1) * lpr
+    put_groups(cfg, media, 0, [
+        (1, 6 if s < groups - 1 else 7, 2 * s,
+         [(row(k), before[row(k):row(k) + lpr]) for k in (2 * s, 2 * s + 1)][:2 if s < groups - 1 else 1])
+        for s in range(groups)])
+    last = row(2 * (groups - 1))
+    media[last:last + lpr] = [rng.getrandbits(512) for _ in range(lpr)]    # batch 7's update
+    media[cfg.ring_base] = ring_header(gen=1, batch=7, next_lsn=2 * groups - 1,
+                                       next_slot=cfg.log_base)
     got = run_recover(media, 0, cfg)
     assert (got["error"], got["d"], got["rolled"], got["gen"]) == (ErrorCode.NONE, 6, 1, 2)
     assert got["media"][:cfg.table_lines] == before
@@ -231,43 +249,57 @@ def test_a_lone_record_in_the_last_log_slot_is_rolled_back(registered):
 
 def long_history(cfg, *, live, seed=0):
     """A ring that wrapped many times: gen 3 committed batch 40 (and snapshot 40); the
-    ring's slots hold records of older batches and generations, then ``live`` records of
+    ring's slots hold groups of older batches and generations, then ``live`` records of
     batch 41 before the ring header; returns (tables after batch 40, media)."""
     rng = random.Random(seed)
-    lpr, slots, rec = cfg.lines_per_row, cfg.log_slots, cfg.rec_lines
+    lpr, groups = cfg.lines_per_row, cfg.log_groups
     before, media = committed_media(rng, cfg, gen=3, batch=40)
-    end = 7 * slots + 3                                 # records so far in generation 3
-    for lsn in range(end - slots, end):
-        s = lsn % slots
-        batch = 41 if lsn >= end - live else 40 - (end - live - lsn) // 5
+    # Older batches' groups of four records fill the ring up to batch 41's.
+    new = -(-live // GROUP_RECORDS)
+    end = 7 * 4 * groups + live                         # records so far in generation 3
+    slot = 7 * groups + 3                               # groups so far
+    history = []
+    lsn = end - live - 4 * (groups - new)
+    for k in range(groups - new):
+        rows = [cfg.table_base[t] + rng.randrange(cfg.tables[t]) * lpr
+                for t in (rng.randrange(cfg.n_tables) for _ in range(4))]
+        history.append((3, 40 - (groups - new - k) // 5, lsn,
+                        [(r, [rng.getrandbits(512) for _ in range(lpr)]) for r in rows]))
+        lsn += 4
+    # One record per row and batch; batch 41's update has changed each since.
+    touched = set()
+    records = []
+    while len(records) < live:
         t = rng.randrange(cfg.n_tables)
         row = cfg.table_base[t] + rng.randrange(cfg.tables[t]) * lpr
-        old = before[row:row + lpr] if batch == 41 else [rng.getrandbits(512) for _ in range(lpr)]
-        if batch == 41:
-            # One record per row and batch; batch 41's update has changed it since.
-            while media[row] != before[row]:
-                row = cfg.table_base[t] + rng.randrange(cfg.tables[t]) * lpr
-                old = before[row:row + lpr]
+        if row not in touched:
+            touched.add(row)
+            records.append((row, before[row:row + lpr]))
             media[row:row + lpr] = [rng.getrandbits(512) for _ in range(lpr)]
-        at = cfg.log_base + s * rec
-        media[at:at + rec] = undo_record(gen=3, batch=batch, lsn=lsn, addr=row, row_lines=old)
+    for k in range(0, live, GROUP_RECORDS):
+        history.append((3, 41, lsn, records[k:k + GROUP_RECORDS]))
+        lsn += len(records[k:k + GROUP_RECORDS])
+    nxt = put_groups(cfg, media, (slot - groups) % groups, history)
     media[cfg.ring_base + 1] = ring_header(gen=3, batch=41, next_lsn=end,
-                                           next_slot=cfg.log_base + end % slots * rec)
+                                           next_slot=slot_line(cfg, nxt))
     media[cfg.ring_base] = ring_header(gen=2, batch=90, next_lsn=end + 5,
                                        next_slot=cfg.log_base)     # an older timeline's
     return before, media
 
 
-@pytest.mark.parametrize("tables,log_lines", [((12, 20), 30), ((12, 20), 300),
-                                              ((200, 300), 30), ((200, 300), 300)])
+@pytest.mark.parametrize("tables,log_lines", [((12, 20), 26), ((12, 20), 300),
+                                              ((200, 300), 26), ((200, 300), 300)])
 def test_recovery_reads_the_records_it_rolls_back_and_a_constant(tables, log_lines):
     """Recovery cost is flat in the ring and table sizes: the lines RECOVER reads are
-    the records it rolls back (x rec_lines), plus the commit, snapshot and ring headers,
-    the record that ends the walk and at most a window of reads issued ahead."""
+    the rows it rolls back and a group line per group they are in, plus the commit,
+    snapshot and ring headers, the group that ends the walk and at most a window of
+    reads issued ahead."""
     cfg = replace(CFG, tables=tables, log_lines=log_lines)
-    window = max(cfg.rec_lines, cfg.pmem.read_depth)
-    const = cfg.commit_lines + 2 + 2 + cfg.rec_lines + window
-    for live in (0, 1, 5):
+    window = max(cfg.lines_per_row, cfg.pmem.read_depth)
+    const = cfg.commit_lines + 2 + 2 + 1 + window
+    for live in (0, 1, 5, 8):
+        if -(-live // GROUP_RECORDS) >= cfg.log_groups:
+            continue
         before, media = long_history(cfg, live=live, seed=live)
         want = list(media)
         ref = recover(cfg, want, 0)
@@ -276,8 +308,9 @@ def test_recovery_reads_the_records_it_rolls_back_and_a_constant(tables, log_lin
         assert ref.rolled_back == live
         assert got["media"][:cfg.table_lines] == before == want[:cfg.table_lines]
         assert len(ref.reads) <= got["lines"] <= len(ref.reads) + window
-        assert got["lines"] <= live * cfg.rec_lines + const, (live, got["lines"])
-        print(f"tables {tables} ring {cfg.log_slots} slots: {live} rolled back, "
+        bound = live * cfg.lines_per_row + -(-live // GROUP_RECORDS) + const
+        assert got["lines"] <= bound, (live, got["lines"])
+        print(f"tables {tables} ring {cfg.log_groups} groups: {live} rolled back, "
               f"{got['lines']} lines read (reference {len(ref.reads)})")
 
 

@@ -23,8 +23,10 @@ TIMING = PmemTiming(read_latency=10, write_latency=12, write_rate=(1, 2), read_r
 
 
 def cfg_for(dim=16, tables=(12, 20), max_pooling=6):
-    return Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
-                  log_lines=4, commit_lines=2, snapshot_lines=2, host_window=4)
+    """A small device whose undo log ring is two groups."""
+    cfg = Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
+                 commit_lines=2, snapshot_lines=2, host_window=4)
+    return cfg.replace(log_lines=2 * cfg.group_lines)
 
 
 class Harness(wiring.Component):

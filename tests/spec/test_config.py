@@ -15,13 +15,13 @@ def test_presets_round_trip_through_json(name):
 
 
 def test_memory_map_is_contiguous_and_protected_regions_follow_the_tables():
-    cfg = Config(tables=(10, 20), dim=32, log_lines=8, commit_lines=2, snapshot_lines=5)
-    assert cfg.lines_per_row == 2
+    cfg = Config(tables=(10, 20), dim=32, log_lines=26, commit_lines=2, snapshot_lines=5)
+    assert cfg.lines_per_row == 2 and cfg.group_lines == 13 and cfg.log_groups == 2
     assert cfg.table_base == (0, 20)
     assert cfg.table_lines == 60
     assert (cfg.log_base, cfg.commit_base, cfg.ring_base, cfg.snapshot_base) == (
-        60, 68, 70, (72, 77))
-    assert cfg.media_lines == 82
+        60, 86, 88, (90, 95))
+    assert cfg.media_lines == 100
 
 
 @pytest.mark.parametrize("kwargs,field", [
@@ -71,7 +71,7 @@ def test_checkpoint_regions_size_themselves():
     for name, cfg in PRESETS.items():
         assert cfg.mlp_params == DenseModel(cfg).parameters().size, name
         assert cfg.snapshot_size == cfg.mlp_lines + 1
-        assert cfg.log_slots >= 2 * cfg.records_per_batch(cfg.model.batch_size)
+        assert cfg.log_groups >= 2 * cfg.groups_for(cfg.records_per_batch(cfg.model.batch_size))
     tiny = PRESETS["tiny"]
     bigger = tiny.replace(model=ModelShape(batch_size=64, bottom_hidden=(32,), top_hidden=(32,)))
     # Sizes follow the model, and the resolved sizes are part of the hardware.
@@ -93,7 +93,7 @@ def test_criteo_kaggle_is_the_reference_model_with_hashed_tables():
     assert cfg.model.batch_size >= 128 and cfg.model.lr == 0.1
     assert cfg.max_bags >= cfg.model.batch_size * 26
     # The undo log holds two batches of distinct rows; the media stays at 128 MiB.
-    assert cfg.log_slots >= 2 * cfg.model.batch_size * 26
+    assert cfg.log_groups >= 2 * cfg.groups_for(cfg.model.batch_size * 26)
     assert cfg.media_lines_pow2 <= 1 << 21
 
 
@@ -106,7 +106,7 @@ def test_the_scale_ladder_covers_its_grid():
         rows, batch = cfg.tables[0], cfg.model.batch_size
         assert cfg.tables == (rows,) * 8 and rows in (1_000, 100_000, 1_000_000), name
         assert cfg.max_bags >= max(SCALE_BATCHES) * cfg.n_tables, name
-        assert cfg.log_slots >= 2 * cfg.records_per_batch(batch), name
+        assert cfg.log_groups >= 2 * cfg.groups_for(cfg.records_per_batch(batch)), name
         assert 16 <= cfg.max_pooling <= 32
         assert Config.from_json(cfg.to_json()) == cfg
     # One device per table size: every batch size of it shares the simulator build.

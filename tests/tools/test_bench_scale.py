@@ -58,7 +58,8 @@ def test_every_batch_size_of_a_table_size_shares_one_device():
         size = w.name.split("/")[0]
         assert w.config.tables == (SCALE_ROWS[size],) * 8
         assert w.config.model.batch_size == w.batch_size
-        assert w.config.log_slots >= 2 * w.config.records_per_batch(w.batch_size)
+        assert w.config.log_groups >= 2 * w.config.groups_for(
+            w.config.records_per_batch(w.batch_size))
         assert w.config.max_bags >= w.batch_size * 8
         by_size.setdefault(size, set()).add(w.config.hardware_digest())
     assert all(len(d) == 1 for d in by_size.values()), by_size
