@@ -278,9 +278,7 @@ class UndoLogger(wiring.Component):
                                      w_group.lsn.eq(head), w_addr.eq(g_slot + 1),
                                      g_head.eq(g_head + 1)]
                     m.next = "DATA"
-                with m.Elif(w_open & self.flush & (row_q.level == 0)):
-                    # Rows taken from now on start a new group (see ``joins``).
-                    m.d.comb += closing.eq(1)
+                with m.Elif(closing):
                     m.next = "CLOSE"
                 with m.Elif(quiet & ~w_open & (hdr_end != head)):
                     m.next = "RING"
@@ -340,6 +338,11 @@ class UndoLogger(wiring.Component):
                     m.next = "IDLE"
                 with m.If(self.restart):
                     m.next = "IDLE"
+
+        # No lookup runs and no row waits: close the open group. Rows taken from now on
+        # start a new group (see ``joins``), so this must not depend on ``tap.take``.
+        m.d.comb += closing.eq(fsm.ongoing("IDLE") & ~self.restart & w_open & self.flush
+                               & (row_q.level == 0))
 
         # -- reclaim: the oldest batch's groups are free once it is durable. The open
         # group stays pinned: its slot is written again when it closes.
