@@ -56,12 +56,16 @@ class CheckpointEngine(wiring.Component):
        highest next LSN ``E`` says where the newest record covered by a ring
        header is (no ``UPDATE`` ever overwrote a row whose record it does not
        cover);
-    4. walk the ring backwards from LSN ``E - 1``, writing every record's old
-       lines back to its row, newest first, so a row gets its oldest value;
-       stop at the first record that is torn, of another generation, of a
-       batch ``<= D`` or not of the expected LSN. Only the records rolled back
-       and the one that ends the walk are read (plus a window of reads issued
-       ahead), never the whole ring;
+    4. walk the ring backwards from the group before the ring header's next
+       slot, group by group, and in each group record by record, newest
+       first, writing every record's old lines back to its row, so a row
+       gets its oldest value; stop at the first group that is of another
+       generation, of a batch ``<= D`` or whose newest record is not the LSN
+       expected (``E - 1``, then one less for each record rolled back), and
+       at the first record that is torn. A group line is read before its
+       records, so only the records rolled back and the group lines of their
+       groups and of the one that ends the walk are read (plus a window of
+       reads issued ahead), never the whole ring;
     5. once every rollback write is persistent, write the commit record
        ``(D, g + 1)`` into a slot other than the newest. From then on the
        records of generation ``g`` are history.
