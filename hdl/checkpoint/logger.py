@@ -22,9 +22,10 @@ class UndoTapSignature(wiring.Signature):
 
     Members
     -------
+    offer : Out(1)
+        A row's first line is offered to PMEM, by a descriptor that logs.
     addr, batch : Out
-        The media line of a row whose first line is offered to PMEM, and the
-        batch of the descriptor reading it.
+        The media line of that row, and the batch of the descriptor reading it.
     need : In(1)
         That row has no undo record for that batch yet: log it.
     room : In(1)
@@ -42,6 +43,7 @@ class UndoTapSignature(wiring.Signature):
     def __init__(self, addr_bits):
         self._addr_bits = addr_bits
         super().__init__({
+            "offer": Out(1),
             "addr": Out(addr_bits),
             "batch": Out(32),
             "need": In(1),
@@ -209,7 +211,7 @@ class UndoLogger(wiring.Component):
                              c_head.eq(c_head + 1)]
         with m.Elif(closing):
             m.d.sync += c_open.eq(0)
-        with m.If(tap.need & ~joins & at_cap):
+        with m.If(tap.offer & tap.need & ~joins & at_cap):
             m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
 
         # -- the ring

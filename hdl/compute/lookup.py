@@ -178,6 +178,7 @@ class LookupEngine(wiring.Component):
         log_short = Signal()
         log_bit = Mux(first, need, cur_log)
         m.d.comb += [
+            log.offer.eq(pre_valid & first & ~desc.nolog),
             log.addr.eq(pre.addr), log.batch.eq(desc.batch),
             self.pmem.req.valid.eq(pre_valid & ~hold),
             self.pmem.req.payload.eq(pre),

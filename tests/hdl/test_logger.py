@@ -44,8 +44,10 @@ async def offer_row(ctx, log, addr, batch, lines, timeout=2000):
     tap = log.tap
     ctx.set(tap.addr, addr)
     ctx.set(tap.batch, batch)
+    ctx.set(tap.offer, 1)
     for _ in range(timeout):
         if not ctx.get(tap.need):
+            ctx.set(tap.offer, 0)
             return False
         if ctx.get(tap.room):
             break
@@ -55,6 +57,7 @@ async def offer_row(ctx, log, addr, batch, lines, timeout=2000):
     ctx.set(tap.take, 1)
     await ctx.tick()
     ctx.set(tap.take, 0)
+    ctx.set(tap.offer, 0)
     for line in lines:
         ctx.set(tap.lines.payload, line)
         ctx.set(tap.lines.valid, 1)
@@ -130,6 +133,14 @@ def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
         await ctx.tick()
         assert ctx.get(log.tap.need) and not ctx.get(log.tap.room) and ctx.get(log.tap.full)
         assert slot_group(ctx, dut.pmem, 0)[0][0].batch == 1
+        # Only the cycles a row is offered count as waiting for the ring.
+        waited = ctx.get(log.full_cycles)
+        ctx.set(log.tap.offer, 1)
+        for _ in range(3):
+            await ctx.tick()
+        ctx.set(log.tap.offer, 0)
+        await ctx.tick()
+        assert ctx.get(log.full_cycles) == waited + 3
         # Batch 1 durable: its group is free, the next one goes to slot 0.
         ctx.set(log.durable, 1)
         ctx.set(log.durable_valid, 1)
