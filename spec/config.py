@@ -25,7 +25,7 @@ __all__ = [
     "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
     "GROUP_RECORDS",
     "ConfigError",
-    "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "HostPmemTiming", "ModelShape", "GpuTiming", "Config",
+    "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "HostPmemTiming", "SdramTiming", "ModelShape", "GpuTiming", "Config",
     "PRESETS", "load_config", "CRITEO_KAGGLE_ROWS", "CRITEO_KAGGLE_CAP", "criteo_kaggle",
     "SCALE_ROWS", "SCALE_BATCHES", "rm_config", "scale_ladder",
 ]
@@ -263,6 +263,77 @@ class HostPmemTiming:
         if not lines:
             return 0
         return self._cycles(lines * LINE_BYTES / (self.write_gbps * self.modules) + self.persist_ns)
+
+
+@dataclass(frozen=True)
+class SdramTiming:
+    """An SDR SDRAM chip's geometry and timing: the ULX3S's (ISSI IS42S16160G,
+    16M x 16 bits, 4 banks of 8,192 rows of 512 columns; 32 MiB) by default.
+
+    Times are in nanoseconds and become cycles of the controller's clock,
+    rounded up (:meth:`cycles`). ``trcd_ns``, ``trp_ns``, ``twr_ns``,
+    ``trfc_ns`` and ``trefi_ns`` are those of LiteDRAM's module table for this
+    part [LITEDRAM], longer than the data sheet's minimums [IS42S16160G];
+    ``tras_ns`` and ``trc_ns`` (which that table leaves out) are the PC133
+    figures of 42 and 60 ns, at least the data sheet's for the -7 grade the
+    board carries. ``init_us`` and ``init_refreshes`` are the longer of the
+    start-up sequences that ISSI's and Alliance's (AS4C32M16SB, fitted to
+    later ULX3S boards) data sheets ask for: a pause with the clock running,
+    PRECHARGE ALL, that many AUTO REFRESH commands, then LOAD MODE REGISTER.
+    ``cas_latency`` 2 is allowed up to 100 MHz. A user with another chip
+    changes the fields; nothing here has been checked on a board.
+
+    [IS42S16160G] ISSI, "IS42S16160G / IS45S16160G 256Mb Synchronous DRAM",
+    data sheet (Rev. 2015), tables "AC electrical characteristics".
+    [LITEDRAM] enjoy-digital/litedram, ``litedram/modules.py``, class
+    ``IS42S16160`` (tRP = tRCD = tWR = 20 ns, tRFC = 70 ns, tREFI = 64 ms / 8,192).
+    """
+    banks: int = 4
+    rows: int = 8192
+    cols: int = 512
+    dq_bits: int = 16
+    cas_latency: int = 2
+    trcd_ns: float = 20.0
+    trp_ns: float = 20.0
+    tras_ns: float = 42.0
+    trc_ns: float = 60.0
+    trfc_ns: float = 70.0
+    twr_ns: float = 20.0
+    tmrd_cycles: int = 2
+    trefi_ns: float = 64e6 / 8192
+    init_us: float = 200.0
+    init_refreshes: int = 8
+
+    def __post_init__(self):
+        for name in ("banks", "rows", "cols"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 2 and (v & (v - 1)) == 0,
+                   f"sdram.{name} must be a power of two, not {v!r}")
+        _check(self.dq_bits in (8, 16, 32), f"sdram.dq_bits must be 8, 16 or 32, not {self.dq_bits!r}")
+        _check(self.cas_latency in (2, 3), f"sdram.cas_latency must be 2 or 3, not {self.cas_latency!r}")
+        for name in ("trcd_ns", "trp_ns", "tras_ns", "trc_ns", "trfc_ns", "twr_ns", "trefi_ns",
+                     "init_us"):
+            v = getattr(self, name)
+            _check(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+                   f"sdram.{name} must be a positive number, not {v!r}")
+        for name in ("tmrd_cycles", "init_refreshes"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 1, f"sdram.{name} must be a positive integer, not {v!r}")
+
+    @property
+    def words_per_line(self):
+        """Beats of the data bus in a 64-byte line."""
+        return LINE_BITS // self.dq_bits
+
+    @property
+    def lines(self):
+        """64-byte lines the chip holds."""
+        return self.banks * self.rows * self.cols // self.words_per_line
+
+    @staticmethod
+    def cycles(ns, clock_mhz):
+        """At least ``ns`` nanoseconds in cycles of ``clock_mhz``."""
+        return max(1, math.ceil(ns * clock_mhz / 1000 - 1e-9))
 
 
 @dataclass(frozen=True)
