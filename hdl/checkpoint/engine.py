@@ -249,12 +249,15 @@ class CheckpointEngine(wiring.Component):
         pending = Signal()              # a received line still waits for its verdict
         hold = Signal()                 # the next line waits for that verdict
 
-        # The walk, a group at a time: its group line; once that is in, its records'
-        # data lines, newest record first; then the group line of the slot before.
+        # The walk reads whole slots, back from the newest: a group line, then its
+        # records' data lines, newest record first (all ``GROUP_RECORDS``: lines of
+        # records a group does not hold are read and dropped, so that reads go out
+        # ahead without waiting for the count), then the slot before.
         w_slot = Signal(abits)          # the group being walked
         w_left = Signal(32)             # groups the walk may still read
         iss_group = Signal()            # the group line is the next read
         iss_j = Signal(range(max(2, lpr)))
+        slot_reads = GROUP_RECORDS * lpr
         group = Signal(group_layout)    # the group line received
         g_new = Signal()                # ... and not yet judged
         r_group = Signal()              # the next line received is a group line
@@ -278,7 +281,8 @@ class CheckpointEngine(wiring.Component):
             m.d.comb += port.req.valid.eq(0)
         with m.If(rfire):
             with m.If(iss_group):
-                m.d.sync += iss_group.eq(0)
+                m.d.sync += [iss_group.eq(0), iss_left.eq(slot_reads), iss_j.eq(0),
+                             iss_addr.eq(w_slot + 1 + (GROUP_RECORDS - 1) * lpr)]
             with m.Else():
                 m.d.sync += iss_left.eq(iss_left - 1)
                 with m.If(phase == 1):
@@ -287,7 +291,7 @@ class CheckpointEngine(wiring.Component):
                     with m.If(iss_j == lpr - 1):
                         # Line 0 of the record before; after record 0, the group before.
                         m.d.sync += [iss_j.eq(0), iss_addr.eq(iss_addr - (2 * lpr - 1))]
-                        with m.If((iss_left == 1) & (w_left > 1)):
+                        with m.If((iss_left == 1) & (w_left > 1) & ~stopped):
                             m.d.sync += [w_slot.eq(prev_slot), w_left.eq(w_left - 1),
                                          iss_group.eq(1)]
                     with m.Else():
@@ -320,12 +324,15 @@ class CheckpointEngine(wiring.Component):
         m.d.sync += inflight.eq(inflight + rfire - rcv)
         with m.If(recovering & rfire):
             m.d.sync += self.recover_lines.eq(self.recover_lines + 1)
-        ends_record = (phase == 3) & ~r_group & (r_j == lpr - 1)
+        # A record's last line, of a record the group holds (the lines of the others
+        # are dropped).
+        ends_record = (phase == 3) & ~r_group & (r_j == lpr - 1) & (r_i < group.count)
         with m.If(rcv):
             m.d.sync += [rcv_left.eq(rcv_left - 1), crc.eq(crc_next), fold.eq(0)]
             with m.If(phase == 3):
                 with m.If(r_group):
-                    m.d.sync += [group.eq(rd), g_new.eq(1), r_group.eq(0)]
+                    m.d.sync += [group.eq(rd), g_new.eq(1), r_group.eq(0),
+                                 r_i.eq(GROUP_RECORDS - 1), r_j.eq(0)]
                 with m.Else():
                     m.d.sync += linebuf[r_j].eq(rd)
                     with m.If(r_j == lpr - 1):
@@ -349,9 +356,11 @@ class CheckpointEngine(wiring.Component):
                              v_end.eq(ends_record), v_i.eq(r_i)]
             # A rollback decision starts its writes a cycle late: hold the next
             # line back meanwhile, so that it cannot overwrite the line buffer.
-            m.d.comb += [pending.eq(v_fire), hold.eq(v_fire & (phase == 3))]
+            m.d.comb += [pending.eq(v_fire), hold.eq((v_fire | g_new) & (phase == 3))]
         else:
             v_fire, v_crc, v_hdr, v_left, v_end, v_i = rcv, crc_next, hdr, rcv_left, ends_record, r_i
+            # The next line waits while its group line is judged.
+            m.d.comb += hold.eq(g_new & (phase == 3))
         intact = (v_crc ^ CRC_XOR) == v_hdr.csum
         # A record is intact if its checksum, over its data lines and the header it would
         # have alone (spec/records.py), is the one its group line holds.
@@ -391,11 +400,7 @@ class CheckpointEngine(wiring.Component):
                   & ((group.lsn + group.count - 1)[:32] == exp_lsn))
         with m.If(g_new):
             m.d.sync += g_new.eq(0)
-            with m.If(walked & ~stopped):
-                m.d.sync += [iss_left.eq(group.count * lpr), iss_j.eq(0),
-                             iss_addr.eq(w_slot + 1 + (group.count - 1) * lpr),
-                             r_i.eq(group.count - 1), r_j.eq(0)]
-            with m.Else():
+            with m.If(~walked):
                 m.d.sync += stopped.eq(1)
         with m.If(stopped):
             m.d.sync += [iss_left.eq(0), iss_group.eq(0)]

@@ -7,7 +7,7 @@ including torn records, and compare the results bit for bit.
 
 from dataclasses import dataclass, field
 
-from trainingcxl.spec.config import RING_HEADERS
+from trainingcxl.spec.config import GROUP_RECORDS, RING_HEADERS
 from trainingcxl.spec.records import (COMMIT, RING, SNAPSHOT, commit_record, decode_group_line,
                                       decode_record, valid_header)
 
@@ -74,7 +74,8 @@ def recover(config, media, staleness):
 def _walk(cfg, media, read, result, *, gen, d, lsn, at, groups):
     """Roll back the undo groups before slot ``at``, newest record first, while they are
     of generation ``gen``, after batch ``d`` and end at LSN ``lsn``, and their records
-    intact; read at most ``groups`` group lines."""
+    intact; read at most ``groups`` slots. Like the device, a walked slot is read whole
+    (its group line, then every record's lines, the newest first), whatever its count."""
     lpr = cfg.lines_per_row
     last = cfg.log_base + (cfg.log_groups - 1) * cfg.group_lines
     for _ in range(groups):
@@ -86,12 +87,13 @@ def _walk(cfg, media, read, result, *, gen, d, lsn, at, groups):
         if (fields["gen"] != gen or fields["batch"] <= d
                 or (fields["lsn"] + len(entries) - 1) & 0xFFFFFFFF != lsn):
             return
+        lines = {k: [read(at + 1 + k * lpr + j) for j in range(lpr)]
+                 for k in reversed(range(GROUP_RECORDS))}
         for k in reversed(range(len(entries))):
-            rows = [read(at + 1 + k * lpr + j) for j in range(lpr)]
-            header = decode_record(fields, entries, k, rows)
+            header = decode_record(fields, entries, k, lines[k])
             if header is None:
                 return
-            for j, line in enumerate(rows):
+            for j, line in enumerate(lines[k]):
                 media[header.b + j] = line
                 result.writes[header.b + j] = line
             result.rolled_back += 1

@@ -291,9 +291,8 @@ def long_history(cfg, *, live, seed=0):
                                               ((200, 300), 26), ((200, 300), 300)])
 def test_recovery_reads_the_records_it_rolls_back_and_a_constant(tables, log_lines):
     """Recovery cost is flat in the ring and table sizes: the lines RECOVER reads are
-    the rows it rolls back and a group line per group they are in, plus the commit,
-    snapshot and ring headers, the group that ends the walk and at most a window of
-    reads issued ahead."""
+    the slots of the groups it rolls back, plus the commit, snapshot and ring headers,
+    the group line that ends the walk and at most a window of reads issued ahead."""
     cfg = replace(CFG, tables=tables, log_lines=log_lines)
     window = max(cfg.lines_per_row, cfg.pmem.read_depth)
     const = cfg.commit_lines + 2 + 2 + 1 + window
@@ -308,7 +307,7 @@ def test_recovery_reads_the_records_it_rolls_back_and_a_constant(tables, log_lin
         assert ref.rolled_back == live
         assert got["media"][:cfg.table_lines] == before == want[:cfg.table_lines]
         assert len(ref.reads) <= got["lines"] <= len(ref.reads) + window
-        bound = live * cfg.lines_per_row + -(-live // GROUP_RECORDS) + const
+        bound = -(-live // GROUP_RECORDS) * cfg.group_lines + const
         assert got["lines"] <= bound, (live, got["lines"])
         print(f"tables {tables} ring {cfg.log_groups} groups: {live} rolled back, "
               f"{got['lines']} lines read (reference {len(ref.reads)})")
