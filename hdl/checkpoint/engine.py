@@ -62,10 +62,10 @@ class CheckpointEngine(wiring.Component):
        gets its oldest value; stop at the first group that is of another
        generation, of a batch ``<= D`` or whose newest record is not the LSN
        expected (``E - 1``, then one less for each record rolled back), and
-       at the first record that is torn. A group line is read before its
-       records, so only the records rolled back and the group lines of their
-       groups and of the one that ends the walk are read (plus a window of
-       reads issued ahead), never the whole ring;
+       at the first record that is torn. Slots are read whole and ahead
+       (a group line, then all its record lines, newest first), so only the
+       slots rolled back and the group line that ends the walk are read
+       (plus a window of reads issued ahead), never the whole ring;
     5. once every rollback write is persistent, write the commit record
        ``(D, g + 1)`` into a slot other than the newest. From then on the
        records of generation ``g`` are history.
