@@ -7,7 +7,7 @@ import pytest
 
 from trainingcxl.host.cli import build_parser, main
 from trainingcxl.host.tools import bench_scale, pool
-from trainingcxl.spec.config import SCALE_ROWS
+from trainingcxl.spec.config import SCALE_ROWS, scale_ladder
 
 from tests.tools.test_bench import record
 
@@ -126,7 +126,8 @@ def test_report_json_and_plot_of_a_fake_scale_run(monkeypatch, tmp_path):
     rows = [line.split() for line in lines]
     assert ["256", "pmem", f"{cyc / 2:,.0f}", f"{100 * (cyc / (cyc - 5000) - 1):.2f}%"] in [
         r[:4] for r in rows]
-    assert ["rm-100k", "100,000", "2,097,152", "900", "1,800", "64,000", "hold"] in rows
+    log_lines = scale_ladder(("rm-100k",))[0][1].log_size
+    assert ["rm-100k", "100,000", f"{log_lines:,}", "900", "1,800", "64,000", "hold"] in rows
     # Each row compares with both baselines; host-pmem is not in this run: '-'.
     cxl = next(r for r in rows if r[:2] == ["256", "cxl"])
     assert cxl[-4] == "-" and cxl[-2] == f"{cyc / (cyc + 100):.2f}x"
