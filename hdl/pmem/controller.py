@@ -1,5 +1,7 @@
 """PMEM controller model: media, timing, a volatile write-pending queue, power failure."""
 
+from types import SimpleNamespace
+
 from amaranth import *
 from amaranth.hdl import ResetInserter
 from amaranth.lib import data, fifo, wiring
@@ -53,6 +55,15 @@ class PmemController(wiring.Component):
       8 bytes only: a line leaving the queue in the very cycle the power fails
       is torn (a pseudo-random subset of its 8-byte words lands).
 
+    The media is a backdoor RAM inside (``media``), or, with ``media_port``,
+    whatever memory a board puts behind the ``media_port`` line port (an SDRAM
+    controller): reads and writes go to it in one queue, in order, and a line
+    in that queue has reached the media (power failures do not reset it; the
+    answers to reads issued before one are dropped). The timing above still
+    holds as long as the memory is faster than it; ``media_late`` counts the
+    cycles it was not (a read due whose data was not back, a write due that
+    the queue could not take).
+
     Parameters
     ----------
     config : Config
@@ -65,6 +76,8 @@ class PmemController(wiring.Component):
         could be served, the first before the second and so on: checkpoint
         traffic (the undo log, then snapshot pulls) takes what the engines
         leave and never slows them down.
+    media_port : bool
+        The media is outside, behind ``media_port``.
 
     Members
     -------
@@ -78,9 +91,11 @@ class PmemController(wiring.Component):
     reads_by_region, writes_by_region : Out(ArrayLayout(32, 3))
         The same, by the region of the line: the tables, the undo log and
         commit records, the MLP snapshot slots (:data:`REGIONS`).
+    media_port : Out(LinePortSignature), media_late : Out(32)
+        With ``media_port`` only.
     """
 
-    def __init__(self, config, *, n_ports, tag_bits=16, background=()):
+    def __init__(self, config, *, n_ports, tag_bits=16, background=(), media_port=False):
         if n_ports < 1:
             raise ValueError(f"n_ports must be at least 1, not {n_ports}")
         if not set(background) <= set(range(n_ports)):
@@ -89,6 +104,7 @@ class PmemController(wiring.Component):
         self._n_ports = n_ports
         self._background = tuple(background)
         self._tag_bits = tag_bits
+        self._media_port = media_port
         self._port_sig = LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=tag_bits)
         members = {f"port{i}": In(self._port_sig) for i in range(n_ports)}
         members.update({
@@ -99,8 +115,14 @@ class PmemController(wiring.Component):
             "reads_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
             "writes_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
         })
+        if media_port:
+            members.update({
+                "media_port": Out(LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=1)),
+                "media_late": Out(32),
+            })
         super().__init__(members)
-        self.media = Ram(shape=LINE_BITS, depth=config.media_lines, backdoor="media")
+        self.media = None if media_port else Ram(shape=LINE_BITS, depth=config.media_lines,
+                                                 backdoor="media")
 
     @property
     def ports(self):
@@ -118,9 +140,13 @@ class PmemController(wiring.Component):
         abits = self._config.media_addr_bits
         client_bits = max(1, (n - 1).bit_length())
 
-        m.submodules.media = media = self.media
-        rd = media.read_port()
-        wr = media.write_port(granularity=8)
+        if self._media_port:
+            outside = Module()
+            rd, wr, late = self._media_queue(outside, m, client_bits)
+        else:
+            m.submodules.media = media = self.media
+            rd = media.read_port()
+            wr = media.write_port(granularity=8)
 
         m.submodules.read_rate = read_rate = RateLimiter(*cfg.read_rate)
         m.submodules.write_rate = write_rate = RateLimiter(*cfg.write_rate)
@@ -155,6 +181,8 @@ class PmemController(wiring.Component):
             return Cat(pend_valid[i] & (pend_addr[i] == addr) for i in range(cfg.wpq_depth)).any()
 
         can_read = read_rate.ok & (inflight < cfg.read_depth)
+        if self._media_port:
+            can_read &= rd.ready
         can_write = wpq.w_rdy
         m.submodules.arb = arb = RoundRobin(n)
         registered = self._config.register_slices
@@ -210,27 +238,39 @@ class PmemController(wiring.Component):
             rd.en.eq(issue_read),
         ]
 
-        # Media data appears one cycle after acceptance.
-        rd_pending = Signal()
-        rd_tag = Signal(self._tag_bits)
-        rd_client = Signal(client_bits)
-        m.d.sync += [
-            rd_pending.eq(issue_read),
-            rd_tag.eq(sel.tag),
-            rd_client.eq(arb.grant),
-        ]
         rq_in = Signal(rsp_layout)
-        m.d.comb += [
-            rq_in.data.eq(rd.data), rq_in.tag.eq(rd_tag),
-            rq_in.client.eq(rd_client),
-            rq.w_data.eq(rq_in),
-            rq.w_en.eq(rd_pending),
-        ]
+        m.d.comb += rq.w_data.eq(rq_in)
+        if self._media_port:
+            # Answers come back in order, with the tag and client kept here.
+            meta_layout = data.StructLayout({"tag": self._tag_bits, "client": client_bits})
+            m.submodules.meta = meta = fifo.SyncFIFOBuffered(width=meta_layout.size,
+                                                             depth=cfg.read_depth + 1)
+            head = meta_layout(meta.r_data)
+            m.d.comb += [
+                meta.w_data.eq(Cat(sel.tag, arb.grant)), meta.w_en.eq(issue_read),
+                rq_in.data.eq(rd.data), rq_in.tag.eq(head.tag), rq_in.client.eq(head.client),
+                rq.w_en.eq(rd.valid), meta.r_en.eq(rd.valid),
+            ]
+        else:
+            # Media data appears one cycle after acceptance.
+            rd_pending = Signal()
+            rd_tag = Signal(self._tag_bits)
+            rd_client = Signal(client_bits)
+            m.d.sync += [
+                rd_pending.eq(issue_read),
+                rd_tag.eq(sel.tag),
+                rd_client.eq(arb.grant),
+            ]
+            m.d.comb += [
+                rq_in.data.eq(rd.data), rq_in.tag.eq(rd_tag),
+                rq_in.client.eq(rd_client),
+                rq.w_en.eq(rd_pending),
+            ]
 
         # Release reads in order once their latency has passed (counted from acceptance).
         rq_pop = Signal()
-        rq_due = rq.r_rdy & _aged(m, "read", issue_read, rq_pop, cfg.read_latency,
-                                  cfg.read_depth)
+        read_aged = _aged(m, "read", issue_read, rq_pop, cfg.read_latency, cfg.read_depth)
+        rq_due = rq.r_rdy & read_aged
         for i, p in enumerate(ports):
             m.d.comb += [
                 p.rdata.payload.tag.eq(rq_head.tag),
@@ -264,7 +304,13 @@ class PmemController(wiring.Component):
         drain = Signal()
         due = (wpq.r_rdy & _aged(m, "write", issue_write, drain, cfg.write_latency, cfg.wpq_depth)
                & write_rate.ok)
-        m.d.comb += drain.eq(due & wack_ready)
+        if self._media_port:
+            # One request a cycle into the media's queue: a write leaving takes the
+            # cycle, and a read waits (``can_read``).
+            m.d.comb += [wr.wants.eq(due & wack_ready), drain.eq(due & wack_ready & wr.ready),
+                         late.eq((read_aged & ~rq.r_rdy) | (due & wack_ready & ~wr.ready))]
+        else:
+            m.d.comb += drain.eq(due & wack_ready)
         # The media is atomic per 8 bytes only: a line leaving the queue in the
         # cycle the power fails reaches the media for a pseudo-random subset of
         # its 8-byte words (a torn line), and is not acknowledged.
@@ -315,4 +361,61 @@ class PmemController(wiring.Component):
 
         # Power failure clears every register and FIFO pointer of the
         # controller; the media is a memory and keeps its contents.
-        return ResetInserter(self.power_fail)(m)
+        if not self._media_port:
+            return ResetInserter(self.power_fail)(m)
+        outside.submodules.core = ResetInserter(self.power_fail)(m)
+        return outside
+
+    def _media_queue(self, outside, m, client_bits):
+        """The queue to an outside media, in ``outside`` (which no power failure resets);
+        returns the read and write sides ``m`` uses, and the signal it says late on."""
+        cfg = self._config.pmem
+        abits = self._config.media_addr_bits
+        port = self.media_port
+        layout = data.StructLayout({"op": LineOp, "addr": abits, "data": LINE_BITS,
+                                    "be": LINE_BYTES})
+        depth = cfg.read_depth + cfg.wpq_depth
+        outside.submodules.media_queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
+                                                                       depth=depth)
+        rd = SimpleNamespace(addr=Signal(abits, name="media_rd_addr"),
+                             en=Signal(name="media_rd_en"),
+                             data=Signal(LINE_BITS, name="media_rd_data"),
+                             valid=Signal(name="media_rd_valid"),
+                             ready=Signal(name="media_rd_ready"))
+        wr = SimpleNamespace(addr=Signal(abits, name="media_wr_addr"),
+                             data=Signal(LINE_BITS, name="media_wr_data"),
+                             en=Signal(LINE_BYTES, name="media_wr_en"),
+                             wants=Signal(name="media_wr_wants"),
+                             ready=Signal(name="media_wr_ready"))
+        late = Signal(name="media_late_now")
+        push_write = wr.en.any()
+        entry = Signal(layout)
+        head = layout(queue.r_data)
+        outside.d.comb += [
+            entry.op.eq(Mux(push_write, LineOp.WRITE, LineOp.READ)),
+            entry.addr.eq(Mux(push_write, wr.addr, rd.addr)),
+            entry.data.eq(wr.data), entry.be.eq(wr.en),
+            queue.w_data.eq(entry), queue.w_en.eq(push_write | rd.en),
+            wr.ready.eq(queue.w_rdy),
+            # A write leaving the WPQ has the cycle; a read waits for the next.
+            rd.ready.eq(queue.w_rdy & ~wr.wants),
+            port.req.valid.eq(queue.r_rdy), queue.r_en.eq(port.req.ready),
+            port.req.payload.op.eq(head.op), port.req.payload.addr.eq(head.addr),
+            port.req.payload.data.eq(head.data), port.req.payload.be.eq(head.be),
+            port.req.payload.tag.eq(0),
+            port.rdata.ready.eq(1), port.wack.ready.eq(1),
+        ]
+        # The answers to reads issued before a power failure are dropped.
+        outstanding = Signal(range(2 * depth + 2))
+        stale = Signal.like(outstanding)
+        answer = port.rdata.valid
+        after = outstanding + rd.en - answer
+        outside.d.sync += outstanding.eq(after)
+        with outside.If(self.power_fail):
+            outside.d.sync += stale.eq(after)
+        with outside.Elif(answer & (stale != 0)):
+            outside.d.sync += stale.eq(stale - 1)
+        outside.d.comb += [rd.valid.eq(answer & (stale == 0)),
+                           rd.data.eq(port.rdata.payload.data)]
+        outside.d.sync += self.media_late.eq(self.media_late + late)
+        return rd, wr, late
