@@ -19,6 +19,7 @@ from .common.absent import AbsentEngine
 from trainingcxl.spec.descriptors import descriptor_layout
 from .common.register_slice import LinePortSlice, RegisterSlice
 from .dispatch import Dispatcher
+from .common.line_port import LinePortSignature
 from .pmem.controller import PmemController
 
 __all__ = ["Device", "DeviceState"]
@@ -59,6 +60,9 @@ class Device(wiring.Component):
     ``power_fail`` resets every register of the device (engines, queues, the
     PMEM write-pending queue, counters); only the PMEM media keeps its contents.
 
+    With ``config.media = "sdram"`` the media is outside: the PMEM controller
+    reaches it through ``media``, and a board system puts its SDRAM there.
+
     Members
     -------
     cxl_mem : Out(CxlMemSignature)
@@ -69,18 +73,23 @@ class Device(wiring.Component):
         Level interrupt for descriptor completions (see ``Reg.IRQ_ACK``).
     state : Out(DeviceState)
         What the device is doing, for LEDs.
+    media : Out(LinePortSignature)
+        With ``config.media = "sdram"`` only: the PMEM media's port.
     """
-
-    cxl_mem: Out(CxlMemSignature())
-    cxl_cache: Out(CxlCacheSignature())
-    control: Out(ControlBusSignature())
-    power_fail: In(1)
-    irq: Out(1)
-    state: Out(DeviceState)
 
     def __init__(self, config):
         self._config = config
-        super().__init__()
+        members = {
+            "cxl_mem": Out(CxlMemSignature()),
+            "cxl_cache": Out(CxlCacheSignature()),
+            "control": Out(ControlBusSignature()),
+            "power_fail": In(1),
+            "irq": Out(1),
+            "state": Out(DeviceState),
+        }
+        if config.media == "sdram":
+            members["media"] = Out(LinePortSignature(addr_bits=config.media_addr_bits, tag_bits=1))
+        super().__init__(members)
 
     @property
     def config(self):
@@ -115,7 +124,14 @@ class Device(wiring.Component):
             background = (len(pmem_ports), len(pmem_ports) + 2)
             pmem_ports += [logger.pmem, ckpt.pmem, ckpt.snap_pmem]
             cache_ports += [ckpt.snap_host]
-        m.submodules.pmem = pmem = PmemController(cfg, n_ports=len(pmem_ports), background=background)
+        outside = cfg.media == "sdram"
+        # The PMEM controller resets on power failure by itself, all but its media
+        # (and, with the media outside, the queue to it): it is not under the
+        # device's reset below.
+        pmem = PmemController(cfg, n_ports=len(pmem_ports), background=background,
+                              media_port=outside)
+        if outside:
+            wiring.connect(m, pmem.media_port, wiring.flipped(self.media))
         m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=len(cache_ports))
         for name, ports, server in (("pmem", pmem_ports, pmem), ("cache", cache_ports, agent)):
             for k, client in enumerate(ports):
@@ -273,4 +289,7 @@ class Device(wiring.Component):
         else:
             # Nothing to hold the lookup for, nothing it has to wait for.
             m.d.comb += dispatch.log_drained.eq(1)
-        return ResetInserter(self.power_fail)(m)
+        top = Module()
+        top.submodules.device = ResetInserter(self.power_fail)(m)
+        top.submodules.pmem = pmem
+        return top

@@ -45,18 +45,22 @@ DPI_SOURCES = tuple(Path(__file__).resolve().parent / "dpi" / name
 SIM_MODELS = {CLOCK_MODULE: CLOCK_VERILOG}
 #: UART clock cycles per bit of the simulated board top (fast, and exact at any clock).
 BOARD_SIM_DIVISOR = 8
+#: The clock the simulated board top's SDRAM timing is counted at.
+BOARD_SIM_MHZ = 50
 
 
 def _top(kind, config):
     """The component a simulation is built from: ``device`` (the device's own ports, and
     host memory in gateware: :class:`~trainingcxl.sim.rtl.top.SimTop`) or
-    ``board`` (:class:`~trainingcxl.hdl.bridge.system.BoardSystem`: UART pins, button, LEDs)."""
+    ``board`` (:class:`~trainingcxl.sim.rtl.board_top.SimBoardTop`: the board system's
+    UART pins, button and LEDs, and an SDRAM chip model when the media is SDRAM)."""
     if kind == "device":
         from trainingcxl.sim.rtl.top import SimTop
         return SimTop(config)
     if kind == "board":
-        from trainingcxl.hdl.bridge.system import BoardSystem
-        return BoardSystem(config, divisor=BOARD_SIM_DIVISOR, debounce_cycles=16, stretch_bits=4)
+        from trainingcxl.sim.rtl.board_top import SimBoardTop
+        return SimBoardTop(config, clock_mhz=BOARD_SIM_MHZ, divisor=BOARD_SIM_DIVISOR,
+                           debounce_cycles=16, stretch_bits=4)
     raise ValueError(f"unknown simulation top {kind!r}; the tops are device, board")
 
 
@@ -76,7 +80,7 @@ def repo_cache():
 
 #: The modules a simulation is converted from (see :func:`_top` and :func:`_convert`):
 #: the Verilog depends on every project module these import, transitively.
-GATEWARE_ROOTS = ("trainingcxl.sim.rtl.top", "trainingcxl.hdl.bridge.system",
+GATEWARE_ROOTS = ("trainingcxl.sim.rtl.top", "trainingcxl.sim.rtl.board_top",
                   "trainingcxl.hdl.export")
 
 

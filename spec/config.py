@@ -463,6 +463,13 @@ class Config:
         each cycle feeds ``512 / crc_folds`` bits through an XOR network that
         much smaller. The undo logger, the snapshot copy and recovery each hold
         a line for those cycles; 1 in the simulation presets.
+    media : str
+        What holds the PMEM media: ``"bram"``, a memory inside the PMEM
+        controller (simulation, and boards' block RAM), or ``"sdram"``, an SDR
+        SDRAM chip of ``sdram``'s timing behind the controller's media port
+        (a board's; its board system adds the SDRAM controller).
+    sdram : SdramTiming
+        The SDRAM chip, with ``media = "sdram"``.
     model, gpu, copy, host_pmem :
         The DLRM dense part, the GPU's timing, the cost of explicit DMA
         copies and of PMEM on the host's memory bus; host side only (they do
@@ -490,6 +497,8 @@ class Config:
     register_slices: bool = False
     gpu_window: bool = True
     crc_folds: int = 1
+    media: str = "bram"
+    sdram: SdramTiming = field(default_factory=SdramTiming)
     model: ModelShape = field(default_factory=ModelShape)
     gpu: GpuTiming = field(default_factory=GpuTiming)
     copy: CopyTiming = field(default_factory=CopyTiming)
@@ -518,6 +527,11 @@ class Config:
                "the checkpoint block needs the update block (it logs what updates change)")
         _check(not self.relaxed_lookup or "relaxed" in self.blocks,
                "relaxed_lookup needs the relaxed block in blocks")
+        _check(self.media in ("bram", "sdram"),
+               f"media must be bram or sdram, not {self.media!r}")
+        _check(self.media != "sdram" or self.media_lines <= self.sdram.lines,
+               f"the media of {self.media_lines:,} lines does not fit the SDRAM's "
+               f"{self.sdram.lines:,}")
         _check(self.crc_folds in (1, 2, 4, 8),
                f"crc_folds must be 1, 2, 4 or 8 (cycles per line checksum), not {self.crc_folds!r}")
         for name in ("relaxed_lookup", "register_slices", "gpu_window"):
@@ -690,7 +704,7 @@ class Config:
         _check(not unknown, f"unknown configuration keys: {', '.join(sorted(map(str, unknown)))}")
         sub = {"fixed": FixedPoint, "pmem": PmemTiming, "link": LinkTiming,
                "model": ModelShape, "gpu": GpuTiming, "copy": CopyTiming,
-               "host_pmem": HostPmemTiming}
+               "host_pmem": HostPmemTiming, "sdram": SdramTiming}
         for key, klass in sub.items():
             if key in d:
                 _check(isinstance(d[key], dict),

@@ -8,6 +8,8 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.bridge_protocol import POWER_FAIL_CYCLES
 from trainingcxl.spec.host_layout import HostLayout
+from ..sdram.controller import SdramController
+from ..sdram.pads import SdramPadsSignature
 from ..top import Device
 from .bridge import HostBridge
 from .host_window import HostWindow
@@ -46,21 +48,25 @@ class BoardSystem(wiring.Component):
     activity, heartbeat. Short events are stretched to ``2**stretch_bits``
     cycles so they can be seen.
 
+    With ``config.media = "sdram"`` the PMEM media is the board's SDRAM: an
+    :class:`~trainingcxl.hdl.sdram.controller.SdramController` at
+    ``clock_mhz`` (which its timing in cycles follows) drives the ``sdram``
+    pins; no power failure resets it (it is the media).
+
     Members
     -------
     rx : In(1), tx : Out(1)
         UART pins (idle high).
     button : In(1)
     leds : Out(8)
+    sdram : Out(SdramPadsSignature)
+        With ``config.media = "sdram"`` only.
     """
 
-    rx: In(1, init=1)
-    tx: Out(1, init=1)
-    button: In(1)
-    leds: Out(8)
-
     def __init__(self, config, *, divisor, debounce_cycles=1 << 16, stretch_bits=20,
-                 reset_buffer=None):
+                 reset_buffer=None, clock_mhz=25, sdram_read_delay=0):
+        self._clock_mhz = clock_mhz
+        self._sdram_read_delay = sdram_read_delay
         self._config = config
         self._reset_buffer = reset_buffer
         self._divisor = divisor
@@ -70,7 +76,10 @@ class BoardSystem(wiring.Component):
         if self._layout.lines > 1 << 16:
             raise ValueError(f"the host window of {self._layout.lines} lines does not fit the "
                              f"bridge's 16-bit line numbers; lower max_bags")
-        super().__init__()
+        members = {"rx": In(1, init=1), "tx": Out(1, init=1), "button": In(1), "leds": Out(8)}
+        if config.media == "sdram":
+            members["sdram"] = Out(SdramPadsSignature(config.sdram))
+        super().__init__(members)
 
     @property
     def config(self):
@@ -100,6 +109,12 @@ class BoardSystem(wiring.Component):
         wiring.connect(m, bridge.host, window.host)
         wiring.connect(m, device.cxl_cache, window.cache)
         m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx)]
+        if cfg.media == "sdram":
+            m.submodules.sdram = sdram = SdramController(
+                cfg.sdram, clock_mhz=self._clock_mhz, addr_bits=cfg.media_addr_bits,
+                read_delay=self._sdram_read_delay)
+            wiring.connect(m, device.media, sdram.bus)
+            wiring.connect(m, sdram.pads, wiring.flipped(self.sdram))
 
         # The button: synchronized, debounced, one power failure per press.
         button = Signal()

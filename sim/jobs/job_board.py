@@ -22,6 +22,7 @@ from trainingcxl.host.driver.bridge import BoardDevice, BridgeClient
 from trainingcxl.host.protocol.board import BoardFailures, board_training
 from trainingcxl.host.model.data import SyntheticWorkload
 from ..board_uart import UartPins
+from ..rtl.sdram_model import Violation
 from ..bench_env import PERIOD_NS, bench_args, bench_config
 from ..runner import BOARD_SIM_DIVISOR
 from trainingcxl.host.protocol.training import progress
@@ -73,8 +74,13 @@ async def board_job(dut):
     record["bridge"] = await client.state()
     record["frames"] = client.frames
     record["uart_framing_errors"] = uart.framing_errors
-    record["golden_match"] = record["consistent"] and not record["errors"]
+    # The SDRAM chip model's verdict (a board whose media is in block RAM has none).
+    violation = Violation(int(dut.sdram_violation.value))
+    record["sdram_violation"] = violation.name
+    record["golden_match"] = (record["consistent"] and not record["errors"]
+                              and violation == Violation.NONE)
     record["wall_s"] = time.perf_counter() - wall0
     with open(args["out"], "w") as f:
         json.dump(record, f, indent=2, default=str)
+    assert violation == Violation.NONE, f"the SDRAM controller broke a rule: {violation.name}"
     assert record["golden_match"], "the board diverged from the golden model (see the progress lines)"
