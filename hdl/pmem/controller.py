@@ -306,11 +306,12 @@ class PmemController(wiring.Component):
                & write_rate.ok)
         if self._media_port:
             # One request a cycle into the media's queue: a write leaving takes the
-            # cycle, and a read waits (``can_read``).
-            m.d.comb += [wr.wants.eq(due & wack_ready), drain.eq(due & wack_ready & wr.ready),
+            # cycle, and a read waits (``can_read``). The ack is offered only when the
+            # queue can take the write, so that an ack taken is a write drained.
+            m.d.comb += [wr.wants.eq(due & wack_ready),
                          late.eq((read_aged & ~rq.r_rdy) | (due & wack_ready & ~wr.ready))]
-        else:
-            m.d.comb += drain.eq(due & wack_ready)
+            due = due & wr.ready
+        m.d.comb += drain.eq(due & wack_ready)
         # The media is atomic per 8 bytes only: a line leaving the queue in the
         # cycle the power fails reaches the media for a pseudo-random subset of
         # its 8-byte words (a torn line), and is not acknowledged.
