@@ -51,15 +51,18 @@ def test_small_board_pools_on_chip_and_updates_from_the_host(sim, tmp_path):
     assert rec["checks"][-1]["tables_match"] and not rec["failures"]
 
 
-def test_the_pooling_board_trains_with_its_media_in_sdram(tmp_path):
-    """ULX3S-12F device with the PMEM media in the board's SDRAM: the simulated top
-    carries the chip model, which checks every timing rule; bit-exact, no violation."""
-    cfg = PRESETS["ulx3s-12f"].replace(media="sdram")
+def test_the_board_trains_and_recovers_with_its_media_in_sdram(tmp_path):
+    """ULX3S device with the PMEM media in the board's SDRAM: the simulated top carries
+    the chip model, which checks every timing rule; a power failure in batch 2's update
+    is recovered, bit-exact, with no violation."""
+    cfg = PRESETS["ulx3s"].replace(media="sdram")
     out = tmp_path / "board.json"
     job = {"seed": 0, "batch_size": cfg.model.batch_size, "out": str(out), "quiet": True,
-           "batches": 1}
+           "batches": 3, "failures": [[2, "update"]]}
     run_bench("verilator", cfg, "trainingcxl.sim.jobs.job_board", top="board", args=job,
-              quiet=True, results_name="board-12f-sdram", work_dir=tmp_path)
+              quiet=True, results_name="board-sdram", work_dir=tmp_path)
     rec = json.loads(out.read_text())
     assert rec["golden_match"] and rec["pooled_mismatches"] == 0
     assert rec["checks"][-1]["tables_match"] and rec["sdram_violation"] == "NONE"
+    [failure] = rec["failures"]
+    assert failure["consistent"] and failure["recovered_batch"] == 1 and failure["rolled_back"] > 0
