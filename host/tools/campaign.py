@@ -22,7 +22,8 @@ from trainingcxl.host.tools.argtypes import (nonneg as _nonneg, positive as _pos
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.host.tools.journal import Journal, default_journal, task_digest
 from trainingcxl.host.tools.plans import check_checkpoint_regions, staleness as _staleness
-from trainingcxl.host.tools.pool import parallel_runs, run_train
+from trainingcxl.host.tools import pool
+from trainingcxl.host.tools.pool import run_train
 
 __all__ = ["add_commands", "campaign_specs", "cmd_campaign", "cmd_sweep", "run_tasks", "tally"]
 
@@ -92,7 +93,7 @@ def run_tasks(kind, args, cluster, specs, note):
     results = []
     with journal:
         try:
-            results.extend(parallel_runs(specs, cluster, note, journal=journal))
+            results.extend(pool.parallel_runs(specs, cluster, note, journal=journal))
         except KeyboardInterrupt:
             print(f"\ninterrupted: {len(journal.results())} of {len(specs)} tasks are in the "
                   f"journal; the same command with --resume goes on from there", file=sys.stderr)

@@ -10,7 +10,7 @@ import time
 
 from trainingcxl.host.tools.argtypes import nonneg, positive, write_json
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
-from trainingcxl.host.tools.pool import parallel_runs
+from trainingcxl.host.tools import pool
 
 __all__ = ["shard_seed", "fuzz_shard", "merge_shards", "cmd_fuzz", "add_fuzz_command"]
 
@@ -72,7 +72,7 @@ def cmd_fuzz(args):
     t0 = time.monotonic()
     with open_cluster(args.cluster, args.jobs) as cluster:
         cluster.prebuild([cfg], sim=args.sim)
-        results = sorted(parallel_runs(specs, cluster, lambda r: "", fn=fuzz_shard),
+        results = sorted(pool.parallel_runs(specs, cluster, lambda r: "", fn=fuzz_shard),
                          key=lambda r: r[0]["index"])
         execution = {"cluster": cluster.name, "workers": cluster.workers}
     rec = merge_shards(results)
