@@ -4,9 +4,9 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS, LINE_BYTES, SdramTiming
+from trainingcxl.spec.config import LINE_BITS, SdramTiming
 from ..common.line_port import LineOp, LinePortSignature
-from .pads import Command, SdramPadsSignature, address_bits
+from .pads import Command, SdramPadsSignature
 
 __all__ = ["SdramController", "BURST"]
 

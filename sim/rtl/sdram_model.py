@@ -115,13 +115,9 @@ class SdramModel(wiring.Component):
         refs = Signal(range(t.init_refreshes + 1))
         cas = Signal(2, init=2)
 
-        first = Signal(Violation)
-        def flag(cond, kind):
-            with m.If(cond):
-                m.d.comb += first.eq(kind)
-
         # Checks, the first match in the order written wins (``first`` takes the last
-        # assignment; the list is reversed below to make the first rule win).
+        # assignment, so they are assigned in reverse below).
+        first = Signal(Violation)
         checks = []
         def check(cond, kind):
             checks.append((cond, kind))
@@ -167,7 +163,8 @@ class SdramModel(wiring.Component):
         check(writing & ~pads.dq_oe, Violation.BUS_CONFLICT)
 
         for cond, kind in reversed(checks):
-            flag(cond, kind)
+            with m.If(cond):
+                m.d.comb += first.eq(kind)
         with m.If((self.violation == Violation.NONE) & (first != Violation.NONE)):
             m.d.sync += [self.violation.eq(first), self.violation_cycle.eq(now - _START)]
 
