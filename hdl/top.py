@@ -210,6 +210,7 @@ class Device(wiring.Component):
             control.counter(Reg.PMEM_WRITES_DATA).eq(pmem.writes_by_region[0]),
             control.counter(Reg.PMEM_WRITES_LOG).eq(pmem.writes_by_region[1]),
             control.counter(Reg.PMEM_WRITES_SNAPSHOT).eq(pmem.writes_by_region[2]),
+            control.counter(Reg.MEDIA_LATE).eq(pmem.media_late if cfg.media == "sdram" else 0),
             # Software checkpointing: the host writes the log, commits and snapshots.
             target.host_owns_checkpoints.eq(control.ckpt_ctrl.host_owns & ~control.ckpt_ctrl.enable),
             control.counter(Reg.MEM_LAST_ERROR).kind.eq(target.last_error),
@@ -245,6 +246,7 @@ class Device(wiring.Component):
                 logger.flush.eq(~lookup.busy),
                 # A coalesced UPDATE checks each row against the logger's stamps.
                 update.logging.eq(ckpt.logging),
+                logger.query.eq(update.log_query),
                 logger.query_addr.eq(update.log_addr),
                 logger.query_batch.eq(update.log_batch),
                 update.log_ok.eq(logger.query_logged),

@@ -8,9 +8,9 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
 from trainingcxl.spec.records import RING, UNDO, UNDO_GROUP
 from ..common.line_port import LineOp, LinePortSignature
-from ..common.ram import Ram
 from .crc import CRC_INIT, crc_part
 from .layouts import CSUM, group_layout, sealed_header
+from .stamps import RowStamps
 
 __all__ = ["UndoTapSignature", "UndoLogger"]
 
@@ -22,10 +22,15 @@ class UndoTapSignature(wiring.Signature):
 
     Members
     -------
+    peek : Out(1), peek_addr : Out(addr_bits)
+        A row's first line will be offered from the next cycle on, and its media
+        line: the logger reads the row's stamp meanwhile (block RAM answers a
+        cycle later).
     offer : Out(1)
         A row's first line is offered to PMEM, by a descriptor that logs.
     addr, batch : Out
-        The media line of that row, and the batch of the descriptor reading it.
+        The media line of that row (the one peeked last), and the batch of the
+        descriptor reading it.
     need : In(1)
         That row has no undo record for that batch yet: log it.
     room : In(1)
@@ -43,6 +48,8 @@ class UndoTapSignature(wiring.Signature):
     def __init__(self, addr_bits):
         self._addr_bits = addr_bits
         super().__init__({
+            "peek": Out(1),
+            "peek_addr": Out(addr_bits),
             "offer": Out(1),
             "addr": Out(addr_bits),
             "batch": Out(32),
@@ -65,8 +72,8 @@ class UndoLogger(wiring.Component):
 
     See docs/checkpointing.md.
 
-    A stamp memory holds, per row, the generation and batch that last logged
-    it, so a row read many times in a batch is logged once. The rows' old lines come from
+    A stamp memory (:class:`~.stamps.RowStamps`) holds, per row, the generation and
+    batch that last logged it, so a row read many times in a batch is logged once. The rows' old lines come from
     the lookup's own PMEM reads (``tap``): logging costs no extra read, and
     the records are written while the GPU computes, before the update comes.
 
@@ -87,13 +94,15 @@ class UndoLogger(wiring.Component):
     make durable), the tap says ``full`` instead of holding the lookup for
     good.
 
-    Stamps are never cleared: an entry matches only the current generation
-    ``gen`` as well as the batch. Batch ids repeat after a recovery, but the
+    Full stamps (``stamp_bits`` None) are never cleared: an entry matches only
+    the current generation ``gen`` as well as the batch. Batch ids repeat after a recovery, but the
     generation does not: it comes from the commit records and only grows, and
     the checkpoint engine logs only once a commit record of ``gen`` is
     persistent, so no stamp of an earlier power-on period (nor the memory's
     initial zeros, batch 0 being never logged) can match. Reset and recovery
-    thus cost no time proportional to the tables.
+    thus cost no time proportional to the tables. Epoch stamps
+    (``stamp_bits``, for tables too large for full stamps on chip) are cleared
+    after reset and scrubbed in the background instead (see ``RowStamps``).
 
     Once every group is closed and persistent, and before ``drained`` rises,
     the logger writes a ring header (the next LSN, the next group's slot and
@@ -126,10 +135,11 @@ class UndoLogger(wiring.Component):
         Records written in closed groups.
     full_cycles : Out(32)
         Cycles a row waited for a slot of a full ring.
-    query_addr : In(media_addr_bits), query_batch : In(32), query_logged : Out(1)
-        Whether batch ``query_batch`` took the row at ``query_addr`` (its record is
-        in the ring or on its way there): how a coalesced ``UPDATE`` checks, row by
-        row, that it changes only rows its lookup logged.
+    query : In(1), query_addr : In(media_addr_bits), query_batch : In(32)
+    query_logged : Out(1)
+        Whether batch ``query_batch`` took the row queried last cycle (its record
+        is in the ring or on its way there): how a coalesced ``UPDATE`` checks,
+        row by row, that it changes only rows its lookup logged.
     """
 
     def __init__(self, config, *, tag_bits=16):
@@ -149,6 +159,7 @@ class UndoLogger(wiring.Component):
             "live": Out(32),
             "records": Out(32),
             "full_cycles": Out(32),
+            "query": In(1),
             "query_addr": In(abits),
             "query_batch": In(32),
             "query_logged": Out(1),
@@ -163,14 +174,15 @@ class UndoLogger(wiring.Component):
         last_slot = cfg.log_base + (groups - 1) * cfg.group_lines
 
         # -- stamps: the (generation, batch) that last logged each row (indexed by media line)
-        stamp = Cat(self.tap.batch, self.gen)
-        m.submodules.stamps = stamps = Ram(shape=len(stamp), depth=cfg.table_lines)
-        st_r = stamps.read_port(domain="comb")
-        st_q = stamps.read_port(domain="comb")
-        st_w = stamps.write_port()
+        m.submodules.stamps = stamps = RowStamps(depth=cfg.table_lines,
+                                                 stamp_bits=cfg.stamp_bits)
+        sbits = len(stamps.peek_addr)
         m.d.comb += [
-            st_q.addr.eq(self.query_addr),
-            self.query_logged.eq(st_q.data == Cat(self.query_batch, self.gen)),
+            stamps.gen.eq(self.gen), stamps.batch.eq(self.tap.batch),
+            stamps.peek.eq(self.tap.peek), stamps.peek_addr.eq(self.tap.peek_addr[:sbits]),
+            stamps.write.eq(self.tap.take), stamps.write_addr.eq(self.tap.addr[:sbits]),
+            stamps.query.eq(self.query), stamps.query_addr.eq(self.query_addr[:sbits]),
+            stamps.query_batch.eq(self.query_batch), self.query_logged.eq(stamps.query_hit),
         ]
 
         # ``first``: the row starts a new group.
@@ -192,16 +204,14 @@ class UndoLogger(wiring.Component):
         at_cap = (c_head - tail) >= groups
         pop_due = Signal()
         m.d.comb += [
-            st_r.addr.eq(tap.addr),
-            tap.need.eq(self.enable & (st_r.data != stamp)),
-            tap.room.eq(row_q.w_rdy & (joins | ~at_cap)),
+            tap.need.eq(self.enable & stamps.need),
+            tap.room.eq(row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold),
             tap.full.eq(~joins & at_cap & ~pop_due),
             row_q.w_data.eq(Cat(tap.addr, tap.batch, ~joins)),
             row_q.w_en.eq(tap.take),
             buf.w_data.eq(tap.lines.payload),
             buf.w_en.eq(tap.lines.valid),
             tap.lines.ready.eq(buf.w_rdy),
-            st_w.addr.eq(tap.addr), st_w.data.eq(stamp), st_w.en.eq(tap.take),
         ]
         with m.If(tap.take):
             with m.If(joins):

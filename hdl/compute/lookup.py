@@ -167,8 +167,19 @@ class LookupEngine(wiring.Component):
         # logger whether the row needs a record in this batch; if it does and
         # the logger has no room, the read waits. Reads of logged rows carry
         # tag bit 15, and their data goes to the logger as well as the pooler.
+        # Requests pass a stage register, so that the logger reads the row's
+        # stamp (block RAM) while the request waits there.
         log = self.log
-        first = pre.tag[:3] == 0
+        stage_valid = Signal()
+        stage = Signal.like(pre)
+        stage_fire = self.pmem.req.valid & self.pmem.req.ready
+        m.d.comb += [pre_ready.eq(~stage_valid | stage_fire),
+                     log.peek.eq(pre_valid & pre_ready), log.peek_addr.eq(pre.addr)]
+        with m.If(pre_valid & pre_ready):
+            m.d.sync += [stage_valid.eq(1), stage.eq(pre)]
+        with m.Elif(stage_fire):
+            m.d.sync += stage_valid.eq(0)
+        first = stage.tag[:3] == 0
         cur_log = Signal()
         # With the ring full of records nothing running can free, a row is read
         # unlogged rather than waited for in vain, and the descriptor fails.
@@ -178,20 +189,19 @@ class LookupEngine(wiring.Component):
         log_short = Signal()
         log_bit = Mux(first, need, cur_log)
         m.d.comb += [
-            log.offer.eq(pre_valid & first & ~desc.nolog),
-            log.addr.eq(pre.addr), log.batch.eq(desc.batch),
-            self.pmem.req.valid.eq(pre_valid & ~hold),
-            self.pmem.req.payload.eq(pre),
+            log.offer.eq(stage_valid & first & ~desc.nolog),
+            log.addr.eq(stage.addr), log.batch.eq(desc.batch),
+            self.pmem.req.valid.eq(stage_valid & ~hold),
+            self.pmem.req.payload.eq(stage),
             self.pmem.req.payload.tag[15].eq(log_bit),
-            pre_ready.eq(self.pmem.req.ready & ~hold),
         ]
-        req_fire = self.pmem.req.valid & self.pmem.req.ready
+        req_fire = stage_fire
         m.d.comb += log.take.eq(req_fire & first & need)
         with m.If(req_fire & first):
             m.d.sync += cur_log.eq(need)
         with m.If(req_fire & first & want & log.full):
             m.d.sync += log_short.eq(1)
-        with m.If(pre_valid & hold):
+        with m.If(stage_valid & hold):
             m.d.sync += self.log_holds.eq(self.log_holds + 1)
 
         # PMEM read data goes to the pooler of whichever is running (and to the logger).
@@ -238,7 +248,7 @@ class LookupEngine(wiring.Component):
         abort = Signal()
         # Nothing in flight and nothing still offered: only then may the datapath be cleared.
         offering = (dp.off_reader.mem.req.valid | dp.idx_reader.mem.req.valid
-                    | dp.writer.mem.req.valid | dp.gather.pmem.req.valid)
+                    | dp.writer.mem.req.valid | dp.gather.pmem.req.valid | stage_valid)
         quiet = ((dp.off_reader.outstanding == 0) & (dp.idx_reader.outstanding == 0)
                  & (dp.writer.outstanding == 0) & (pmem_in_flight == 0) & ~offering)
         m.d.comb += [

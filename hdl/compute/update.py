@@ -35,8 +35,10 @@ class RowScatter(wiring.Component):
     stop : In(1)
     validate : In(1)
     range_error : Out(1)
-    validated : Out(1), validated_addr : Out(media_addr_bits)
-        With ``validate``: a row was checked in range last cycle, and its first line.
+    checking : Out(1), check_addr : Out(media_addr_bits)
+        With ``validate``: a row in range is taken now, and its first line.
+    validated : Out(1)
+        ``checking`` last cycle.
     bags_done : Out(24)
         Bags whose every request has been issued.
     """
@@ -51,8 +53,9 @@ class RowScatter(wiring.Component):
             "stop": In(1),
             "validate": In(1),
             "range_error": Out(1),
+            "checking": Out(1),
+            "check_addr": Out(config.media_addr_bits),
             "validated": Out(1),
-            "validated_addr": Out(config.media_addr_bits),
             "bags_done": Out(24),
         })
 
@@ -108,12 +111,13 @@ class RowScatter(wiring.Component):
             m.d.sync += j.eq(Mux(last_line, 0, j + 1))
         with m.If(row_done):
             m.d.sync += row_valid.eq(0)
-        m.d.sync += self.validated.eq(took & in_range & self.validate)
-        m.d.comb += self.validated_addr.eq(row_addr)
+        m.d.comb += [self.checking.eq(took & in_range & self.validate),
+                     self.check_addr.eq(base[table] + idx[:abits] * lpr)]
+        m.d.sync += self.validated.eq(self.checking)
         with m.If(took):
             with m.If(in_range):
-                m.d.sync += [row_valid.eq(~self.validate),
-                             row_addr.eq(base[table] + idx[:abits] * lpr), left.eq(left - 1)]
+                m.d.sync += [row_valid.eq(~self.validate), row_addr.eq(self.check_addr),
+                             left.eq(left - 1)]
             with m.Else():
                 m.d.sync += self.range_error.eq(1)
         # A bag ends when its last row has been sent (or at once when empty).
@@ -175,9 +179,10 @@ class UpdateEngine(wiring.Component):
     busy : Out(1)
     logging : In(1)
         Undo logging is on: a ``coalesced`` batch may only change rows its
-        lookup logged, checked against the logger (``log_addr``, ``log_batch``,
-        ``log_ok``) before any row changes, else ``NOT_LOGGED``.
-    log_addr : Out(media_addr_bits), log_batch : Out(32), log_ok : In(1)
+        lookup logged, checked against the logger before any row changes, else
+        ``NOT_LOGGED``: ``log_query`` asks for the row at ``log_addr`` and
+        ``log_ok`` answers the cycle after.
+    log_query : Out(1), log_addr : Out(media_addr_bits), log_batch : Out(32), log_ok : In(1)
     busy_cycles, lines, forwarded : Out(32)
     stall_cycles : Out(32)
         Busy cycles in which neither a PMEM read nor a PMEM write went out.
@@ -197,6 +202,7 @@ class UpdateEngine(wiring.Component):
             "delta_mem": Out(host_sig),
             "busy": Out(1),
             "logging": In(1),
+            "log_query": Out(1),
             "log_addr": Out(config.media_addr_bits),
             "log_batch": Out(32),
             "log_ok": In(1),
@@ -238,7 +244,8 @@ class UpdateEngine(wiring.Component):
         ]
 
         found = Signal(ErrorCode)
-        m.d.comb += [self.log_addr.eq(dp.scatter.validated_addr), self.log_batch.eq(desc.batch)]
+        m.d.comb += [self.log_query.eq(dp.scatter.checking),
+                     self.log_addr.eq(dp.scatter.check_addr), self.log_batch.eq(desc.batch)]
         unlogged = dp.scatter.validated & desc.coalesced & self.logging & ~self.log_ok
         with m.If(dp.bags.error != ErrorCode.NONE):
             m.d.comb += found.eq(dp.bags.error)

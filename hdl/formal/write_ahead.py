@@ -122,6 +122,7 @@ class LoggerHarness(wiring.Component):
         self._logger = logger
         super().__init__({
             "addr": In(config.media_addr_bits), "batch": In(32), "take": In(1),
+            "peek": In(1), "peek_addr": In(config.media_addr_bits),
             "lines_valid": In(1), "pmem_ready": In(1), "wack_valid": In(1),
             "enable": In(1), "durable": In(32), "durable_valid": In(1), "flush": In(1),
             "drained": Out(1),
@@ -135,6 +136,7 @@ class LoggerHarness(wiring.Component):
         lpr = cfg.lines_per_row
         m.d.comb += [
             tap.addr.eq(self.addr), tap.batch.eq(self.batch), tap.take.eq(self.take),
+            tap.peek.eq(self.peek), tap.peek_addr.eq(self.peek_addr),
             tap.lines.valid.eq(self.lines_valid), tap.lines.payload.eq(0),
             port.req.ready.eq(self.pmem_ready), port.wack.valid.eq(self.wack_valid),
             port.rdata.valid.eq(0), dut.enable.eq(self.enable), dut.gen.eq(0),

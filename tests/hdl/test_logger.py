@@ -39,9 +39,28 @@ def row_addr(t, r):
     return CFG.table_base[t] + r * LPR
 
 
+async def peek(ctx, log, addr):
+    """Name the next row a cycle ahead, as the lookup's stage register does."""
+    ctx.set(log.tap.peek_addr, addr)
+    ctx.set(log.tap.peek, 1)
+    await ctx.tick()
+    ctx.set(log.tap.peek, 0)
+
+
+async def query(ctx, log, addr, batch):
+    """Whether batch ``batch`` logged the row at ``addr`` (answered the cycle after)."""
+    ctx.set(log.query_addr, addr)
+    ctx.set(log.query_batch, batch)
+    ctx.set(log.query, 1)
+    await ctx.tick()
+    ctx.set(log.query, 0)
+    return ctx.get(log.query_logged)
+
+
 async def offer_row(ctx, log, addr, batch, lines, timeout=2000):
     """Offer a row the way the lookup does; returns whether it was taken (logged)."""
     tap = log.tap
+    await peek(ctx, log, addr)
     ctx.set(tap.addr, addr)
     ctx.set(tap.batch, batch)
     ctx.set(tap.offer, 1)
@@ -128,9 +147,9 @@ def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
         assert second is None
         # The ring is full and nothing can be reclaimed: no room, and the tap says
         # so instead of letting the lookup wait for good; nothing is overwritten.
+        await peek(ctx, log, a2)
         ctx.set(log.tap.addr, a2)
         ctx.set(log.tap.batch, 2)
-        await ctx.tick()
         assert ctx.get(log.tap.need) and not ctx.get(log.tap.room) and ctx.get(log.tap.full)
         assert slot_group(ctx, dut.pmem, 0)[0][0].batch == 1
         # Only the cycles a row is offered count as waiting for the ring.
@@ -159,10 +178,7 @@ def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
         # A coalesced UPDATE's check: batch 2 of generation 7 logged a0, batch 1 did not
         # (batch 2 logged it since).
         for batch, want in ((2, 1), (1, 0), (3, 0)):
-            ctx.set(log.query_addr, a0)
-            ctx.set(log.query_batch, batch)
-            await ctx.tick()
-            assert ctx.get(log.query_logged) == want
+            assert await query(ctx, log, a0, batch) == want
         # Restart (a recovery): the ring is empty at once, nothing is scrubbed, and
         # batch ids repeat in the new generation: the old stamps do not match it.
         ctx.set(log.restart, 1)
@@ -170,9 +186,7 @@ def test_records_once_per_row_and_batch_and_a_full_ring_says_so(folds):
         ctx.set(log.restart, 0)
         ctx.set(log.gen, 8)
         assert ctx.get(log.live) == 0
-        ctx.set(log.query_batch, 2)
-        await ctx.tick()
-        assert not ctx.get(log.query_logged)
+        assert not await query(ctx, log, a0, 2)
         assert await offer_row(ctx, log, a0, 2, rows[a0])          # logged again after a restart
         assert not await offer_row(ctx, log, a0, 2, rows[a0])
         await wait_drained(ctx, log)

@@ -1,0 +1,184 @@
+"""Row stamps: which batch last logged each row, in a RAM with synchronous reads."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.ram import Ram
+
+__all__ = ["RowStamps", "SCRUB_AGE", "sweep_epochs"]
+
+#: An epoch stamp this many epochs old or older is cleared by the scrubber.
+SCRUB_AGE = 32
+
+
+def sweep_epochs(bits):
+    """Epochs a scrubber sweep may span with ``bits``-bit epochs (see :class:`RowStamps`)."""
+    return ((1 << bits) - 1 - SCRUB_AGE - 1) // 2
+
+
+
+class RowStamps(wiring.Component):
+    """A stamp per table line: the (generation, batch) that last logged the row.
+
+    Reads are synchronous, so the RAM can be block RAM: the row to check is
+    given a cycle ahead (``peek_addr`` with ``peek``) and ``need`` answers for it
+    the cycle after; ``query_addr`` likewise, answered on ``query_hit``. A
+    write in the cycle of a read of the same row is forwarded.
+
+    With ``stamp_bits`` None a stamp is the full generation and batch (48
+    bits): it never needs clearing (the generation only grows, see
+    :class:`~.logger.UndoLogger`). With ``stamp_bits`` = E a stamp is an
+    epoch of E bits, 1 to 2**E - 1 (0: never logged): the epoch moves on each
+    time a row is stamped for another (generation, batch). For an old epoch
+    never to be taken for the current one,
+
+    * after reset the whole RAM is cleared (``ready`` rises after
+      ``depth`` cycles; stamps written before the reset may be of any epoch);
+    * a scrubber sweeps the RAM through the query port's idle cycles and
+      clears stamps :data:`SCRUB_AGE` or more epochs old, using the write
+      port's idle cycles;
+    * the epoch may not move on while the sweep in progress started
+      ``sweep_epochs(E)`` or more epochs ago (``hold``). A stamp written at
+      epoch w is old at w + SCRUB_AGE; the sweep after the one in progress then
+      ends by w + SCRUB_AGE + 2 * sweep_epochs(E) < w + 2**E - 1, before the
+      epoch comes round to its value again.
+
+    An epoch stamp answers queries for the four newest (generation, batch)
+    pairs stamped; full stamps answer any.
+
+    Members
+    -------
+    peek : In(1), peek_addr : In(addr_bits)
+    gen : In(16), batch : In(32)
+        The (generation, batch) rows are checked and stamped for.
+    need : Out(1)
+        The row peeked last cycle has no stamp of (``gen``, ``batch``).
+    hold : Out(1)
+        Stamping for (``gen``, ``batch``) must wait (clearing after reset, or
+        the epoch cannot move on yet).
+    write : In(1), write_addr : In(addr_bits)
+        Stamp that row for (``gen``, ``batch``).
+    query : In(1), query_addr : In(addr_bits), query_batch : In(32)
+    query_hit : Out(1)
+        The row queried last cycle is stamped for (``gen``, ``query_batch``).
+    """
+
+    _HISTORY = 4
+
+    def __init__(self, *, depth, stamp_bits=None):
+        self._depth = depth
+        self._bits = stamp_bits
+        abits = max(1, (depth - 1).bit_length())
+        super().__init__({
+            "peek": In(1), "peek_addr": In(abits),
+            "gen": In(16), "batch": In(32),
+            "need": Out(1), "hold": Out(1),
+            "write": In(1), "write_addr": In(abits),
+            "query": In(1), "query_addr": In(abits), "query_batch": In(32),
+            "query_hit": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        width = 48 if self._bits is None else self._bits
+        m.submodules.ram = self.ram = ram = Ram(shape=width, depth=self._depth)
+        rd = ram.read_port()
+        rq = ram.read_port()
+        wr = ram.write_port()
+        value = Signal(width)           # what a write now stores
+        m.d.comb += [wr.addr.eq(self.write_addr), wr.data.eq(value), wr.en.eq(self.write)]
+
+        def forwarded(port, addr, en):
+            """The word read, with a write to the same row in the read's cycle forwarded."""
+            hit = Signal()
+            last = Signal(width)
+            m.d.comb += [port.addr.eq(addr), port.en.eq(en)]
+            with m.If(en):
+                m.d.sync += [hit.eq(wr.en & (wr.addr == addr)), last.eq(wr.data)]
+            return Mux(hit, last, port.data)
+
+        word = forwarded(rd, self.peek_addr, self.peek)
+        if self._bits is None:
+            m.d.comb += [
+                value.eq(Cat(self.batch, self.gen)),
+                self.need.eq(word != value),
+            ]
+            qword = forwarded(rq, self.query_addr, self.query)
+            key = Signal(48)
+            m.d.sync += key.eq(Cat(self.query_batch, self.gen))
+            m.d.comb += self.query_hit.eq(qword == key)
+            return m
+
+        self._epochs(m, ram, wr, rq, word, value)
+        return m
+
+    def _epochs(self, m, ram, wr, rq, word, value):
+        bits = self._bits
+        period = (1 << bits) - 1
+        depth = self._depth
+        abits = len(self.peek_addr)
+
+        epoch = Signal(bits)            # 0 until the first stamp
+        key = Signal(48)                # the (generation, batch) ``epoch`` stands for
+        now = Cat(self.batch, self.gen)
+        same = (key == now) & (epoch != 0)
+        nxt = Mux(epoch == period, 1, epoch + 1)
+
+        def age(e):
+            d = Signal(bits + 1)
+            m.d.comb += d.eq(epoch - e)
+            return Mux(d[-1], d + period, d)[:bits]
+
+        # -- clearing after reset, then the scrubber
+        clearing = Signal(init=1)
+        cursor = Signal(abits)
+        last_addr = depth - 1
+        sweep_start = Signal(bits)
+        moving = self.write & ~same     # this write moves the epoch on
+        m.d.comb += self.hold.eq(clearing | (~same & (epoch != 0)
+                                             & (age(sweep_start) >= sweep_epochs(bits))))
+        with m.If(moving):
+            m.d.sync += [epoch.eq(nxt), key.eq(now)]
+        m.d.comb += [value.eq(Mux(same, epoch, nxt)), self.need.eq(~same | (word != epoch))]
+
+        # History of epochs, for queries: (key, epoch), newest first.
+        hist = [(Signal(48, name=f"hkey{k}"), Signal(bits, name=f"hepoch{k}"))
+                for k in range(self._HISTORY)]
+        with m.If(moving):
+            m.d.sync += [hist[0][0].eq(now), hist[0][1].eq(nxt)]
+            for (k1, e1), (k0, e0) in zip(hist[1:], hist):
+                m.d.sync += [k1.eq(k0), e1.eq(e0)]
+
+        # The query port: queries first, the scrubber in its idle cycles.
+        scrub_rd = ~clearing & ~self.query
+        s_valid = Signal()
+        s_addr = Signal(abits)
+        s_hit = Signal()
+        s_last = Signal(bits)
+        m.d.comb += [rq.addr.eq(Mux(self.query, self.query_addr, cursor)), rq.en.eq(1)]
+        m.d.sync += [s_valid.eq(scrub_rd), s_addr.eq(cursor), s_last.eq(wr.data),
+                     s_hit.eq(wr.en & (wr.addr == rq.addr))]
+        q_word = Mux(s_hit, s_last, rq.data)
+        q_key = Signal(48)
+        m.d.sync += q_key.eq(Cat(self.query_batch, self.gen))
+        m.d.comb += self.query_hit.eq(Cat((k == q_key) & (e != 0) & (q_word == e)
+                                          for k, e in hist).any())
+
+        stale = (q_word != 0) & (age(q_word) >= SCRUB_AGE)
+        with m.If(clearing):
+            m.d.comb += [wr.addr.eq(cursor), wr.data.eq(0), wr.en.eq(1)]
+            m.d.sync += cursor.eq(Mux(cursor == last_addr, 0, cursor + 1))
+            with m.If(cursor == last_addr):
+                m.d.sync += [clearing.eq(0), sweep_start.eq(epoch)]
+        with m.Elif(s_valid):
+            # The word of ``s_addr`` is here: clear it if stale and the write port is
+            # free; move on unless it still has to be cleared.
+            clear = stale & ~self.write
+            with m.If(clear):
+                m.d.comb += [wr.addr.eq(s_addr), wr.data.eq(0), wr.en.eq(1)]
+            with m.If(~stale | clear):
+                with m.If(s_addr == cursor):
+                    m.d.sync += cursor.eq(Mux(cursor == last_addr, 0, cursor + 1))
+                    with m.If(cursor == last_addr):
+                        m.d.sync += sweep_start.eq(epoch)
