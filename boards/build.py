@@ -137,7 +137,7 @@ def build(board, out_dir, *, baud=None, seed=None, dry_run=False, synth_only=Fal
         "board": b.name, "device": platform.device, "package": platform.package,
         "preset": b.preset, "baud": baud or b.baud, "seed": b.seed if seed is None else seed,
         "placer": b.placer, "nextpnr_opts": list(b.nextpnr_opts),
-        "clock_mhz": platform.default_clk_frequency / 1e6,
+        "clock_mhz": b.clock_mhz or platform.default_clk_frequency / 1e6,
         "build_dir": str(out_dir), "plan": [{"stage": s, "command": a} for s, a in commands],
     }
     if dry_run:

@@ -19,7 +19,9 @@ class Board:
     ``seed`` the nextpnr placement seed the figures of docs/boards.md were built with;
     ``placer`` nextpnr's placer: ``"static"`` (electrostatic) spreads a large
     design so that it routes where the default ``"heap"`` leaves it congested;
-    ``nextpnr_opts`` further nextpnr options (placer and router tuning).
+    ``nextpnr_opts`` further nextpnr options (placer and router tuning);
+    ``clock_mhz`` the system clock, made by a PLL from the board's oscillator
+    (``None``: the oscillator itself).
     """
     name: str
     platform: type
@@ -30,23 +32,21 @@ class Board:
     seed: int = 1
     placer: str = "heap"
     nextpnr_opts: tuple = ()
+    clock_mhz: float | None = None
 
     @property
     def config(self):
         return PRESETS[self.preset]
 
     def make_top(self, baud=None):
-        return self.top(self.config, baud=baud or self.baud)
+        return self.top(self.config, baud=baud or self.baud, clock_mhz=self.clock_mhz)
 
 
 BOARDS = {
     "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device (tables of 32 and 48 rows, "
                    "batches of 16)",
-                   # With timing-driven placement and routing, router2 gets the full
-                   # device down to a few hundred overused wires and then diverges;
-                   # without, it converges, and 25 MHz still holds (docs/boards.md).
-                   placer="static", nextpnr_opts=("--no-tmdriv",)),
+                   placer="static", clock_mhz=50),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
                        "no update or checkpoint engine; tables of 16 and 24 rows)",

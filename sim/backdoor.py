@@ -15,7 +15,7 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["RAM_ENV", "ram_files", "ram_array"]
+__all__ = ["RAM_ENV", "ram_files", "ram_array", "SdramLines"]
 
 #: The environment variable naming the file of the RAM ``{name}``.
 RAM_ENV = "TRAININGCXL_RAM_{}"
@@ -56,3 +56,42 @@ def ram_array(name, depth, width_bits):
         if os.fstat(f.fileno()).st_size < size:
             f.truncate(size)
     return np.memmap(path, dtype=np.uint8, mode="r+", shape=(depth, stride))
+
+
+class SdramLines:
+    """The media lines an SDRAM chip model holds (its backdoor RAM ``name``), indexed and
+    sliced like a ``(lines, 64)`` byte array, for :meth:`Device.load_tables` and
+    :meth:`Device.read_tables`.
+
+    The controller puts line ``n`` in column ``(n % per_row) * words`` of bank
+    ``(n / per_row) % banks``, row ``n / (per_row * banks)``
+    (:class:`~trainingcxl.hdl.sdram.controller.SdramController`); the model
+    keeps its words bank, row, column, so each line is ``words`` words in a row,
+    beat 0 lowest.
+    """
+
+    def __init__(self, words, timing):
+        self._t = timing
+        per_row = timing.cols // timing.words_per_line
+        self._grid = words.reshape(timing.banks, timing.rows, per_row, -1)
+        self._per_row = per_row
+
+    @classmethod
+    def open(cls, timing, name="sdram"):
+        """The view of this simulation's chip model, or ``None`` without its backdoor."""
+        words = ram_array(name, timing.banks * timing.rows * timing.cols, timing.dq_bits)
+        return None if words is None else cls(words, timing)
+
+    def _where(self, key):
+        n = np.arange(self._t.lines)[key]
+        return (n // self._per_row) % self._t.banks, n // (self._per_row * self._t.banks), \
+            n % self._per_row
+
+    def __len__(self):
+        return self._t.lines
+
+    def __getitem__(self, key):
+        return self._grid[self._where(key)]
+
+    def __setitem__(self, key, value):
+        self._grid[self._where(key)] = value

@@ -37,7 +37,7 @@ CONFIG_ENV = "TRAININGCXL_CONFIG"
 _BUILD_FLAVOUR = "b5"
 ARGS_ENV = "TRAININGCXL_BENCH_ARGS"
 #: The backdoor RAMs of the simulation tops (:mod:`.backdoor`).
-BACKDOORS = ("media", "host", "bulk_addr", "bulk_data")
+BACKDOORS = ("media", "host", "bulk_addr", "bulk_data", "sdram")
 #: The C behind the behavioural models' DPI imports (Verilator builds only).
 DPI_SOURCES = tuple(Path(__file__).resolve().parent / "dpi" / name
                     for name in ("ram_backdoor.cpp", "crc32c.cpp"))

@@ -427,6 +427,12 @@ class Config:
         log writes. PMEM writes are much slower than reads, so the buffer
         should hold a batch's old rows: the lookup then never waits for the
         log, which drains while the GPU computes.
+    stamp_bits : int or None
+        The undo logger's per-row stamp. ``None``: the full generation and
+        batch (48 bits a table line, never cleared). An integer E in [6, 16]:
+        an epoch of E bits, cleared in ``table_lines`` cycles after each reset
+        and scrubbed in the background, so that large tables fit block RAM
+        (boards).
     hdm_base : int
         Host physical line address (address / 64) where device memory begins.
     defer_depth : int
@@ -490,6 +496,7 @@ class Config:
     commit_lines: int = 4
     snapshot_lines: int = 0
     log_buffer: int = 512
+    stamp_bits: int | None = None
     hdm_base: int = 1 << 28          # byte address 16 GiB
     defer_depth: int = 1024
     relaxed_lookup: bool = False
@@ -561,6 +568,9 @@ class Config:
         _check(isinstance(self.log_buffer, int) and self.log_buffer >= 4
                and (self.log_buffer & (self.log_buffer - 1)) == 0 and self.log_buffer <= 4096,
                f"log_buffer must be a power of two in [4, 4096], not {self.log_buffer!r}")
+        _check(self.stamp_bits is None or (isinstance(self.stamp_bits, int)
+                                           and 6 <= self.stamp_bits <= 16),
+               f"stamp_bits must be none or an integer in [6, 16], not {self.stamp_bits!r}")
         _check(isinstance(self.hdm_base, int) and self.hdm_base >= 0
                and self.hdm_base % self.media_lines_pow2 == 0 and self.hdm_base < (1 << 46),
                f"hdm_base must be a line address aligned to the media size "
@@ -867,19 +877,23 @@ PRESETS = {
                                            lr=0.1, batch_size=128)),
     "criteo-kaggle": criteo_kaggle(),
     **{name: rm_config(rows) for name, rows in SCALE_ROWS.items()},
-    # FPGA boards (boards/): block RAM is the PMEM media and the GPU's memory,
-    # so bags, queues and in-flight windows are sized for one batch of 16.
-    # A board's link is the UART: the link timing model is left out, and the
-    # host trains in strict order: no relaxed-lookup support. Register
-    # slices at the ports shorten the arbiters' paths for the board's clock, and
-    # checksums in four parts shrink the CRC networks. Routing on the 85F jams
-    # where 512-bit buses meet block RAM: the logger's buffer of 16 lines sits
-    # in LUT RAM, and MLPs of 16 keep the media at 512 lines (15 block RAMs
-    # 36 bits wide, not 29 of 18).
-    "ulx3s": Config(tables=(32, 48), max_pooling=8, max_bags=32, log_buffer=16,
+    # FPGA boards (boards/): bags, queues and in-flight windows are sized for
+    # one batch of 16, and block RAM is the GPU's memory. A board's link is
+    # the UART: the link timing model is left out, and the host trains in
+    # strict order: no relaxed-lookup support. Register slices at the ports
+    # shorten the arbiters' paths for the board's clock, and checksums in four
+    # parts shrink the CRC networks. The 85F keeps the PMEM media in the
+    # board's SDRAM (room for half a million lines) behind a PMEM timing
+    # slower than the SDRAM, so that the model's timing holds
+    # (``MEDIA_LATE``); its 100,000 rows have 9-bit epoch stamps in block RAM
+    # (full stamps would take 4.8 Mbit). The logger's buffer of 16 lines sits
+    # in LUT RAM: 512-bit buses meeting block RAM congest the routing.
+    "ulx3s": Config(tables=(50_000, 50_000), stamp_bits=9, max_pooling=8, max_bags=32,
+                    log_buffer=16,
                     defer_depth=64, cache_ids=16, host_window=4, blocks=("update", "checkpoint"),
-                    register_slices=True, crc_folds=4,
-                    pmem=PmemTiming(read_latency=24, write_latency=48, read_depth=16, wpq_depth=8),
+                    register_slices=True, crc_folds=4, media="sdram",
+                    pmem=PmemTiming(read_latency=128, write_latency=192, read_rate=(1, 80),
+                                    write_rate=(1, 160), read_depth=16, wpq_depth=8),
                     model=ModelShape(bottom_hidden=(16,), top_hidden=(16,), batch_size=16)),
     # The LFE5U-12F holds the pooling device only: the lookup engine with
     # its PMEM, CXL.mem target and control window (no update or checkpoint

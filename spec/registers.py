@@ -267,6 +267,10 @@ REGISTERS = (
     *_error_log(0), *_error_log(1), *_error_log(2), *_error_log(3),
     _r("CACHE_TIMEOUTS", 0x58, "RO", "DIAGNOSTIC",
        "CXL.cache requests the host left unanswered (failed with an error)"),
+    _counter("MEDIA_LATE", 0x59,
+             "cycles the memory behind the PMEM media port (a board's SDRAM) was slower "
+             "than the PMEM timing model; 0 while the model's timing holds, and with the "
+             "media in block RAM"),
 )
 
 #: Registers by name: ``REG.DESC_OP.encode(op=1, batch=7)``.

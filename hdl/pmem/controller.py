@@ -418,5 +418,6 @@ class PmemController(wiring.Component):
             outside.d.sync += stale.eq(stale - 1)
         outside.d.comb += [rd.valid.eq(answer & (stale == 0)),
                            rd.data.eq(port.rdata.payload.data)]
-        outside.d.sync += self.media_late.eq(self.media_late + late)
+        # A counter like the device's others: it starts again at each power-up.
+        outside.d.sync += self.media_late.eq(Mux(self.power_fail, 0, self.media_late + late))
         return rd, wr, late

@@ -28,7 +28,7 @@ __all__ = ["PowerLost", "BoardFailures", "UntimedRuntime", "board_training", "BO
 
 #: The counters a board run reads (each read is a frame over the UART).
 BOARD_COUNTERS = (REG.CYCLES, REG.PMEM_READS, REG.PMEM_WRITES, REG.CACHE_READS, REG.CACHE_WRITES,
-                  REG.LOG_RECORDS, REG.RECOVER_CYCLES)
+                  REG.LOG_RECORDS, REG.RECOVER_CYCLES, REG.MEDIA_LATE)
 
 
 class PowerLost(Exception):

@@ -107,6 +107,11 @@ def cmd_train_board(args):
         br = rec["bridge"]
         print(f"  bridge             {rec['frames']:,} frames, {br['bad_frames']} bad; power failures "
               f"{br['command_power_fails']} by command, {br['button_power_fails']} by button")
+    if cfg.media == "sdram":
+        late = rec.get("counters", {}).get("media_late")
+        print(f"  SDRAM media        {rec.get('sdram_violation', 'not modelled')} timing "
+              f"violation; PMEM timing held ({late} cycles late)" if late == 0 else
+              f"  SDRAM media        PMEM timing NOT held: the SDRAM was {late} cycles late")
     print(f"  wall time          {rec['wall_s']:.1f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(rec, indent=2, default=str))
@@ -151,6 +156,7 @@ def _train_on_board(args, b, failures, k):
                                  failures=failures,
                                  log=lambda text: print(text, file=sys.stderr, flush=True))
         record = await training.run()
+        record["counters"] = training.counters
         record["bridge"] = await client.state()
         record["frames"] = client.frames
         return record

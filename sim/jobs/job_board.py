@@ -22,6 +22,7 @@ from trainingcxl.host.driver.bridge import BoardDevice, BridgeClient
 from trainingcxl.host.protocol.board import BoardFailures, board_training
 from trainingcxl.host.model.data import SyntheticWorkload
 from ..board_uart import UartPins
+from ..backdoor import SdramLines
 from ..rtl.sdram_model import Violation
 from ..bench_env import PERIOD_NS, bench_args, bench_config
 from ..runner import BOARD_SIM_DIVISOR
@@ -58,6 +59,10 @@ async def board_job(dut):
     uart = UartPins(dut, divisor=BOARD_SIM_DIVISOR, period_ns=PERIOD_NS)
     client = BridgeClient(uart)
     device = BoardDevice(client, cfg)
+    if cfg.media == "sdram":
+        # Tables go into the chip model and come back from it directly (a board moves
+        # them over the UART): a table of 100,000 rows would take billions of cycles.
+        device.transport.media = SdramLines.open(cfg.sdram)
     data = SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"])
     batches = args.get("batches", 4)
     failures = [tuple(f) for f in args.get("failures", [])]
@@ -71,6 +76,7 @@ async def board_job(dut):
     record = await run.run()
     record["loss"] = [record["loss"][b] for b in sorted(record["loss"])]
     record["loss_ref"] = [record["loss_ref"][b] for b in sorted(record["loss_ref"])]
+    record["counters"] = run.counters
     record["bridge"] = await client.state()
     record["frames"] = client.frames
     record["uart_framing_errors"] = uart.framing_errors

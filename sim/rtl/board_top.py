@@ -25,7 +25,7 @@ class SimBoardTop(wiring.Component):
 
     def __init__(self, config, *, clock_mhz, **kwargs):
         self.system = BoardSystem(config, clock_mhz=clock_mhz, **kwargs)
-        self.chip = (SdramModel(config.sdram, clock_mhz=clock_mhz)
+        self.chip = (SdramModel(config.sdram, clock_mhz=clock_mhz, backdoor="sdram")
                      if config.media == "sdram" else None)
         super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1), "button": In(1),
                           "leds": Out(8), "sdram_violation": Out(Violation)})

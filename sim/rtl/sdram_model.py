@@ -80,7 +80,7 @@ class SdramModel(wiring.Component):
         init = cyc(t.init_us * 1000)
         pads = self.pads
         m.submodules.memory = mem = self.memory
-        rd = mem.read_port(domain="comb")
+        rd = mem.read_port()            # synchronous: asked for a cycle ahead
         wr = mem.write_port(granularity=8)
 
         now = Signal(32, init=_START)
@@ -198,7 +198,8 @@ class SdramModel(wiring.Component):
         next_row = Signal.like(pads.a)
         next_col = Signal.like(pads.a)
         next_valid = Signal()
-        with m.If(next_valid & (since(next_start) == (1 << 32) - 1)):
+        starting = next_valid & (since(next_start) == (1 << 32) - 1)
+        with m.If(starting):
             m.d.sync += [rd_start.eq(next_start), rd_bank.eq(next_bank), rd_row.eq(next_row),
                          rd_col.eq(next_col), rd_live.eq(1), next_valid.eq(0)]
         with m.If(read):
@@ -224,7 +225,9 @@ class SdramModel(wiring.Component):
             c = Cat((c[:3] + beat)[:3], c[3:col_bits])
             return Cat(c, r[:row_bits], b)
 
-        m.d.comb += [rd.addr.eq(word(rd_bank, rd_row, rd_col, rd_beat[:3])),
+        # The word of next cycle's beat: the burst's next one, or the first of the next burst.
+        m.d.comb += [rd.addr.eq(Mux(starting, word(next_bank, next_row, next_col),
+                                    word(rd_bank, rd_row, rd_col, (rd_beat + 1)[:3]))),
                      pads.dq_i.eq(Mux(chip_drives, rd.data, 0))]
         wr_bank = Signal.like(bank)
         wr_row = Signal.like(pads.a)

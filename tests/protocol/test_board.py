@@ -25,10 +25,14 @@ def _train(sim, preset, tmp_path, **args):
 
 
 def test_board_trains_and_recovers_from_a_command_and_a_button_power_failure(tmp_path):
-    """ULX3S device: a POWER_FAIL command in batch 2's update, the button at batch 3's start;
-    both recovered, and training matches the golden model bit for bit."""
+    """ULX3S device, tables of 100,000 rows in the board's SDRAM (the simulated top carries
+    the chip model, which checks every timing rule): a POWER_FAIL command in batch 2's
+    update, the button at batch 3's start; both recovered, training matches the golden
+    model bit for bit, and the PMEM timing held on top of the SDRAM's."""
+    assert sum(PRESETS["ulx3s"].tables) >= 100_000 and PRESETS["ulx3s"].media == "sdram"
     rec = _train("verilator", "ulx3s", tmp_path, batches=4, failures=[[2, "update"]], button=[3])
     assert rec["golden_match"] and rec["pooled_mismatches"] == 0
+    assert rec["sdram_violation"] == "NONE" and rec["counters"]["media_late"] == 0
     assert rec["checks"][-1]["tables_match"]
     assert len(rec["loss"]) == 4
     first, second = rec["failures"]
@@ -49,20 +53,3 @@ def test_small_board_pools_on_chip_and_updates_from_the_host(sim, tmp_path):
     rec = _train(sim, "ulx3s-12f", tmp_path, batches=2 if sim == "verilator" else 1)
     assert rec["golden_match"] and rec["pooled_mismatches"] == 0
     assert rec["checks"][-1]["tables_match"] and not rec["failures"]
-
-
-def test_the_board_trains_and_recovers_with_its_media_in_sdram(tmp_path):
-    """ULX3S device with the PMEM media in the board's SDRAM: the simulated top carries
-    the chip model, which checks every timing rule; a power failure in batch 2's update
-    is recovered, bit-exact, with no violation."""
-    cfg = PRESETS["ulx3s"].replace(media="sdram")
-    out = tmp_path / "board.json"
-    job = {"seed": 0, "batch_size": cfg.model.batch_size, "out": str(out), "quiet": True,
-           "batches": 3, "failures": [[2, "update"]]}
-    run_bench("verilator", cfg, "trainingcxl.sim.jobs.job_board", top="board", args=job,
-              quiet=True, results_name="board-sdram", work_dir=tmp_path)
-    rec = json.loads(out.read_text())
-    assert rec["golden_match"] and rec["pooled_mismatches"] == 0
-    assert rec["checks"][-1]["tables_match"] and rec["sdram_violation"] == "NONE"
-    [failure] = rec["failures"]
-    assert failure["consistent"] and failure["recovered_batch"] == 1 and failure["rolled_back"] > 0
