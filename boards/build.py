@@ -1,5 +1,6 @@
 """Bitstreams with the YoWASP tools: synthesis, place and route, packing, and a report."""
 
+import dataclasses
 import json
 import os
 import shlex
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from .targets import board as find_board
 
-__all__ = ["BuildError", "TOOLS", "toolchain_env", "prepare", "build", "parse_report"]
+__all__ = ["BuildError", "TOOLS", "toolchain_env", "prepare", "build", "parse_report",
+           "utilisation_by_block", "worst_paths", "block_of"]
 
 #: Environment variable Amaranth reads -> the YoWASP command it runs.
 TOOLS = {
@@ -61,7 +63,7 @@ def prepare(board, out_dir, *, baud=None, seed=None):
         b.make_top(baud), name=name, do_build=False,
         script_after_synth=f"tee -q -o {name}.stat.json stat -json",
         nextpnr_opts=" ".join((f"--report {name}.report.json --seed {seed} --placer {b.placer}",
-                               "--router router2", *b.nextpnr_opts)))
+                               "--router router2 --timing-allow-fail", *b.nextpnr_opts)))
     plan.extract(str(out_dir))
     commands = _script_commands(Path(out_dir) / f"{plan.script}.sh", env)
     if len(commands) != len(STAGES):
@@ -112,6 +114,71 @@ def parse_report(report, stat=None):
     return out
 
 
+#: What each ECP5 cell of the synthesized netlist takes: LUT4 sites (a carry
+#: cell is two), flip-flops, LUT RAM cells, block RAMs, DSP multipliers.
+_CELL_USE = {"LUT4": ("luts", 1), "CCU2C": ("luts", 2), "TRELLIS_FF": ("ffs", 1),
+             "TRELLIS_DPR16X4": ("lutram", 1), "DP16KD": ("block_ram", 1),
+             "MULT18X18D": ("dsp", 1)}
+#: Levels of hierarchy the utilisation report keeps (deeper cells count toward their
+#: block at this level).
+BLOCK_DEPTH = 4
+
+
+def block_of(cell_name, depth=BLOCK_DEPTH):
+    """The block a cell of the flattened netlist belongs to: the hierarchical part of its
+    name (Yosys names a mapped cell after the net it drives, and a net after the module
+    that declares it), at most ``depth`` levels, a level repeated by a wrapper once."""
+    parts = cell_name.split(".")[:-1]
+    out = []
+    for p in parts:
+        if not out or out[-1] != p:
+            out.append(p)
+    return ".".join(out[:depth]) or "(top)"
+
+
+def utilisation_by_block(netlist, depth=BLOCK_DEPTH):
+    """LUT sites, flip-flops, LUT RAM and block RAM of each block of Yosys's JSON
+    ``netlist`` (the flattened design nextpnr places), largest first.
+
+    A cell at a block's boundary counts toward the block that names the net it
+    drives (usually the one that declares the register or output), so the
+    shares are close, not exact.
+    """
+    top = next((m for m in netlist["modules"].values() if m.get("attributes", {}).get("top")),
+               None) or next(iter(netlist["modules"].values()))
+    blocks = {}
+    for name, cell in top["cells"].items():
+        use = _CELL_USE.get(cell["type"])
+        if use is None:
+            continue
+        counts = blocks.setdefault(block_of(name, depth), dict.fromkeys(
+            ("luts", "ffs", "lutram", "block_ram", "dsp"), 0))
+        counts[use[0]] += use[1]
+    return [{"block": b, **c} for b, c in sorted(blocks.items(),
+                                                  key=lambda kv: (-kv[1]["luts"], kv[0]))]
+
+
+def worst_paths(report, count=3):
+    """The ``count`` longest of the critical paths in nextpnr's ``report`` (one for each
+    pair of clock edges it analyses): start and end cell, their blocks, the delay and
+    how much of it is logic and routing, longest first."""
+    paths = []
+    for p in report.get("critical_paths", []):
+        steps = p.get("path", [])
+        if not steps:
+            continue
+        routing = sum(s["delay"] for s in steps if s.get("type") == "routing")
+        total = sum(s["delay"] for s in steps)
+        start, end = steps[0]["from"]["cell"], steps[-1]["to"]["cell"]
+        paths.append({"from_clock": p.get("from"), "to_clock": p.get("to"),
+                      "start": start, "end": end,
+                      "start_block": block_of(start), "end_block": block_of(end),
+                      "delay_ns": round(total, 2), "logic_ns": round(total - routing, 2),
+                      "routing_ns": round(routing, 2),
+                      "levels": sum(1 for s in steps if s.get("type") == "logic")})
+    return sorted(paths, key=lambda q: -q["delay_ns"])[:count]
+
+
 def _synthesis_stat(out_dir, name):
     path = Path(out_dir) / f"{name}.stat.json"
     if not path.exists():
@@ -120,15 +187,19 @@ def _synthesis_stat(out_dir, name):
     return json.loads(text[text.index("{"):])
 
 
-def build(board, out_dir, *, baud=None, seed=None, dry_run=False, synth_only=False, program=False,
-          log=print):
+def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None, dry_run=False,
+          synth_only=False, program=False, log=print):
     """Build ``board``'s bitstream in ``out_dir``; returns the report (a dict).
 
-    ``dry_run`` writes the build files and returns the plan without running a
-    tool; ``synth_only`` stops after synthesis; ``program`` loads the bitstream
-    with ``openFPGALoader`` when it is installed (never needed to build).
+    ``clock_mhz`` overrides the board's system clock (a PLL makes it from the
+    oscillator); ``dry_run`` writes the build files and returns the plan
+    without running a tool; ``synth_only`` stops after synthesis; ``program``
+    loads the bitstream with ``openFPGALoader`` when it is installed (never
+    needed to build).
     """
     b = find_board(board) if isinstance(board, str) else board
+    if clock_mhz is not None:
+        b = dataclasses.replace(b, clock_mhz=clock_mhz)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name, commands = prepare(b, out_dir, baud=baud, seed=seed)
@@ -147,6 +218,17 @@ def build(board, out_dir, *, baud=None, seed=None, dry_run=False, synth_only=Fal
         commands = commands[:1]
     result["seconds"] = {}
     for stage, argv in commands:
+        if stage == "packing":
+            # nextpnr routes even when the clock misses (``--timing-allow-fail``), so
+            # that the report says why; such a build hands out no bitstream.
+            report = json.loads((out_dir / f"{name}.report.json").read_text())
+            result.update(parse_report(report, _synthesis_stat(out_dir, name)))
+            result["worst_paths"] = worst_paths(report)
+            result["blocks"] = utilisation_by_block(
+                json.loads((out_dir / f"{name}.json").read_text()))
+            if not all(f["met"] for f in result["fmax"].values()):
+                result["bitstream"] = None
+                return result
         log(f"[build] {b.name}: {stage} ({Path(argv[0]).name})")
         t0 = time.monotonic()
         proc = subprocess.run(argv, cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -157,13 +239,10 @@ def build(board, out_dir, *, baud=None, seed=None, dry_run=False, synth_only=Fal
             tail = "\n".join(proc.stdout.splitlines()[-15:])
             raise BuildError(f"{stage} of {b.name} failed (exit {proc.returncode}); log in "
                              f"{out_dir / (name + '.' + stage.replace(' ', '_') + '.log')}:\n{tail}")
-    stat = _synthesis_stat(out_dir, name)
     if synth_only:
-        cells = (stat or {}).get("design", {}).get("num_cells_by_type", {})
+        cells = (_synthesis_stat(out_dir, name) or {}).get("design", {}).get("num_cells_by_type", {})
         result["synthesis_cells"] = {k: v for k, v in sorted(cells.items()) if not k.startswith("$")}
         return result
-    report = json.loads((out_dir / f"{name}.report.json").read_text())
-    result.update(parse_report(report, stat))
     result["bitstream"] = str(out_dir / f"{name}.bit")
     if program:
         result["programmed"] = _program(out_dir / f"{name}.bit", log)

@@ -27,6 +27,17 @@ def positive(text):
     return v
 
 
+def positive_float(text):
+    """argparse type: a number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{v} must be greater than 0")
+    return v
+
+
 def fraction(text):
     """argparse type: a number strictly between 0 and 1."""
     try:

