@@ -251,10 +251,14 @@ class ControlWindow(wiring.Component):
                     with m.Default():
                         m.d.sync += rsp_err.eq(1)
             with m.Else():
-                with m.Switch(req.payload.addr):
-                    for reg, sig in {**ro, **rw}.items():
-                        with m.Case(reg):
-                            m.d.sync += rsp_data.eq(sig)
-                    with m.Default():
-                        m.d.sync += rsp_err.eq(1)
+                # Reads through an AND-OR multiplexer: every register compares the
+                # address at once, and at most one passes its value (no priority chain).
+                hits = []
+                value = 0
+                for reg, sig in {**ro, **rw}.items():
+                    hit = Signal(name=f"read_{reg.name.lower()}")
+                    m.d.comb += hit.eq(req.payload.addr == reg)
+                    hits.append(hit)
+                    value = value | Mux(hit, sig, 0)
+                m.d.sync += [rsp_data.eq(value), rsp_err.eq(~Cat(*hits).any())]
         return m
