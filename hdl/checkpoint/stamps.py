@@ -1,5 +1,7 @@
 """Row stamps: which batch last logged each row, in a RAM with synchronous reads."""
 
+from types import SimpleNamespace
+
 from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -22,9 +24,11 @@ class RowStamps(wiring.Component):
     """A stamp per table line: the (generation, batch) that last logged the row.
 
     Reads are synchronous, so the RAM can be block RAM: the row to check is
-    given a cycle ahead (``peek_addr`` with ``peek``) and ``need`` answers for it
-    the cycle after; ``query_addr`` likewise, answered on ``query_hit``. A
-    write in the cycle of a read of the same row is forwarded.
+    named as it enters the lookup's stage register (``peek_addr`` with
+    ``peek``) and ``need`` answers for it from the cycle after, for as long as
+    it waits; ``query_addr`` likewise, answered on ``query_hit`` the cycle
+    after. Stamps reach the RAM a cycle after they are asked for, from
+    registers, and writes a read has not seen yet are forwarded to it.
 
     With ``stamp_bits`` None a stamp is the full generation and batch (48
     bits): it never needs clearing (the generation only grows, see
@@ -53,7 +57,8 @@ class RowStamps(wiring.Component):
     gen : In(16), batch : In(32)
         The (generation, batch) rows are checked and stamped for.
     need : Out(1)
-        The row peeked last cycle has no stamp of (``gen``, ``batch``).
+        The row peeked last has no stamp of (``gen``, ``batch``), as its stamp was
+        when peeked (answered from the cycle after the peek on).
     hold : Out(1)
         Stamping for (``gen``, ``batch``) must wait (clearing after reset, or
         the epoch cannot move on yet).
@@ -82,38 +87,53 @@ class RowStamps(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = 48 if self._bits is None else self._bits
+        abits = len(self.peek_addr)
         m.submodules.ram = self.ram = ram = Ram(shape=width, depth=self._depth)
         rd = ram.read_port()
         rq = ram.read_port()
         wr = ram.write_port()
-        value = Signal(width)           # what a write now stores
-        m.d.comb += [wr.addr.eq(self.write_addr), wr.data.eq(value), wr.en.eq(self.write)]
+        # Writes are asked for (``req``) and reach the RAM a cycle later from
+        # registers, and reads are always enabled: no RAM port depends on a word
+        # read in the same cycle (a RAM this deep spreads over the whole chip).
+        req = SimpleNamespace(en=Signal(), addr=Signal(abits), data=Signal(width))
+        m.d.comb += [req.en.eq(self.write), req.addr.eq(self.write_addr)]
+        m.d.sync += [wr.en.eq(req.en), wr.addr.eq(req.addr), wr.data.eq(req.data)]
 
-        def forwarded(port, addr, en):
-            """The word read, with a write to the same row in the read's cycle forwarded."""
-            hit = Signal()
-            last = Signal(width)
-            m.d.comb += [port.addr.eq(addr), port.en.eq(en)]
-            with m.If(en):
-                m.d.sync += [hit.eq(wr.en & (wr.addr == addr)), last.eq(wr.data)]
-            return Mux(hit, last, port.data)
+        def forwarded(port, addr):
+            """The word read the cycle before at ``addr``, with the writes not yet in the
+            RAM then (the one reaching it, the one asked for) forwarded, newest first."""
+            hit_new, hit_old = Signal(), Signal()
+            new, old = Signal(width), Signal(width)
+            m.d.comb += [port.addr.eq(addr), port.en.eq(1)]
+            m.d.sync += [hit_new.eq(req.en & (req.addr == addr)), new.eq(req.data),
+                         hit_old.eq(wr.en & (wr.addr == addr)), old.eq(wr.data)]
+            return Mux(hit_new, new, Mux(hit_old, old, port.data))
 
-        word = forwarded(rd, self.peek_addr, self.peek)
+        # The peeked row's word, kept while its request waits (the lookup stamps
+        # that row only as the request leaves).
+        fresh = Signal()
+        held = Signal(width)
+        m.d.sync += fresh.eq(self.peek)
+        read = forwarded(rd, self.peek_addr)
+        word = Mux(fresh, read, held)
+        with m.If(fresh):
+            m.d.sync += held.eq(read)
+
         if self._bits is None:
             m.d.comb += [
-                value.eq(Cat(self.batch, self.gen)),
-                self.need.eq(word != value),
+                req.data.eq(Cat(self.batch, self.gen)),
+                self.need.eq(word != req.data),
             ]
-            qword = forwarded(rq, self.query_addr, self.query)
+            qword = forwarded(rq, self.query_addr)
             key = Signal(48)
             m.d.sync += key.eq(Cat(self.query_batch, self.gen))
             m.d.comb += self.query_hit.eq(qword == key)
             return m
 
-        self._epochs(m, ram, wr, rq, word, value)
+        self._epochs(m, req, rq, word, forwarded)
         return m
 
-    def _epochs(self, m, ram, wr, rq, word, value):
+    def _epochs(self, m, req, rq, word, forwarded):
         bits = self._bits
         period = (1 << bits) - 1
         depth = self._depth
@@ -140,7 +160,7 @@ class RowStamps(wiring.Component):
                                              & (age(sweep_start) >= sweep_epochs(bits))))
         with m.If(moving):
             m.d.sync += [epoch.eq(nxt), key.eq(now)]
-        m.d.comb += [value.eq(Mux(same, epoch, nxt)), self.need.eq(~same | (word != epoch))]
+        m.d.comb += [req.data.eq(Mux(same, epoch, nxt)), self.need.eq(~same | (word != epoch))]
 
         # History of epochs, for queries: (key, epoch), newest first.
         hist = [(Signal(48, name=f"hkey{k}"), Signal(bits, name=f"hepoch{k}"))
@@ -151,15 +171,10 @@ class RowStamps(wiring.Component):
                 m.d.sync += [k1.eq(k0), e1.eq(e0)]
 
         # The query port: queries first, the scrubber in its idle cycles.
-        scrub_rd = ~clearing & ~self.query
         s_valid = Signal()
         s_addr = Signal(abits)
-        s_hit = Signal()
-        s_last = Signal(bits)
-        m.d.comb += [rq.addr.eq(Mux(self.query, self.query_addr, cursor)), rq.en.eq(1)]
-        m.d.sync += [s_valid.eq(scrub_rd), s_addr.eq(cursor), s_last.eq(wr.data),
-                     s_hit.eq(wr.en & (wr.addr == rq.addr))]
-        q_word = Mux(s_hit, s_last, rq.data)
+        m.d.sync += [s_valid.eq(~clearing & ~self.query), s_addr.eq(cursor)]
+        q_word = forwarded(rq, Mux(self.query, self.query_addr, cursor))
         q_key = Signal(48)
         m.d.sync += q_key.eq(Cat(self.query_batch, self.gen))
         m.d.comb += self.query_hit.eq(Cat((k == q_key) & (e != 0) & (q_word == e)
@@ -167,16 +182,16 @@ class RowStamps(wiring.Component):
 
         stale = (q_word != 0) & (age(q_word) >= SCRUB_AGE)
         with m.If(clearing):
-            m.d.comb += [wr.addr.eq(cursor), wr.data.eq(0), wr.en.eq(1)]
+            m.d.comb += [req.addr.eq(cursor), req.data.eq(0), req.en.eq(1)]
             m.d.sync += cursor.eq(Mux(cursor == last_addr, 0, cursor + 1))
             with m.If(cursor == last_addr):
                 m.d.sync += [clearing.eq(0), sweep_start.eq(epoch)]
         with m.Elif(s_valid):
-            # The word of ``s_addr`` is here: clear it if stale and the write port is
-            # free; move on unless it still has to be cleared.
+            # The word of ``s_addr`` is here: clear it if stale and no row is being
+            # stamped; move on unless it still has to be cleared.
             clear = stale & ~self.write
             with m.If(clear):
-                m.d.comb += [wr.addr.eq(s_addr), wr.data.eq(0), wr.en.eq(1)]
+                m.d.comb += [req.addr.eq(s_addr), req.data.eq(0), req.en.eq(1)]
             with m.If(~stale | clear):
                 with m.If(s_addr == cursor):
                     m.d.sync += cursor.eq(Mux(cursor == last_addr, 0, cursor + 1))

@@ -23,10 +23,11 @@ ADDR_BITS = 6                                       # 64 lines: 2 per row, every
 
 
 class Harness(wiring.Component):
-    def __init__(self, chip, controller_timing=None, **kwargs):
-        self.ctrl = SdramController(controller_timing or chip, clock_mhz=MHZ,
+    def __init__(self, chip, controller_timing=None, mhz=MHZ, **kwargs):
+        self.mhz = mhz
+        self.ctrl = SdramController(controller_timing or chip, clock_mhz=mhz,
                                     addr_bits=ADDR_BITS, tag_bits=4, **kwargs)
-        self.chip = SdramModel(chip, clock_mhz=MHZ)
+        self.chip = SdramModel(chip, clock_mhz=mhz)
         super().__init__({})
 
     def elaborate(self, platform):
@@ -63,7 +64,7 @@ def run(dut, ops, *, after=0):
         out["ready"] = ctx.get(dut.ctrl.ready)
 
     sim = Simulator(dut)
-    sim.add_clock(1e-6 / MHZ)
+    sim.add_clock(1e-6 / dut.mhz)
     sim.add_testbench(tb)
     sim.run()
     return out
@@ -88,11 +89,12 @@ def random_ops(rng, n):
     return ops, want
 
 
-@pytest.mark.parametrize("cas", [2, 3])
-def test_lines_read_back_with_byte_enables_and_refreshes_in_time(cas):
+@pytest.mark.parametrize("cas,mhz", [(2, 50), (3, 50), (2, 25)])
+def test_lines_read_back_with_byte_enables_and_refreshes_in_time(cas, mhz):
+    # At 25 MHz (the 85F's clock today) the same nanoseconds are fewer cycles.
     rng = random.Random(cas)
     ops, want = random_ops(rng, 120)
-    out = run(Harness(replace(CHIP, cas_latency=cas)), ops, after=400)
+    out = run(Harness(replace(CHIP, cas_latency=cas), mhz=mhz), ops, after=400)
     assert out["violation"] == Violation.NONE, (out["violation"], out["cycle"])
     assert out["ready"]
     assert out["reads"] == want and len(want) > 20

@@ -45,6 +45,7 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
         since = 0
         peeked = None
         queried = None
+        last_write = None
         for cycle in range(cycles):
             # Answers for last cycle's peek and query.
             if peeked is not None and not ctx.get(st.hold):
@@ -83,13 +84,16 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
                 ctx.set(st.query, 0)
             await ctx.tick()
             ctx.set(st.write, 0)
-            if stamp_bits is not None and write:
-                # Every row holding the epoch just written is one the current batch
+            if stamp_bits is not None and last_write is not None:
+                # A stamp reaches the RAM the cycle after it is asked for. Every row
+                # holding the epoch written then is one that (generation, batch)
                 # stamped: no old stamp has come round to it.
-                epoch = ctx.get(st.ram.data[peeked_before])
+                row0, key0, ref0 = last_write
+                epoch = ctx.get(st.ram.data[row0])
                 for row in range(DEPTH):
                     if ctx.get(st.ram.data[row]) == epoch:
-                        assert ref.get(row) == (gen, batch), (cycle, row, epoch, ref.get(row))
+                        assert ref0.get(row) == key0, (cycle, row, epoch, ref0.get(row))
+            last_write = (peeked_before, (gen, batch), dict(ref)) if write else None
             since += 1
             if since >= rng.randint(*batch_every):
                 since = 0
@@ -105,7 +109,7 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
                 if stamp_bits is not None:
                     ref.clear()     # cleared after the reset
                     keys.clear()
-                peeked = queried = None
+                peeked = queried = last_write = None
                 ctx.set(st.peek, 0)
                 ctx.set(st.query, 0)
 
