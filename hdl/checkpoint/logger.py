@@ -124,8 +124,9 @@ class UndoLogger(wiring.Component):
         Drop the rows and lines held and empty the ring (around a recovery; the
         generation changes with it). Writes already issued still complete.
     drained : Out(1)
-        Every record taken is persistent in a closed group, and so is a ring
-        header that covers them: the write-ahead barrier for ``UPDATE``.
+        Every record taken until the cycle before is persistent in a closed group,
+        and so is a ring header that covers them: the write-ahead barrier for
+        ``UPDATE``.
     busy : Out(1)
         Rows or lines wait to be written, or writes to be acknowledged (an open
         group waiting for more rows is not work).
@@ -378,10 +379,12 @@ class UndoLogger(wiring.Component):
                              bnd_lsn[k].eq(bnd_lsn[nxt])]
         m.d.sync += bnd_n.eq(n_after_pop + push)
 
-        m.d.comb += [
-            self.drained.eq(quiet & ~w_open & (hdr_end == head)),
-            self.busy.eq(~quiet | (~w_open & (hdr_end != head))),
-        ]
+        # ``drained`` is registered: it says what held a cycle ago, so it does not
+        # hang on the stamp read behind ``take`` (the 85F's longest path). A row
+        # taken in the cycle it is high belongs to a later lookup than any UPDATE
+        # the dispatcher may start then (it starts only after its clean LOOKUP).
+        m.d.sync += self.drained.eq(quiet & ~w_open & (hdr_end == head))
+        m.d.comb += self.busy.eq(~quiet | (~w_open & (hdr_end != head)))
 
         with m.If(self.restart):
             m.d.sync += [head.eq(0), tail.eq(0), tail_lsn.eq(0), g_head.eq(0), c_head.eq(0),

@@ -44,7 +44,7 @@ class _EagerLogger(UndoLogger):
 
     def elaborate(self, platform):
         m = super().elaborate(platform)
-        m.d.comb += self.drained.eq(~self.tap.take & ~self.tap.lines.valid & ~self.pmem.req.valid)
+        m.d.sync += self.drained.eq(~self.tap.take & ~self.tap.lines.valid & ~self.pmem.req.valid)
         return m
 
 
