@@ -456,8 +456,9 @@ class Config:
         through the arbiters and back are cut, which an FPGA's clock needs
         (docs/boards.md). Registered too, a cycle later: a slice between
         the doorbell queue and the dispatcher, the PMEM controller's read
-        hazard check, and recovery's verdict on each line it reads. Off in the
-        simulation presets, so their cycle counts stay comparable.
+        hazard check, recovery's verdict on each line it reads, and the undo
+        logger's stamp check (a row's first read waits a cycle more). Off in
+        the simulation presets, so their cycle counts stay comparable.
     gpu_window : bool
         The control window checks every array a descriptor names against the
         GPU window (``GPU_BASE``, ``GPU_LIMIT``; ``OUT_OF_WINDOW``). Off only

@@ -33,6 +33,9 @@ class UndoTapSignature(wiring.Signature):
         descriptor reading it.
     need : In(1)
         That row has no undo record for that batch yet: log it.
+    known : In(1)
+        ``need`` is known: the row must not be taken before (a registered stamp
+        check answers a cycle later).
     room : In(1)
         The logger can take a row now; without room a needed row must wait.
     full : In(1)
@@ -54,6 +57,7 @@ class UndoTapSignature(wiring.Signature):
             "addr": Out(addr_bits),
             "batch": Out(32),
             "need": In(1),
+            "known": In(1, init=1),
             "room": In(1),
             "full": In(1),
             "take": Out(1),
@@ -176,7 +180,8 @@ class UndoLogger(wiring.Component):
 
         # -- stamps: the (generation, batch) that last logged each row (indexed by media line)
         m.submodules.stamps = stamps = RowStamps(depth=cfg.table_lines,
-                                                 stamp_bits=cfg.stamp_bits)
+                                                 stamp_bits=cfg.stamp_bits,
+                                                 registered=cfg.register_slices)
         sbits = len(stamps.peek_addr)
         m.d.comb += [
             stamps.gen.eq(self.gen), stamps.batch.eq(self.tap.batch),
@@ -205,7 +210,7 @@ class UndoLogger(wiring.Component):
         at_cap = (c_head - tail) >= groups
         pop_due = Signal()
         m.d.comb += [
-            tap.need.eq(self.enable & stamps.need),
+            tap.need.eq(self.enable & stamps.need), tap.known.eq(stamps.known),
             tap.room.eq(row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold),
             tap.full.eq(~joins & at_cap & ~pop_due),
             row_q.w_data.eq(Cat(tap.addr, tap.batch, ~joins)),

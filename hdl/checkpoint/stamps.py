@@ -59,6 +59,9 @@ class RowStamps(wiring.Component):
     need : Out(1)
         The row peeked last has no stamp of (``gen``, ``batch``), as its stamp was
         when peeked (answered from the cycle after the peek on).
+    known : Out(1)
+        ``need`` holds for the row peeked: always, or with ``registered`` (a
+        board's clock) from the second cycle after the peek on.
     hold : Out(1)
         Stamping for (``gen``, ``batch``) must wait (clearing after reset, or
         the epoch cannot move on yet).
@@ -71,14 +74,15 @@ class RowStamps(wiring.Component):
 
     _HISTORY = 4
 
-    def __init__(self, *, depth, stamp_bits=None):
+    def __init__(self, *, depth, stamp_bits=None, registered=False):
         self._depth = depth
         self._bits = stamp_bits
+        self._registered = registered
         abits = max(1, (depth - 1).bit_length())
         super().__init__({
             "peek": In(1), "peek_addr": In(abits),
             "gen": In(16), "batch": In(32),
-            "need": Out(1), "hold": Out(1),
+            "need": Out(1), "known": Out(1), "hold": Out(1),
             "write": In(1), "write_addr": In(abits),
             "query": In(1), "query_addr": In(abits), "query_batch": In(32),
             "query_hit": Out(1),
@@ -110,14 +114,23 @@ class RowStamps(wiring.Component):
             return Mux(hit_new, new, Mux(hit_old, old, port.data))
 
         # The peeked row's word, kept while its request waits (the lookup stamps
-        # that row only as the request leaves).
+        # that row only as the request leaves). Registered, it is known a cycle
+        # later, and the RAM's read path ends at a register.
         fresh = Signal()
         held = Signal(width)
         m.d.sync += fresh.eq(self.peek)
         read = forwarded(rd, self.peek_addr)
-        word = Mux(fresh, read, held)
-        with m.If(fresh):
-            m.d.sync += held.eq(read)
+        if self._registered:
+            # No row is stamped while its own word is on its way (it cannot leave).
+            word = held
+            with m.If(fresh):
+                m.d.sync += held.eq(read)
+            m.d.comb += self.known.eq(~fresh)
+        else:
+            word = Mux(fresh, read, held)
+            with m.If(fresh):
+                m.d.sync += held.eq(read)
+            m.d.comb += self.known.eq(1)
 
         if self._bits is None:
             m.d.comb += [

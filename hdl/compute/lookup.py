@@ -185,7 +185,7 @@ class LookupEngine(wiring.Component):
         # unlogged rather than waited for in vain, and the descriptor fails.
         want = log.need & ~desc.nolog
         need = want & ~log.full
-        hold = first & need & ~log.room
+        hold = first & ((need & ~log.room) | (~desc.nolog & ~log.known))
         log_short = Signal()
         log_bit = Mux(first, need, cur_log)
         m.d.comb += [

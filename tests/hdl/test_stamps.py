@@ -16,8 +16,8 @@ DEPTH = 24
 
 
 class Harness(wiring.Component):
-    def __init__(self, stamp_bits):
-        self.stamps = RowStamps(depth=DEPTH, stamp_bits=stamp_bits)
+    def __init__(self, stamp_bits, registered):
+        self.stamps = RowStamps(depth=DEPTH, stamp_bits=stamp_bits, registered=registered)
         self.reset = Signal()
         super().__init__({})
 
@@ -28,10 +28,11 @@ class Harness(wiring.Component):
 
 
 def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, hot=0.0,
-        query_rate=0.3):
+        query_rate=0.3, registered=False):
     """Random peeks, stamps and queries (a share ``hot`` of the peeks at four rows, so
-    that the others keep old stamps long); returns epoch moves and cycles held."""
-    dut = Harness(stamp_bits)
+    that the others keep old stamps long); returns epoch moves and cycles held. With
+    ``registered`` a peeked row waits a cycle for its answer, as the lookup does."""
+    dut = Harness(stamp_bits, registered)
     st = dut.stamps
     rng = random.Random(seed)
     stats = {"moves": 0, "held": 0}
@@ -46,8 +47,19 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
         peeked = None
         queried = None
         last_write = None
+        waited = True
         for cycle in range(cycles):
-            # Answers for last cycle's peek and query.
+            if peeked is not None and not waited:
+                # The registered check: not known the cycle after the peek.
+                assert not ctx.get(st.known)
+                waited = True
+                ctx.set(st.peek, 0)
+                ctx.set(st.query, 0)
+                queried = None
+                await ctx.tick()
+                continue
+            assert ctx.get(st.known)
+            # Answers for the peek and the query before.
             if peeked is not None and not ctx.get(st.hold):
                 want = ref.get(peeked) != (gen, batch)
                 assert ctx.get(st.need) == want, (cycle, peeked, ref.get(peeked), gen, batch)
@@ -73,6 +85,7 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
             if rng.random() < 0.8:
                 peeked = rng.randrange(4 if rng.random() < hot else DEPTH)
             ctx.set(st.peek, peeked is not None)
+            waited = not registered or peeked is None
             ctx.set(st.peek_addr, peeked or 0)
             if rng.random() < query_rate and keys:
                 queried = (rng.randrange(DEPTH), rng.choice([b for _, b in keys[-6:]]))
@@ -120,9 +133,10 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
     return stats
 
 
-@pytest.mark.parametrize("stamp_bits", [None, 6])
-def test_stamps_say_which_rows_the_current_batch_stamped(stamp_bits):
-    stats = run(stamp_bits, 6000, batch_every=(1, 30), reset_every=1500)
+@pytest.mark.parametrize("stamp_bits,registered", [(None, False), (6, False), (None, True),
+                                                   (6, True)])
+def test_stamps_say_which_rows_the_current_batch_stamped(stamp_bits, registered):
+    stats = run(stamp_bits, 6000, batch_every=(1, 30), reset_every=1500, registered=registered)
     # Epochs of 6 bits come round every 63 moves: many times here.
     assert stats["moves"] > 4 * 63 if stamp_bits else stats["moves"] > 0
 
