@@ -46,10 +46,12 @@ BOARDS = {
     "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
-                   # Timing-driven placement at 50 MHz (--clock-mhz 50) estimates
-                   # 20 MHz after placement and router2 then diverges; without it
-                   # routing converges and 25 MHz holds (docs/boards.md).
-                   placer="static", nextpnr_opts=("--no-tmdriv",)),
+                   # 20 MHz from the PLL: the device with its SDRAM media routes at
+                   # 24.1 MHz, short of the oscillator's 25. Timing-driven placement
+                   # at 50 MHz (--clock-mhz 50) estimates 20 MHz after placement and
+                   # router2 then diverges; without it routing converges
+                   # (docs/boards.md).
+                   placer="static", nextpnr_opts=("--no-tmdriv",), clock_mhz=20),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
                        "no update or checkpoint engine; tables of 16 and 24 rows)",
