@@ -46,12 +46,12 @@ BOARDS = {
     "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
-                   # 20 MHz from the PLL: the device with its SDRAM media routes at
-                   # 24.1 MHz, short of the oscillator's 25. Timing-driven placement
-                   # at 50 MHz (--clock-mhz 50) estimates 20 MHz after placement and
-                   # router2 then diverges; without it routing converges
+                   # The oscillator's 25 MHz, which the device with its SDRAM media
+                   # misses today (24.1-24.6 MHz routed). Timing-driven placement at
+                   # 50 MHz (--clock-mhz 50) estimates 20 MHz after placement and
+                   # router2 then diverges; without it routing converges at 25 MHz
                    # (docs/boards.md).
-                   placer="static", nextpnr_opts=("--no-tmdriv",), clock_mhz=20),
+                   placer="static", nextpnr_opts=("--no-tmdriv",)),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
                        "no update or checkpoint engine; tables of 16 and 24 rows)",

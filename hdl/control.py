@@ -225,6 +225,16 @@ class ControlWindow(wiring.Component):
         if cfg.gpu_window:
             rw.update({Reg.GPU_BASE: gpu_base, Reg.GPU_LIMIT: gpu_limit})
 
+        # The value of the register addressed, for a read (0 and ``read_bad`` for no
+        # register).
+        read_value = Signal.like(rsp_data)
+        read_bad = Signal()
+        with m.Switch(req.payload.addr):
+            for reg, sig in {**ro, **rw}.items():
+                with m.Case(reg):
+                    m.d.comb += read_value.eq(sig)
+            with m.Default():
+                m.d.comb += read_bad.eq(1)
         with m.If(req.valid & req.ready):
             m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]
             with m.If(req.payload.write):
@@ -251,14 +261,5 @@ class ControlWindow(wiring.Component):
                     with m.Default():
                         m.d.sync += rsp_err.eq(1)
             with m.Else():
-                # Reads through an AND-OR multiplexer: every register compares the
-                # address at once, and at most one passes its value (no priority chain).
-                hits = []
-                value = 0
-                for reg, sig in {**ro, **rw}.items():
-                    hit = Signal(name=f"read_{reg.name.lower()}")
-                    m.d.comb += hit.eq(req.payload.addr == reg)
-                    hits.append(hit)
-                    value = value | Mux(hit, sig, 0)
-                m.d.sync += [rsp_data.eq(value), rsp_err.eq(~Cat(*hits).any())]
+                m.d.sync += [rsp_data.eq(read_value), rsp_err.eq(read_bad)]
         return m

@@ -267,7 +267,7 @@ REGISTERS = (
     *_error_log(0), *_error_log(1), *_error_log(2), *_error_log(3),
     _r("CACHE_TIMEOUTS", 0x58, "RO", "DIAGNOSTIC",
        "CXL.cache requests the host left unanswered (failed with an error)"),
-    _counter("MEDIA_LATE", 0x59,
+    _counter("MEDIA_LATE", 0x3F,
              "cycles the memory behind the PMEM media port (a board's SDRAM) was slower "
              "than the PMEM timing model; 0 while the model's timing holds, and with the "
              "media in block RAM"),
