@@ -120,17 +120,12 @@ class RowStamps(wiring.Component):
         held = Signal(width)
         m.d.sync += fresh.eq(self.peek)
         read = forwarded(rd, self.peek_addr)
-        if self._registered:
-            # No row is stamped while its own word is on its way (it cannot leave).
-            word = held
-            with m.If(fresh):
-                m.d.sync += held.eq(read)
-            m.d.comb += self.known.eq(~fresh)
-        else:
-            word = Mux(fresh, read, held)
-            with m.If(fresh):
-                m.d.sync += held.eq(read)
-            m.d.comb += self.known.eq(1)
+        with m.If(fresh):
+            m.d.sync += held.eq(read)
+        # Registered, no row is stamped while its own word is on its way (it cannot
+        # leave the stage before ``known``).
+        word = held if self._registered else Mux(fresh, read, held)
+        m.d.comb += self.known.eq(~fresh if self._registered else 1)
 
         if self._bits is None:
             m.d.comb += [
