@@ -245,6 +245,10 @@ REGISTERS = (
     _counter("LOG_BARRIER", 0x3C, "cycles an UPDATE waited for its undo records to persist"),
     _counter("RECOVER_CYCLES", 0x3D, "cycles spent in RECOVER"),
     _counter("SNAPSHOT_LINES", 0x3E, "MLP lines pulled into snapshot slots"),
+    _counter("MEDIA_LATE", 0x3F,
+             "cycles the memory behind the PMEM media port (a board's SDRAM) was slower "
+             "than the PMEM timing model; 0 while the model's timing holds, and with the "
+             "media in block RAM"),
     _counter("LOOKUP_STALLS", 0x40, "busy cycles of the lookup engine without a PMEM read going out"),
     _counter("UPDATE_STALLS", 0x41,
              "busy cycles of the update engine without a PMEM read or write going out"),
@@ -267,10 +271,6 @@ REGISTERS = (
     *_error_log(0), *_error_log(1), *_error_log(2), *_error_log(3),
     _r("CACHE_TIMEOUTS", 0x58, "RO", "DIAGNOSTIC",
        "CXL.cache requests the host left unanswered (failed with an error)"),
-    _counter("MEDIA_LATE", 0x3F,
-             "cycles the memory behind the PMEM media port (a board's SDRAM) was slower "
-             "than the PMEM timing model; 0 while the model's timing holds, and with the "
-             "media in block RAM"),
 )
 
 #: Registers by name: ``REG.DESC_OP.encode(op=1, batch=7)``.
