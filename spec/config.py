@@ -457,8 +457,11 @@ class Config:
         (docs/boards.md). Registered too, a cycle later: a slice between
         the doorbell queue and the dispatcher, the PMEM controller's read
         hazard check, recovery's verdict on each line it reads, and the undo
-        logger's stamp check (a row's first read waits a cycle more). Off in
-        the simulation presets, so their cycle counts stay comparable.
+        logger's stamp check (a row's first read waits a cycle more), the
+        update engine's question whether a row was logged
+        (:attr:`log_query_latency`), and the PMEM controller's issue of the
+        request it took. Off in the simulation presets, so their cycle counts
+        stay comparable.
     gpu_window : bool
         The control window checks every array a descriptor names against the
         GPU window (``GPU_BASE``, ``GPU_LIMIT``; ``OUT_OF_WINDOW``). Off only
@@ -689,6 +692,14 @@ class Config:
     @property
     def media_addr_bits(self):
         return max(1, (self.media_lines - 1).bit_length())
+
+    @property
+    def log_query_latency(self):
+        """Cycles from the update engine's question whether the undo logger took a row to
+        the answer: 1, or 3 with :attr:`register_slices` (the question and the answer
+        both pass a register, so that neither the update's checks nor its decisions
+        share a path with the stamp RAM, which spreads over the whole chip)."""
+        return 3 if self.register_slices else 1
 
     @property
     def row_bits(self):

@@ -231,6 +231,7 @@ class CheckpointEngine(wiring.Component):
         best_k = Signal(8)
         found = Signal()
         rsv = Signal(2)
+        mk = Signal(33)                 # the snapshot's batch plus the staleness bound
         rsb = Array(Signal(32, name=f"rslot{k}_batch") for k in range(2))
         d_batch = Signal(32)
         m_batch = Signal(32)
@@ -349,24 +350,29 @@ class CheckpointEngine(wiring.Component):
             v_hdr = Signal(header_layout)
             v_left = Signal.like(rcv_left)
             v_end = Signal()
-            v_i = Signal.like(r_i)
+            v_entry = Signal.like(group.entries[0])
+            v_lsn = Signal(32)
             m.d.sync += v_fire.eq(rcv)
             with m.If(rcv):
+                # The record's entry and LSN are picked here, so that the verdict
+                # starts from registers (the group line stays while it is judged).
                 m.d.sync += [v_crc.eq(crc_next), v_hdr.eq(hdr), v_left.eq(rcv_left),
-                             v_end.eq(ends_record), v_i.eq(r_i)]
+                             v_end.eq(ends_record), v_entry.eq(group.entries[r_i]),
+                             v_lsn.eq(group.lsn + r_i)]
             # A rollback decision starts its writes a cycle late: hold the next
             # line back meanwhile, so that it cannot overwrite the line buffer.
             m.d.comb += [pending.eq(v_fire), hold.eq((v_fire | g_new) & (phase == 3))]
         else:
-            v_fire, v_crc, v_hdr, v_left, v_end, v_i = rcv, crc_next, hdr, rcv_left, ends_record, r_i
+            v_fire, v_crc, v_hdr, v_left, v_end = rcv, crc_next, hdr, rcv_left, ends_record
+            v_entry, v_lsn = group.entries[r_i], group.lsn + r_i
             # The next line waits while its group line is judged.
             m.d.comb += hold.eq(g_new & (phase == 3))
         intact = (v_crc ^ CRC_XOR) == v_hdr.csum
         # A record is intact if its checksum, over its data lines and the header it would
         # have alone (spec/records.py), is the one its group line holds.
-        entry = group.entries[v_i]
+        entry = v_entry
         record_intact = sealed_header(m, magic=UNDO, gen=group.gen, batch=group.batch,
-                                      a=group.lsn + v_i, b=entry.addr, crc=v_crc)[CSUM] == entry.csum
+                                      a=v_lsn, b=entry.addr, crc=v_crc)[CSUM] == entry.csum
         with m.If(v_fire):
             with m.Switch(phase):
                 with m.Case(0):
@@ -418,8 +424,8 @@ class CheckpointEngine(wiring.Component):
         with m.FSM() as fsm:
             m.d.comb += self.recovering.eq(Cat(
                 fsm.ongoing(state) for state in ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_RING",
-                                                 "R_DECIDE", "R_ROLLBACK", "R_DRAIN", "R_SEAL",
-                                                 "R_SEALED")).any())
+                                                 "R_DECIDE", "R_CHOOSE", "R_ROLLBACK", "R_DRAIN",
+                                                 "R_SEAL", "R_SEALED")).any())
             with m.State("IDLE"):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
@@ -504,7 +510,9 @@ class CheckpointEngine(wiring.Component):
                     m.next = "R_DECIDE"
             with m.State("R_DECIDE"):
                 m.d.comb += recovering.eq(1)
-                # The newest intact snapshot not after the newest commit.
+                # The newest intact snapshot not after the newest commit, and the
+                # newest batch it may restart from, into registers: the choice
+                # below starts from them (a recovery takes a cycle more).
                 usable = Signal(2)
                 m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= best_batch),
                                           rsv[1] & (rsb[1] <= best_batch)))
@@ -513,10 +521,12 @@ class CheckpointEngine(wiring.Component):
                     m.d.comb += mm.eq(rsb[0])
                 with m.Else():
                     m.d.comb += mm.eq(rsb[1])
-                mk = Signal(33)
-                m.d.comb += mk.eq(mm + best_k)
-                m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1])]
-                with m.If(~found | (usable == 0)):
+                m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1]),
+                             m_batch.eq(mm), mk.eq(mm + best_k)]
+                m.next = "R_CHOOSE"
+            with m.State("R_CHOOSE"):
+                m.d.comb += recovering.eq(1)
+                with m.If(~found | (sv == 0)):
                     m.d.sync += [error.eq(ErrorCode.NO_CHECKPOINT), ready.eq(1),
                                  k_eff.eq(self.staleness),
                                  gen.eq(Mux(found, best_gen + 1, 0)), committed_valid.eq(0),
@@ -528,7 +538,7 @@ class CheckpointEngine(wiring.Component):
                 with m.Else():
                     dd = Signal(32)
                     m.d.comb += dd.eq(Mux(mk < best_batch, mk, best_batch))
-                    m.d.sync += [d_batch.eq(dd), m_batch.eq(mm)]
+                    m.d.sync += d_batch.eq(dd)
                     # The ring header of generation g that says the most records.
                     k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))
                     e = Mux(k1, rh_next[1], rh_next[0])

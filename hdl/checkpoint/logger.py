@@ -142,7 +142,8 @@ class UndoLogger(wiring.Component):
         Cycles a row waited for a slot of a full ring.
     query : In(1), query_addr : In(media_addr_bits), query_batch : In(32)
     query_logged : Out(1)
-        Whether batch ``query_batch`` took the row queried last cycle (its record
+        Whether batch ``query_batch`` took the row queried
+        ``config.log_query_latency`` cycles before (its record
         is in the ring or on its way there): how a coalesced ``UPDATE`` checks,
         row by row, that it changes only rows its lookup logged.
     """
@@ -181,7 +182,8 @@ class UndoLogger(wiring.Component):
         # -- stamps: the (generation, batch) that last logged each row (indexed by media line)
         m.submodules.stamps = stamps = RowStamps(depth=cfg.table_lines,
                                                  stamp_bits=cfg.stamp_bits,
-                                                 registered=cfg.register_slices)
+                                                 registered=cfg.register_slices,
+                                                 query_latency=cfg.log_query_latency)
         sbits = len(stamps.peek_addr)
         m.d.comb += [
             stamps.gen.eq(self.gen), stamps.batch.eq(self.tap.batch),

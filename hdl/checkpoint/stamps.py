@@ -26,8 +26,9 @@ class RowStamps(wiring.Component):
     Reads are synchronous, so the RAM can be block RAM: the row to check is
     named as it enters the lookup's stage register (``peek_addr`` with
     ``peek``) and ``need`` answers for it from the cycle after, for as long as
-    it waits; ``query_addr`` likewise, answered on ``query_hit`` the cycle
-    after. Stamps reach the RAM a cycle after they are asked for, from
+    it waits; ``query_addr`` likewise, answered on ``query_hit``
+    ``query_latency`` cycles after (1, or 3 with the question and the answer
+    registered). Stamps reach the RAM a cycle after they are asked for, from
     registers, and writes a read has not seen yet are forwarded to it.
 
     With ``stamp_bits`` None a stamp is the full generation and batch (48
@@ -69,15 +70,19 @@ class RowStamps(wiring.Component):
         Stamp that row for (``gen``, ``batch``).
     query : In(1), query_addr : In(addr_bits), query_batch : In(32)
     query_hit : Out(1)
-        The row queried last cycle is stamped for (``gen``, ``query_batch``).
+        The row queried ``query_latency`` cycles before is stamped for
+        (``gen``, ``query_batch``).
     """
 
     _HISTORY = 4
 
-    def __init__(self, *, depth, stamp_bits=None, registered=False):
+    def __init__(self, *, depth, stamp_bits=None, registered=False, query_latency=1):
+        if query_latency not in (1, 3):
+            raise ValueError(f"query_latency must be 1 or 3, not {query_latency!r}")
         self._depth = depth
         self._bits = stamp_bits
         self._registered = registered
+        self._query_latency = query_latency
         abits = max(1, (depth - 1).bit_length())
         super().__init__({
             "peek": In(1), "peek_addr": In(abits),
@@ -127,21 +132,31 @@ class RowStamps(wiring.Component):
         word = held if self._registered else Mux(fresh, read, held)
         m.d.comb += self.known.eq(~fresh if self._registered else 1)
 
+        # The query, and its answer, through a register each with a latency of 3.
+        query = SimpleNamespace(valid=self.query, addr=self.query_addr, batch=self.query_batch)
+        hit = Signal()
+        if self._query_latency == 3:
+            query = SimpleNamespace(valid=Signal(), addr=Signal(abits), batch=Signal(32))
+            m.d.sync += [query.valid.eq(self.query), query.addr.eq(self.query_addr),
+                         query.batch.eq(self.query_batch), self.query_hit.eq(hit)]
+        else:
+            m.d.comb += self.query_hit.eq(hit)
+
         if self._bits is None:
             m.d.comb += [
                 req.data.eq(Cat(self.batch, self.gen)),
                 self.need.eq(word != req.data),
             ]
-            qword = forwarded(rq, self.query_addr)
+            qword = forwarded(rq, query.addr)
             key = Signal(48)
-            m.d.sync += key.eq(Cat(self.query_batch, self.gen))
-            m.d.comb += self.query_hit.eq(qword == key)
+            m.d.sync += key.eq(Cat(query.batch, self.gen))
+            m.d.comb += hit.eq(qword == key)
             return m
 
-        self._epochs(m, req, rq, word, forwarded)
+        self._epochs(m, req, rq, word, forwarded, query, hit)
         return m
 
-    def _epochs(self, m, req, rq, word, forwarded):
+    def _epochs(self, m, req, rq, word, forwarded, query, hit):
         bits = self._bits
         period = (1 << bits) - 1
         depth = self._depth
@@ -181,12 +196,11 @@ class RowStamps(wiring.Component):
         # The query port: queries first, the scrubber in its idle cycles.
         s_valid = Signal()
         s_addr = Signal(abits)
-        m.d.sync += [s_valid.eq(~clearing & ~self.query), s_addr.eq(cursor)]
-        q_word = forwarded(rq, Mux(self.query, self.query_addr, cursor))
+        m.d.sync += [s_valid.eq(~clearing & ~query.valid), s_addr.eq(cursor)]
+        q_word = forwarded(rq, Mux(query.valid, query.addr, cursor))
         q_key = Signal(48)
-        m.d.sync += q_key.eq(Cat(self.query_batch, self.gen))
-        m.d.comb += self.query_hit.eq(Cat((k == q_key) & (e != 0) & (q_word == e)
-                                          for k, e in hist).any())
+        m.d.sync += q_key.eq(Cat(query.batch, self.gen))
+        m.d.comb += hit.eq(Cat((k == q_key) & (e != 0) & (q_word == e) for k, e in hist).any())
 
         stale = (q_word != 0) & (age(q_word) >= SCRUB_AGE)
         with m.If(clearing):

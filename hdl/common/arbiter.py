@@ -16,6 +16,9 @@ class RoundRobin(wiring.Component):
         One bit per requester that could be served this cycle.
     grant : Out(range(count))
         The chosen requester; meaningful when ``valid``.
+    onehot : Out(count)
+        The same, one bit per requester (all zero when none requests): a few
+        logic levels shorter than decoding ``grant``.
     valid : Out(1)
         Some request is asserted.
     advance : In(1)
@@ -29,6 +32,7 @@ class RoundRobin(wiring.Component):
         super().__init__({
             "requests": In(count),
             "grant": Out(range(count)),
+            "onehot": Out(count),
             "valid": Out(1),
             "advance": In(1),
         })
@@ -52,7 +56,7 @@ class RoundRobin(wiring.Component):
             for l in range(n):
                 with m.Case(l):
                     m.d.comb += above.eq(req & (((1 << n) - 1) ^ ((1 << (l + 1)) - 1)))
-        onehot = Signal(n)
+        onehot = self.onehot
         m.d.comb += onehot.eq(Mux(above.any(), lowest(above), lowest(req)))
         for b in range(len(self.grant)):        # one-hot to binary: bit b is an OR
             m.d.comb += self.grant[b].eq(Cat(onehot[i] for i in range(n) if i >> b & 1).any())

@@ -37,8 +37,6 @@ class RowScatter(wiring.Component):
     range_error : Out(1)
     checking : Out(1), check_addr : Out(media_addr_bits)
         With ``validate``: a row in range is taken now, and its first line.
-    validated : Out(1)
-        ``checking`` last cycle.
     bags_done : Out(24)
         Bags whose every request has been issued.
     """
@@ -55,7 +53,6 @@ class RowScatter(wiring.Component):
             "range_error": Out(1),
             "checking": Out(1),
             "check_addr": Out(config.media_addr_bits),
-            "validated": Out(1),
             "bags_done": Out(24),
         })
 
@@ -113,7 +110,6 @@ class RowScatter(wiring.Component):
             m.d.sync += row_valid.eq(0)
         m.d.comb += [self.checking.eq(took & in_range & self.validate),
                      self.check_addr.eq(base[table] + idx[:abits] * lpr)]
-        m.d.sync += self.validated.eq(self.checking)
         with m.If(took):
             with m.If(in_range):
                 m.d.sync += [row_valid.eq(~self.validate), row_addr.eq(self.check_addr),
@@ -181,7 +177,7 @@ class UpdateEngine(wiring.Component):
         Undo logging is on: a ``coalesced`` batch may only change rows its
         lookup logged, checked against the logger before any row changes, else
         ``NOT_LOGGED``: ``log_query`` asks for the row at ``log_addr`` and
-        ``log_ok`` answers the cycle after.
+        ``log_ok`` answers ``log_query_latency`` cycles after (:class:`Config`).
     log_query : Out(1), log_addr : Out(media_addr_bits), log_batch : Out(32), log_ok : In(1)
     busy_cycles, lines, forwarded : Out(32)
     stall_cycles : Out(32)
@@ -246,7 +242,11 @@ class UpdateEngine(wiring.Component):
         found = Signal(ErrorCode)
         m.d.comb += [self.log_query.eq(dp.scatter.checking),
                      self.log_addr.eq(dp.scatter.check_addr), self.log_batch.eq(desc.batch)]
-        unlogged = dp.scatter.validated & desc.coalesced & self.logging & ~self.log_ok
+        # The logger answers ``log_query_latency`` cycles after the question; the
+        # check pass ends only once every answer is in.
+        asked = Signal(cfg.log_query_latency)
+        m.d.sync += asked.eq(Cat(dp.scatter.checking, asked[:-1]))
+        unlogged = asked[-1] & desc.coalesced & self.logging & ~self.log_ok
         with m.If(dp.bags.error != ErrorCode.NONE):
             m.d.comb += found.eq(dp.bags.error)
         with m.Elif(dp.scatter.range_error):
@@ -290,7 +290,7 @@ class UpdateEngine(wiring.Component):
                 with m.If(found != ErrorCode.NONE):
                     m.d.sync += error.eq(found)
                     m.next = "ABORT"
-                with m.Elif(dp.scatter.bags_done == desc.n_bags):
+                with m.Elif((dp.scatter.bags_done == desc.n_bags) & ~asked.any()):
                     m.next = "CLEAR_AGAIN"
             with m.State("CLEAR_AGAIN"):
                 m.d.comb += [clear.eq(1), self.busy.eq(1)]

@@ -45,7 +45,9 @@ class PmemController(wiring.Component):
       cycles after acceptance, in acceptance order. A read of a line that has
       a write pending waits until that write reached the media, so reads
       always see the newest accepted write. (With ``register_slices`` that
-      check is registered, and a read is served from its second cycle offered.)
+      check is registered, and a read is served from its second cycle offered;
+      the request taken is issued from a register in the next cycle, and a
+      read then waits for the cycle after a read or a write was taken.)
     * A write is accepted into the write-pending queue (WPQ) when there is
       room. It leaves the queue for the media no earlier than
       ``write_latency`` cycles later, at most at ``pmem.write_rate``, and only
@@ -151,12 +153,17 @@ class PmemController(wiring.Component):
         m.submodules.read_rate = read_rate = RateLimiter(*cfg.read_rate)
         m.submodules.write_rate = write_rate = RateLimiter(*cfg.write_rate)
 
+        registered = self._config.register_slices
+
         # -- write-pending queue: payload in a FIFO, addresses mirrored for hazard checks
         wpq_layout = data.StructLayout({
             "addr": abits, "data": LINE_BITS, "be": LINE_BYTES,
             "tag": self._tag_bits, "client": client_bits,
         })
-        m.submodules.wpq = wpq = fifo.SyncFIFOBuffered(width=wpq_layout.size, depth=cfg.wpq_depth)
+        # Registered, a write enters the FIFO a cycle after it was taken: one entry
+        # more covers the buffered FIFO counting an entry twice (see ``rq``).
+        m.submodules.wpq = wpq = fifo.SyncFIFOBuffered(width=wpq_layout.size,
+                                                       depth=cfg.wpq_depth + registered)
         wpq_head = wpq_layout(wpq.r_data)
         wpq_in = Signal(wpq_layout)
         m.d.comb += wpq.w_data.eq(wpq_in)
@@ -180,22 +187,39 @@ class PmemController(wiring.Component):
         def hazard(addr):
             return Cat(pend_valid[i] & (pend_addr[i] == addr) for i in range(cfg.wpq_depth)).any()
 
+        # The request taken this cycle, as it is issued: to the media, the WPQ,
+        # the counters. Registered, it is issued in the next cycle, so that
+        # the arbitration ends at a register instead of running on into the
+        # rate limiter, the queues and the media.
+        issue_layout = data.StructLayout({"valid": 1, "req": ports[0].req.payload.shape(),
+                                          "client": client_bits})
+        iss = Signal(issue_layout)
+        issue_read = iss.valid & (iss.req.op == LineOp.READ)
+        issue_write = iss.valid & (iss.req.op == LineOp.WRITE)
+
         can_read = read_rate.ok & (inflight < cfg.read_depth)
         if self._media_port:
             can_read &= rd.ready
-        can_write = wpq.w_rdy
+        if registered:
+            # What the registers do not know yet is the request being issued:
+            # a read waits for the cycle after it (the rate, the reads in
+            # flight and the media queue then count it). A write slot is free
+            # while its hazard entry is (the FIFO has one entry more).
+            can_read &= ~issue_read
+            can_write = ~pend_valid.bit_select(wp, 1)
+        else:
+            can_write = wpq.w_rdy
         m.submodules.arb = arb = RoundRobin(n)
-        registered = self._config.register_slices
         if registered:
             # The hazard check leaves the arbitration path: each read's check
             # is registered, made a cycle ahead against the writes pending now
             # (one drained this cycle still counts: the read waits a cycle
-            # more), and a write accepted this cycle is compared in the next
-            # one from registers. A port holds its payload while it is offered
-            # and not taken (stream rule), so the registered check is for the
-            # read offered now: a read is eligible from its second cycle offered.
-            jw_valid = Signal()
-            jw_addr = Signal(abits)
+            # more). A read is not taken in the cycle after a write was, whose
+            # address the check did not see yet. A port holds its payload
+            # while it is offered and not taken (stream rule), so the
+            # registered check is for the read offered now: a read is
+            # eligible from its second cycle offered.
+            wrote = Signal()
         eligible = []
         for i, p in enumerate(ports):
             is_rd = p.req.payload.op == LineOp.READ
@@ -204,7 +228,7 @@ class PmemController(wiring.Component):
                 offered = Signal(name=f"offered{i}")
                 blocked = Signal(name=f"blocked{i}")
                 m.d.sync += [offered.eq(p.req.valid & ~p.req.ready), blocked.eq(hazard(addr))]
-                clear = offered & ~blocked & ~(jw_valid & (jw_addr == addr))
+                clear = offered & ~blocked & ~wrote
             else:
                 clear = ~hazard(addr)
             ok = Signal(name=f"eligible{i}")
@@ -226,15 +250,18 @@ class PmemController(wiring.Component):
         accept = arb.valid
         m.d.comb += arb.advance.eq(accept)
         for i, p in enumerate(ports):
-            m.d.comb += p.req.ready.eq(accept & (arb.grant == i))
+            m.d.comb += p.req.ready.eq(arb.onehot[i])
 
-        issue_read = accept & (sel.op == LineOp.READ)
-        issue_write = accept & (sel.op == LineOp.WRITE)
+        take_write = Cat(p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports).any()
+        taken = Signal.like(iss)
+        m.d.comb += [taken.valid.eq(accept), taken.req.eq(sel), taken.client.eq(arb.grant)]
         if registered:
-            m.d.sync += [jw_valid.eq(issue_write), jw_addr.eq(sel.addr[:abits])]
+            m.d.sync += [iss.eq(taken), wrote.eq(take_write)]
+        else:
+            m.d.comb += iss.eq(taken)
         m.d.comb += [
             read_rate.take.eq(issue_read),
-            rd.addr.eq(sel.addr[:abits]),
+            rd.addr.eq(iss.req.addr[:abits]),
             rd.en.eq(issue_read),
         ]
 
@@ -247,7 +274,7 @@ class PmemController(wiring.Component):
                                                              depth=cfg.read_depth + 1)
             head = meta_layout(meta.r_data)
             m.d.comb += [
-                meta.w_data.eq(Cat(sel.tag, arb.grant)), meta.w_en.eq(issue_read),
+                meta.w_data.eq(Cat(iss.req.tag, iss.client)), meta.w_en.eq(issue_read),
                 rq_in.data.eq(rd.data), rq_in.tag.eq(head.tag), rq_in.client.eq(head.client),
                 rq.w_en.eq(rd.valid), meta.r_en.eq(rd.valid),
             ]
@@ -258,8 +285,8 @@ class PmemController(wiring.Component):
             rd_client = Signal(client_bits)
             m.d.sync += [
                 rd_pending.eq(issue_read),
-                rd_tag.eq(sel.tag),
-                rd_client.eq(arb.grant),
+                rd_tag.eq(iss.req.tag),
+                rd_client.eq(iss.client),
             ]
             m.d.comb += [
                 rq_in.data.eq(rd.data), rq_in.tag.eq(rd_tag),
@@ -267,9 +294,11 @@ class PmemController(wiring.Component):
                 rq.w_en.eq(rd_pending),
             ]
 
-        # Release reads in order once their latency has passed (counted from acceptance).
+        # Release reads in order once their latency has passed (counted from
+        # acceptance, a cycle before the issue when registered).
         rq_pop = Signal()
-        read_aged = _aged(m, "read", issue_read, rq_pop, cfg.read_latency, cfg.read_depth)
+        read_aged = _aged(m, "read", issue_read, rq_pop, cfg.read_latency - registered,
+                          cfg.read_depth)
         rq_due = rq.r_rdy & read_aged
         for i, p in enumerate(ports):
             m.d.comb += [
@@ -286,11 +315,13 @@ class PmemController(wiring.Component):
 
         # Enqueue writes.
         m.d.comb += [
-            wpq_in.addr.eq(sel.addr[:abits]), wpq_in.data.eq(sel.data), wpq_in.be.eq(sel.be),
-            wpq_in.tag.eq(sel.tag), wpq_in.client.eq(arb.grant),
+            wpq_in.addr.eq(iss.req.addr[:abits]), wpq_in.data.eq(iss.req.data),
+            wpq_in.be.eq(iss.req.be), wpq_in.tag.eq(iss.req.tag), wpq_in.client.eq(iss.client),
             wpq.w_en.eq(issue_write),
         ]
-        with m.If(issue_write):
+        # The hazard entry is made as the write is taken, so that the next read's
+        # check sees it; a write slot is counted from then on.
+        with m.If(take_write):
             m.d.sync += [pend_addr[wp].eq(sel.addr[:abits]), wp.eq(wp + 1)]
 
         # Drain the oldest write to the media when due and its client can take the ack.
@@ -302,14 +333,15 @@ class PmemController(wiring.Component):
         # The ack's valid must not depend on its ready: offer it whenever the
         # head is due and a write slot is free, drain when it is taken.
         drain = Signal()
-        due = (wpq.r_rdy & _aged(m, "write", issue_write, drain, cfg.write_latency, cfg.wpq_depth)
+        due = (wpq.r_rdy & _aged(m, "write", issue_write, drain,
+                                 cfg.write_latency - registered, cfg.wpq_depth)
                & write_rate.ok)
         if self._media_port:
             # One request a cycle into the media's queue: a write leaving takes the
             # cycle, and a read waits (``can_read``). The ack is offered only when the
             # queue can take the write, so that an ack taken is a write drained.
             m.d.comb += [wr.wants.eq(due & wack_ready),
-                         late.eq((read_aged & ~rq.r_rdy) | (due & wack_ready & ~wr.ready))]
+                         late.eq((read_aged & ~rq.r_rdy) | (due & wack_ready & ~wr.room))]
             due = due & wr.ready
         m.d.comb += drain.eq(due & wack_ready)
         # The media is atomic per 8 bytes only: a line leaving the queue in the
@@ -333,7 +365,7 @@ class PmemController(wiring.Component):
         with m.If(drain):
             m.d.sync += rp.eq(rp + 1)
 
-        set_mask = Mux(issue_write, 1 << wp, 0)
+        set_mask = Mux(take_write, 1 << wp, 0)
         clr_mask = Mux(drain, 1 << rp, 0)
         m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
 
@@ -346,7 +378,7 @@ class PmemController(wiring.Component):
         # at the end of the arbitration path.
         read_by = Signal(len(REGIONS))
         write_by = Signal(len(REGIONS))
-        read_region = region(sel.addr[:abits])
+        read_region = region(iss.req.addr[:abits])
         write_region = region(wpq_head.addr)
         m.d.sync += [
             read_by.eq(Cat(issue_read & (read_region == k) for k in range(len(REGIONS)))),
@@ -375,7 +407,10 @@ class PmemController(wiring.Component):
         port = self.media_port
         layout = data.StructLayout({"op": LineOp, "addr": abits, "data": LINE_BITS,
                                     "be": LINE_BYTES})
-        depth = cfg.read_depth + cfg.wpq_depth
+        registered = self._config.register_slices
+        # Registered, a read is let through on a registered count of the room,
+        # two cycles before it is pushed: three entries more keep it exact.
+        depth = cfg.read_depth + cfg.wpq_depth + 3 * registered
         outside.submodules.media_queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
                                                                        depth=depth)
         rd = SimpleNamespace(addr=Signal(abits, name="media_rd_addr"),
@@ -387,7 +422,8 @@ class PmemController(wiring.Component):
                              data=Signal(LINE_BITS, name="media_wr_data"),
                              en=Signal(LINE_BYTES, name="media_wr_en"),
                              wants=Signal(name="media_wr_wants"),
-                             ready=Signal(name="media_wr_ready"))
+                             ready=Signal(name="media_wr_ready"),
+                             room=Signal(name="media_wr_room"))
         late = Signal(name="media_late_now")
         push_write = wr.en.any()
         entry = Signal(layout)
@@ -397,9 +433,18 @@ class PmemController(wiring.Component):
             entry.addr.eq(Mux(push_write, wr.addr, rd.addr)),
             entry.data.eq(wr.data), entry.be.eq(wr.en),
             queue.w_data.eq(entry), queue.w_en.eq(push_write | rd.en),
-            wr.ready.eq(queue.w_rdy),
+            wr.room.eq(queue.w_rdy),
+        ]
+        if registered:
+            # A read issued has the cycle (it cannot wait: it was taken the
+            # cycle before, when the room was counted); a write waits.
+            room = Signal()
+            outside.d.sync += room.eq(queue.level <= depth - 4)
+            outside.d.comb += [rd.ready.eq(room), wr.ready.eq(queue.w_rdy & ~rd.en)]
+        else:
             # A write leaving the WPQ has the cycle; a read waits for the next.
-            rd.ready.eq(queue.w_rdy & ~wr.wants),
+            outside.d.comb += [rd.ready.eq(queue.w_rdy & ~wr.wants), wr.ready.eq(queue.w_rdy)]
+        outside.d.comb += [
             port.req.valid.eq(queue.r_rdy), queue.r_en.eq(port.req.ready),
             port.req.payload.op.eq(head.op), port.req.payload.addr.eq(head.addr),
             port.req.payload.data.eq(head.data), port.req.payload.be.eq(head.be),

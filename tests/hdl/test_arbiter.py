@@ -32,6 +32,7 @@ def test_round_robin_grants_the_first_requester_after_the_last_one_served(n):
                 ctx.set(dut.requests, requests)
                 want = _reference(requests, last, n)
                 assert ctx.get(dut.valid) == (want is not None)
+                assert ctx.get(dut.onehot) == (0 if want is None else 1 << want)
                 if want is not None:
                     assert ctx.get(dut.grant) == want, (n, last, bin(requests))
                 checked.append(requests)

@@ -6,6 +6,7 @@ are in the SDRAM after it, and reads issued before it are not answered after it.
 import random
 from dataclasses import replace
 
+import pytest
 from amaranth import Module
 from amaranth.lib import wiring
 
@@ -24,8 +25,11 @@ SLOW = PmemTiming(read_latency=96, write_latency=96, read_rate=(1, 80), write_ra
 FULL = (1 << 64) - 1
 
 
-def config(pmem=SLOW):
-    cfg = Config(tables=(16, 16), pmem=pmem, log_lines=14, commit_lines=2, snapshot_lines=2)
+def config(pmem=SLOW, registered=False):
+    """``registered``: the boards' register slices, which issue a request a cycle after
+    it was taken."""
+    cfg = Config(tables=(16, 16), pmem=pmem, log_lines=14, commit_lines=2, snapshot_lines=2,
+                 register_slices=registered)
     assert (1 << cfg.media_addr_bits) <= CHIP.lines
     return cfg
 
@@ -56,8 +60,9 @@ async def until_ready(ctx, dut):
         await ctx.tick()
 
 
-def test_pmem_timing_holds_on_sdram_and_data_is_exact():
-    cfg = config()
+@pytest.mark.parametrize("registered", [False, True])
+def test_pmem_timing_holds_on_sdram_and_data_is_exact(registered):
+    cfg = config(registered=registered)
     dut = Board(cfg)
     shadow = {}
     latencies = []
@@ -101,8 +106,9 @@ def test_pmem_timing_holds_on_sdram_and_data_is_exact():
     assert len(latencies) > 5 and set(latencies) == {SLOW.read_latency - 1}, latencies
 
 
-def test_a_power_failure_keeps_acknowledged_writes_and_drops_reads_in_flight():
-    cfg = config()
+@pytest.mark.parametrize("registered", [False, True])
+def test_a_power_failure_keeps_acknowledged_writes_and_drops_reads_in_flight(registered):
+    cfg = config(registered=registered)
     dut = Board(cfg)
     got = []
 
@@ -133,11 +139,12 @@ def test_a_power_failure_keeps_acknowledged_writes_and_drops_reads_in_flight():
     assert got == [(3, 0x1003), (1, 0x1001), Violation.NONE]
 
 
-def test_a_pmem_faster_than_the_sdram_is_counted_late_and_acks_each_write_once():
+@pytest.mark.parametrize("registered", [False, True])
+def test_a_pmem_faster_than_the_sdram_is_counted_late_and_acks_each_write_once(registered):
     """Writes wait for room in the media's queue; meanwhile their acks are not offered
     (a client that counts acks would otherwise count a write twice)."""
     cfg = config(replace(SLOW, read_latency=8, write_latency=8, read_rate=(1, 1),
-                         write_rate=(1, 1)))
+                         write_rate=(1, 1)), registered)
     dut = Board(cfg)
     out = {"acks": 0}
 

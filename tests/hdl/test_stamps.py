@@ -17,7 +17,10 @@ DEPTH = 24
 
 class Harness(wiring.Component):
     def __init__(self, stamp_bits, registered):
-        self.stamps = RowStamps(depth=DEPTH, stamp_bits=stamp_bits, registered=registered)
+        # Registered as on a board: the peek's answer a cycle later, queries answered
+        # three cycles after (``Config.log_query_latency``).
+        self.stamps = RowStamps(depth=DEPTH, stamp_bits=stamp_bits, registered=registered,
+                                query_latency=3 if registered else 1)
         self.reset = Signal()
         super().__init__({})
 
@@ -31,7 +34,10 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
         query_rate=0.3, registered=False):
     """Random peeks, stamps and queries (a share ``hot`` of the peeks at four rows, so
     that the others keep old stamps long); returns epoch moves and cycles held. With
-    ``registered`` a peeked row waits a cycle for its answer, as the lookup does."""
+    ``registered`` a peeked row waits a cycle for its answer, as the lookup does, and a
+    query is answered three cycles after it is asked, for the stamps as they are a cycle
+    after it was asked (the question passes a register first)."""
+    latency = 3 if registered else 1
     dut = Harness(stamp_bits, registered)
     st = dut.stamps
     rng = random.Random(seed)
@@ -45,30 +51,37 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
         ctx.set(st.batch, batch)
         since = 0
         peeked = None
-        queried = None
+        pending = []                # queries: [answered at, judged at, addr, batch, hit]
         last_write = None
         waited = True
+
+        def judge(cycle):
+            for q in pending:
+                if q[1] == cycle:
+                    hit = ref.get(q[2]) == (gen, q[3])
+                    if stamp_bits is not None:
+                        hit = hit and (gen, q[3]) in keys[-4:]
+                    q[4] = hit
+
         for cycle in range(cycles):
+            # Answers to the queries asked ``latency`` cycles before.
+            for q in [q for q in pending if q[0] == cycle]:
+                assert ctx.get(st.query_hit) == q[4], (cycle, q, ref.get(q[2]))
+                pending.remove(q)
             if peeked is not None and not waited:
                 # The registered check: not known the cycle after the peek.
                 assert not ctx.get(st.known)
                 waited = True
                 ctx.set(st.peek, 0)
                 ctx.set(st.query, 0)
-                queried = None
+                judge(cycle)
                 await ctx.tick()
                 continue
             assert ctx.get(st.known)
-            # Answers for the peek and the query before.
+            # The answer for the peek before.
             if peeked is not None and not ctx.get(st.hold):
                 want = ref.get(peeked) != (gen, batch)
                 assert ctx.get(st.need) == want, (cycle, peeked, ref.get(peeked), gen, batch)
-            if queried is not None:
-                addr, qbatch = queried
-                hit = ref.get(addr) == (gen, qbatch)
-                if stamp_bits is not None:
-                    hit = hit and (gen, qbatch) in keys[-4:]
-                assert ctx.get(st.query_hit) == hit, (cycle, addr, qbatch, ref.get(addr))
             # Stamp the row peeked last cycle (the lookup's take), when not held.
             write = peeked is not None and rng.random() < 0.6
             if write and ctx.get(st.hold):
@@ -81,6 +94,7 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
                     keys.append((gen, batch))
                     stats["moves"] += 1
                 ref[peeked] = (gen, batch)
+            judge(cycle)
             peeked_before, peeked = peeked, None
             if rng.random() < 0.8:
                 peeked = rng.randrange(4 if rng.random() < hot else DEPTH)
@@ -88,12 +102,14 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
             waited = not registered or peeked is None
             ctx.set(st.peek_addr, peeked or 0)
             if rng.random() < query_rate and keys:
-                queried = (rng.randrange(DEPTH), rng.choice([b for _, b in keys[-6:]]))
+                queried = [cycle + latency, cycle + latency // 2, rng.randrange(DEPTH),
+                           rng.choice([b for _, b in keys[-6:]]), None]
                 ctx.set(st.query, 1)
-                ctx.set(st.query_addr, queried[0])
-                ctx.set(st.query_batch, queried[1])
+                ctx.set(st.query_addr, queried[2])
+                ctx.set(st.query_batch, queried[3])
+                pending.append(queried)
+                judge(cycle)
             else:
-                queried = None
                 ctx.set(st.query, 0)
             await ctx.tick()
             ctx.set(st.write, 0)
@@ -122,7 +138,8 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
                 if stamp_bits is not None:
                     ref.clear()     # cleared after the reset
                     keys.clear()
-                peeked = queried = last_write = None
+                peeked = last_write = None
+                pending.clear()
                 ctx.set(st.peek, 0)
                 ctx.set(st.query, 0)
 
