@@ -7,9 +7,10 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
+from ..common.register_slice import RegisterSlice
 from ..checkpoint.logger import UndoTapSignature
 from ..cxl.messages import ADDR_BITS
-from .bags import BagSequencer
+from .bags import BagSequencer, bag_layout
 from .finish import Finisher
 from .gather import RowGather, defer_layout
 from .host_reader import HostWordReader
@@ -242,7 +243,15 @@ class LookupEngine(wiring.Component):
         if has_relaxed:
             m.d.comb += fin.vec_addr.eq(desc.vec_addr)
         wiring.connect(m, dp.off_reader.words, bags.offsets)
-        wiring.connect(m, bags.bags, dp.gather.bags)
+        if cfg.register_slices:
+            # The bags reach the gather from a register (cleared with the
+            # datapath): the offsets' checks and the gather are two paths.
+            bag_slice = RegisterSlice(bag_layout(cfg))
+            m.submodules.bag_slice = ResetInserter(clear)(bag_slice)
+            wiring.connect(m, bags.bags, bag_slice.i)
+            wiring.connect(m, bag_slice.o, dp.gather.bags)
+        else:
+            wiring.connect(m, bags.bags, dp.gather.bags)
 
         # -- sequencing
         abort = Signal()

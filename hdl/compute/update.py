@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import LINE_BITS
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
+from ..common.register_slice import RegisterSlice
 from ..cxl.messages import ADDR_BITS
 from .bags import BagSequencer, bag_layout
 from .host_reader import HostLineReader, HostWordReader
@@ -125,6 +126,7 @@ class RowScatter(wiring.Component):
 
 class _Datapath(Elaboratable):
     def __init__(self, config):
+        self._config = config
         self.off_reader = HostWordReader(window=config.host_window, count_bits=25)
         self.idx_reader = HostWordReader(window=config.host_window, count_bits=32)
         self.delta_reader = HostLineReader(window=config.host_window, count_bits=28)
@@ -137,7 +139,14 @@ class _Datapath(Elaboratable):
         for name in ("off_reader", "idx_reader", "delta_reader", "bags", "scatter", "rmw"):
             m.submodules[name] = getattr(self, name)
         wiring.connect(m, self.off_reader.words, self.bags.offsets)
-        wiring.connect(m, self.bags.bags, self.scatter.bags)
+        if self._config.register_slices:
+            # The bags reach the scatter from a register: the offsets' checks
+            # and the scatter's index handshake are two paths, not one.
+            m.submodules.bag_slice = bag_slice = RegisterSlice(bag_layout(self._config))
+            wiring.connect(m, self.bags.bags, bag_slice.i)
+            wiring.connect(m, bag_slice.o, self.scatter.bags)
+        else:
+            wiring.connect(m, self.bags.bags, self.scatter.bags)
         wiring.connect(m, self.idx_reader.words, self.scatter.indices)
         wiring.connect(m, self.delta_reader.lines, self.scatter.deltas)
         wiring.connect(m, self.scatter.requests, self.rmw.requests)
