@@ -10,10 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+from .netlist import BLOCK_DEPTH, block_of, logic_levels, utilisation_by_block
 from .targets import board as find_board
 
 __all__ = ["BuildError", "TOOLS", "toolchain_env", "prepare", "build", "parse_report",
-           "utilisation_by_block", "worst_paths", "block_of"]
+           "utilisation_by_block", "worst_paths", "block_of", "logic_levels"]
 
 #: Environment variable Amaranth reads -> the YoWASP command it runs.
 TOOLS = {
@@ -114,50 +115,6 @@ def parse_report(report, stat=None):
     return out
 
 
-#: What each ECP5 cell of the synthesized netlist takes: LUT4 sites (a carry
-#: cell is two), flip-flops, LUT RAM cells, block RAMs, DSP multipliers.
-_CELL_USE = {"LUT4": ("luts", 1), "CCU2C": ("luts", 2), "TRELLIS_FF": ("ffs", 1),
-             "TRELLIS_DPR16X4": ("lutram", 1), "DP16KD": ("block_ram", 1),
-             "MULT18X18D": ("dsp", 1)}
-#: Levels of hierarchy the utilisation report keeps (deeper cells count toward their
-#: block at this level).
-BLOCK_DEPTH = 4
-
-
-def block_of(cell_name, depth=BLOCK_DEPTH):
-    """The block a cell of the flattened netlist belongs to: the hierarchical part of its
-    name (Yosys names a mapped cell after the net it drives, and a net after the module
-    that declares it), at most ``depth`` levels, a level repeated by a wrapper once."""
-    parts = cell_name.split(".")[:-1]
-    out = []
-    for p in parts:
-        if not out or out[-1] != p:
-            out.append(p)
-    return ".".join(out[:depth]) or "(top)"
-
-
-def utilisation_by_block(netlist, depth=BLOCK_DEPTH):
-    """LUT sites, flip-flops, LUT RAM and block RAM of each block of Yosys's JSON
-    ``netlist`` (the flattened design nextpnr places), largest first.
-
-    A cell at a block's boundary counts toward the block that names the net it
-    drives (usually the one that declares the register or output), so the
-    shares are close, not exact.
-    """
-    top = next((m for m in netlist["modules"].values() if m.get("attributes", {}).get("top")),
-               None) or next(iter(netlist["modules"].values()))
-    blocks = {}
-    for name, cell in top["cells"].items():
-        use = _CELL_USE.get(cell["type"])
-        if use is None:
-            continue
-        counts = blocks.setdefault(block_of(name, depth), dict.fromkeys(
-            ("luts", "ffs", "lutram", "block_ram", "dsp"), 0))
-        counts[use[0]] += use[1]
-    return [{"block": b, **c} for b, c in sorted(blocks.items(),
-                                                  key=lambda kv: (-kv[1]["luts"], kv[0]))]
-
-
 def worst_paths(report, count=3):
     """The ``count`` longest of the critical paths in nextpnr's ``report`` (one for each
     pair of clock edges it analyses): start and end cell, their blocks, the delay and
@@ -239,6 +196,9 @@ def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None, dry_run=False
             tail = "\n".join(proc.stdout.splitlines()[-15:])
             raise BuildError(f"{stage} of {b.name} failed (exit {proc.returncode}); log in "
                              f"{out_dir / (name + '.' + stage.replace(' ', '_') + '.log')}:\n{tail}")
+        if stage == "synthesis":
+            result["logic_levels"] = logic_levels(
+                json.loads((out_dir / f"{name}.json").read_text()))
     if synth_only:
         cells = (_synthesis_stat(out_dir, name) or {}).get("design", {}).get("num_cells_by_type", {})
         result["synthesis_cells"] = {k: v for k, v in sorted(cells.items()) if not k.startswith("$")}

@@ -207,6 +207,8 @@ def add_build_command(sub):
 
 
 #: Blocks of the utilisation report the summary prints (largest first).
+#: Deepest levels of the logic-level histogram the summary prints.
+LEVELS_SHOWN = 5
 BLOCKS_SHOWN = 14
 
 
@@ -230,7 +232,16 @@ def cmd_build(args):
     elif args.synth_only:
         cells = rep["synthesis_cells"]
         print(f"  synthesis        {', '.join(f'{v:,} {k}' for k, v in cells.items())}")
-    else:
+    if "logic_levels" in rep:
+        levels = rep["logic_levels"]
+        hist = sorted(levels["histogram"].items(), key=lambda kv: int(kv[0]))
+        print("  logic levels     register inputs by LUTs in front of them (deepest first): "
+              + ", ".join(f"{n:,} at {k}" for k, n in reversed(hist[-LEVELS_SHOWN:])))
+        for p in levels["deepest"][:3]:
+            print(f"    {p['levels']:3d} levels: {p['start_block']} -> {p['end_block']}")
+            print(f"              from {p['start']}")
+            print(f"              to   {p['end']}")
+    if not (args.dry_run or args.synth_only):
         for key, label in (("luts", "LUTs"), ("ffs", "flip-flops"), ("lutram", "LUT RAM"),
                            ("block_ram", "block RAM"), ("dsp", "DSP")):
             u = rep[key]

@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from trainingcxl.boards.build import build, parse_report, utilisation_by_block, worst_paths
+from trainingcxl.boards.build import (build, logic_levels, parse_report, utilisation_by_block,
+                                      worst_paths)
 from trainingcxl.boards.targets import BOARDS
 from trainingcxl.spec.config import BOARD_CLOCK_MHZ
 
@@ -83,6 +84,39 @@ def test_build_reports_name_blocks_and_worst_paths():
     assert (first["delay_ns"], first["routing_ns"], first["logic_ns"], first["levels"]) == \
         (30.0, 29.0, 1.0, 1)
     assert second["delay_ns"] == 2.0
+
+
+def _cell(kind, ins, outs):
+    conns = {**ins, **outs}
+    dirs = {**{k: "input" for k in ins}, **{k: "output" for k in outs}}
+    return {"type": kind, "connections": conns, "port_directions": dirs}
+
+
+def test_logic_levels_count_luts_between_registers():
+    """FF -> LUT -> LUT -> carry chain of two -> FF: three levels (the carry adds one
+    on entry, none along the chain); a LUT RAM's read address runs through it, its
+    write data ends a path; a PFUMX adds none."""
+    ff = lambda d, q: _cell("TRELLIS_FF", {"DI": [d]}, {"Q": [q]})
+    lut = lambda i, z: _cell("LUT4", {"A": [i]}, {"Z": [z]})
+    cells = {
+        "sys.a.q_TRELLIS_FF_Q": ff(99, 2),
+        "sys.a.l1": lut(2, 3),
+        "sys.b.l2": lut(3, 4),
+        "sys.b.c1": _cell("CCU2C", {"A0": [4], "CIN": []}, {"S0": [5], "COUT": [6]}),
+        "sys.b.c2": _cell("CCU2C", {"A0": [2], "CIN": [6]}, {"S0": [7], "COUT": [8]}),
+        "sys.c.q_TRELLIS_FF_Q": ff(7, 9),
+        "sys.c.mux": _cell("PFUMX", {"ALUT": [3], "BLUT": [2]}, {"Z": [10]}),
+        "sys.d.ram": _cell("TRELLIS_DPR16X4", {"RAD": [10], "DI": [3]}, {"DO": [11]}),
+        "sys.d.q_TRELLIS_FF_Q": ff(11, 12),
+    }
+    levels = logic_levels({"modules": {"top": {"attributes": {"top": 1}, "cells": cells}}})
+    # Ends: the three flip-flops (a's input is a constant) and the RAM's write side.
+    assert levels["histogram"] == {0: 1, 1: 1, 2: 1, 3: 1}
+    deepest = levels["deepest"][0]
+    assert deepest == {"levels": 3, "start": "sys.a.q_TRELLIS_FF_Q", "end": "sys.c.q_TRELLIS_FF_Q",
+                       "start_block": "sys.a", "end_block": "sys.c"}
+    # Through the RAM's read: LUT, PFUMX, read -> 2.
+    assert {(d["end"], d["levels"]) for d in levels["deepest"]} >= {("sys.d.q_TRELLIS_FF_Q", 2)}
 
 
 def test_report_parser_reads_nextpnr_figures():
