@@ -243,6 +243,7 @@ class UndoLogger(wiring.Component):
         bnd_group = Array(Signal(32, name=f"bnd_group{k}") for k in range(_BOUNDARIES))
         bnd_lsn = Array(Signal(32, name=f"bnd_lsn{k}") for k in range(_BOUNDARIES))
         bnd_n = Signal(range(_BOUNDARIES + 1))
+        bnd_last = Signal(32)           # the newest boundary's batch, when there is one
 
         outstanding = Signal(range(cfg.pmem.wpq_depth * 4 + 1))
         wfire = self.pmem.req.valid & self.pmem.req.ready
@@ -283,7 +284,7 @@ class UndoLogger(wiring.Component):
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += idle.eq(1)
-                new_batch = (bnd_n == 0) | (row.batch != bnd_batch[bnd_n - 1])
+                new_batch = (bnd_n == 0) | (row.batch != bnd_last)
                 can = row_q.r_rdy & ~(row.first & new_batch & (bnd_n == _BOUNDARIES))
                 with m.If(self.restart):
                     pass
@@ -385,6 +386,8 @@ class UndoLogger(wiring.Component):
                 m.d.sync += [bnd_batch[k].eq(bnd_batch[nxt]), bnd_group[k].eq(bnd_group[nxt]),
                              bnd_lsn[k].eq(bnd_lsn[nxt])]
         m.d.sync += bnd_n.eq(n_after_pop + push)
+        with m.If(push):
+            m.d.sync += bnd_last.eq(row.batch)
 
         # ``drained`` is registered: it says what held a cycle ago, so it does not
         # hang on the stamp read behind ``take`` (the 85F's longest path). A row

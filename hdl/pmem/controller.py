@@ -192,7 +192,7 @@ class PmemController(wiring.Component):
         # the arbitration ends at a register instead of running on into the
         # rate limiter, the queues and the media.
         issue_layout = data.StructLayout({"valid": 1, "req": ports[0].req.payload.shape(),
-                                          "client": client_bits})
+                                          "client": client_bits, "slot": wp.shape()})
         iss = Signal(issue_layout)
         issue_read = iss.valid & (iss.req.op == LineOp.READ)
         issue_write = iss.valid & (iss.req.op == LineOp.WRITE)
@@ -214,12 +214,13 @@ class PmemController(wiring.Component):
             # The hazard check leaves the arbitration path: each read's check
             # is registered, made a cycle ahead against the writes pending now
             # (one drained this cycle still counts: the read waits a cycle
-            # more). A read is not taken in the cycle after a write was, whose
-            # address the check did not see yet. A port holds its payload
+            # more). A write's hazard entry is valid from the cycle after its
+            # issue, so a read is not taken in the two cycles after a write
+            # was, whose address the check did not see yet. A port holds its payload
             # while it is offered and not taken (stream rule), so the
             # registered check is for the read offered now: a read is
             # eligible from its second cycle offered.
-            wrote = Signal()
+            wrote = Signal(2)
         eligible = []
         for i, p in enumerate(ports):
             is_rd = p.req.payload.op == LineOp.READ
@@ -228,7 +229,7 @@ class PmemController(wiring.Component):
                 offered = Signal(name=f"offered{i}")
                 blocked = Signal(name=f"blocked{i}")
                 m.d.sync += [offered.eq(p.req.valid & ~p.req.ready), blocked.eq(hazard(addr))]
-                clear = offered & ~blocked & ~wrote
+                clear = offered & ~blocked & ~wrote.any()
             else:
                 clear = ~hazard(addr)
             ok = Signal(name=f"eligible{i}")
@@ -254,9 +255,10 @@ class PmemController(wiring.Component):
 
         take_write = Cat(p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports).any()
         taken = Signal.like(iss)
-        m.d.comb += [taken.valid.eq(accept), taken.req.eq(sel), taken.client.eq(arb.grant)]
+        m.d.comb += [taken.valid.eq(accept), taken.req.eq(sel), taken.client.eq(arb.grant),
+                     taken.slot.eq(wp)]
         if registered:
-            m.d.sync += [iss.eq(taken), wrote.eq(take_write)]
+            m.d.sync += [iss.eq(taken), wrote.eq(Cat(take_write, wrote[0]))]
         else:
             m.d.comb += iss.eq(taken)
         m.d.comb += [
@@ -319,8 +321,8 @@ class PmemController(wiring.Component):
             wpq_in.be.eq(iss.req.be), wpq_in.tag.eq(iss.req.tag), wpq_in.client.eq(iss.client),
             wpq.w_en.eq(issue_write),
         ]
-        # The hazard entry is made as the write is taken, so that the next read's
-        # check sees it; a write slot is counted from then on.
+        # A write takes its slot (hazard address, WPQ room) as it is taken; the
+        # slot is marked pending as the write is issued (``set_mask``).
         with m.If(take_write):
             m.d.sync += [pend_addr[wp].eq(sel.addr[:abits]), wp.eq(wp + 1)]
 
@@ -365,7 +367,7 @@ class PmemController(wiring.Component):
         with m.If(drain):
             m.d.sync += rp.eq(rp + 1)
 
-        set_mask = Mux(take_write, 1 << wp, 0)
+        set_mask = Mux(issue_write, 1 << iss.slot, 0)
         clr_mask = Mux(drain, 1 << rp, 0)
         m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
 
