@@ -45,6 +45,10 @@ class Dispatcher(wiring.Component):
       per distinct row, not indices) and the lookup engine reports it, so an
       ``UPDATE`` after it is refused.
 
+    With ``register_slices`` the descriptor's compares with the lookups
+    remembered and with ``committed`` are registered: a descriptor is offered
+    from its second cycle at the head in ``IDLE``.
+
     Members
     -------
     desc : In(stream.Signature(descriptor_layout))
@@ -90,9 +94,22 @@ class Dispatcher(wiring.Component):
         seen = Array(Signal.like(d, name=f"seen{k}") for k in range(2))
         seen_valid = Signal(2)
         mine = seen[d.batch[0]]
-        same = (seen_valid.bit_select(d.batch[0], 1) & (mine.batch == d.batch)
-                & (mine.n_bags == d.n_bags) & (mine.n_indices == d.n_indices)
-                & (mine.idx_addr == d.idx_addr) & (mine.off_addr == d.off_addr))
+        # The wide compares of the descriptor at the head (registered on a board,
+        # where a descriptor waits a cycle for them: ``settled``).
+        compares = {
+            "same": (seen_valid.bit_select(d.batch[0], 1) & (mine.batch == d.batch)
+                     & (mine.n_bags == d.n_bags) & (mine.n_indices == d.n_indices)
+                     & (mine.idx_addr == d.idx_addr) & (mine.off_addr == d.off_addr)),
+            "of_batch": seen_valid.bit_select(d.batch[0], 1) & (mine.batch == d.batch),
+            "at_or_before": self.committed_valid & (d.batch <= self.committed),
+        }
+        settled = C(1)
+        if self._config.register_slices:
+            settled = Signal()
+            held_compares = {k: Signal(name=k) for k in compares}
+            m.d.sync += [held_compares[k].eq(v) for k, v in compares.items()]
+            compares = held_compares
+        same, of_batch = compares["same"], compares["of_batch"]
         m.d.comb += [self.update.payload.eq(d),
                      self.update.payload.checked.eq(same & ~d.coalesced)]
         running = Signal(1)                       # parity of the lookup running
@@ -106,7 +123,6 @@ class Dispatcher(wiring.Component):
         seen_logging = Signal(2)
         # A coalesced UPDATE names the batch's rows once each, not the lookup's bags:
         # it needs a clean logged LOOKUP of its batch, not the same arrays.
-        of_batch = seen_valid.bit_select(d.batch[0], 1) & (mine.batch == d.batch)
         logged = (Mux(d.coalesced, of_batch, same) & ~unfinished.bit_select(d.batch[0], 1)
                   & seen_logging.bit_select(d.batch[0], 1))
         with m.If(self.update.valid & self.update.ready):
@@ -122,7 +138,7 @@ class Dispatcher(wiring.Component):
         # A batch at or before the newest commit: its undo records would be
         # reclaimed at once, so its update could not be rolled back.
         stale = (d.op.as_value().matches(Op.LOOKUP, Op.UPDATE, Op.FINISH) & self.logging
-                 & self.committed_valid & (d.batch <= self.committed))
+                 & compares["at_or_before"])
         with m.If(stale):
             m.d.comb += fresh_refuse.eq(ErrorCode.BAD_BATCH)
         with m.Elif(is_update & self.logging & ~logged):
@@ -140,9 +156,9 @@ class Dispatcher(wiring.Component):
         pick = Mux(standing.any(), standing, fresh)
         refuse = Mux(standing.any(), standing_refuse, fresh_refuse)
         offer = Signal(4)
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("IDLE"):
-                with m.If(self.desc.valid):
+                with m.If(self.desc.valid & settled):
                     m.d.comb += offer.eq(pick)
                     with m.If(~standing.any()):
                         with m.If(held & lookup_ops):
@@ -197,5 +213,7 @@ class Dispatcher(wiring.Component):
                             with m.If((source.payload.op == Op.FINISH) & clean):
                                 m.d.comb += unfinished_clr.eq(1 << running)
         m.d.sync += seen_valid.eq((seen_valid & ~clear_mask) | set_mask)
+        if self._config.register_slices:
+            m.d.sync += settled.eq(self.desc.valid & fsm.ongoing("IDLE") & ~self.desc.ready)
         m.d.sync += unfinished.eq((unfinished & ~clear_mask & ~unfinished_clr) | unfinished_set)
         return m

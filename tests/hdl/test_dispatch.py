@@ -1,5 +1,6 @@
 """Dispatcher in amaranth.sim: routing, order, and which updates go out checked."""
 
+import pytest
 from amaranth.sim import Simulator
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
@@ -9,9 +10,18 @@ from trainingcxl.spec.config import PRESETS
 LOOKUP = {"op": Op.LOOKUP, "batch": 5, "n_bags": 4, "n_indices": 9,
           "idx_addr": 0x100, "off_addr": 0x200, "vec_addr": 0x300}
 
+#: Both ways: with ``register_slices`` (the boards) the dispatcher's compares are
+#: registered and a descriptor waits a cycle at the head.
+REGISTERED = pytest.mark.parametrize("registered", [False, True])
 
-def test_updates_after_a_clean_lookup_of_the_same_batch_go_out_checked():
-    dut = Dispatcher(PRESETS["tiny"])
+
+def tiny(registered):
+    return PRESETS["tiny"].replace(register_slices=registered)
+
+
+@REGISTERED
+def test_updates_after_a_clean_lookup_of_the_same_batch_go_out_checked(registered):
+    dut = Dispatcher(tiny(registered))
     seen = []
 
     async def through(ctx, inp, out, payload):
@@ -71,8 +81,9 @@ def test_updates_after_a_clean_lookup_of_the_same_batch_go_out_checked():
     assert seen == [True, False, False, False, True]
 
 
-def test_while_logging_updates_need_logged_rows_and_wait_for_the_log():
-    dut = Dispatcher(PRESETS["tiny"])
+@REGISTERED
+def test_while_logging_updates_need_logged_rows_and_wait_for_the_log(registered):
+    dut = Dispatcher(tiny(registered))
     update = {**LOOKUP, "op": Op.UPDATE, "vec_addr": 0x400}
 
     async def offer(ctx, desc, out, cycles=20):
@@ -134,10 +145,11 @@ def test_while_logging_updates_need_logged_rows_and_wait_for_the_log():
     sim.run()
 
 
-def test_coalesced_and_nolog_updates():
+@REGISTERED
+def test_coalesced_and_nolog_updates(registered):
     """A coalesced UPDATE needs a clean logged LOOKUP of its batch but not its arrays,
     and goes out unchecked; a ``nolog`` LOOKUP logs nothing, so it covers no update."""
-    dut = Dispatcher(PRESETS["tiny"])
+    dut = Dispatcher(tiny(registered))
     update = {**LOOKUP, "op": Op.UPDATE, "vec_addr": 0x400}
     coalesced = {**update, "coalesced": 1, "n_bags": 3, "n_indices": 2, "idx_addr": 0x900}
 
@@ -232,11 +244,12 @@ def test_a_logged_lookup_with_more_indices_than_ring_slots_goes_out():
     assert outcomes == [(1, False), (1, False)]
 
 
-def test_while_logging_a_batch_at_or_before_the_newest_commit_is_refused():
+@REGISTERED
+def test_while_logging_a_batch_at_or_before_the_newest_commit_is_refused(registered):
     """Its undo records would be reclaimed at once: its update could not be rolled back."""
     update = {**LOOKUP, "op": Op.UPDATE}
     committed = {"logging": 1, "log_drained": 1, "committed": 5, "committed_valid": 1}
-    outcomes = handed_out_or_refused(Dispatcher(PRESETS["tiny"]), [
+    outcomes = handed_out_or_refused(Dispatcher(tiny(registered)), [
         (committed, LOOKUP),                            # batch 5, committed
         ({}, {**LOOKUP, "batch": 2}),
         ({}, update),
