@@ -1,5 +1,7 @@
 """The checkpoint engine: COMMIT, SNAPSHOT_MLP and RECOVER, and the checkpoint state."""
 
+from types import SimpleNamespace
+
 from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -232,6 +234,9 @@ class CheckpointEngine(wiring.Component):
         found = Signal()
         rsv = Signal(2)
         mk = Signal(33)                 # the snapshot's batch plus the staleness bound
+        walk = SimpleNamespace(         # the walk the newest ring header asks for
+            any=Signal(), end=Signal(32), newest=Signal(32), slot=Signal(abits),
+            groups=Signal(32))
         rsb = Array(Signal(32, name=f"rslot{k}_batch") for k in range(2))
         d_batch = Signal(32)
         m_batch = Signal(32)
@@ -424,8 +429,8 @@ class CheckpointEngine(wiring.Component):
         with m.FSM() as fsm:
             m.d.comb += self.recovering.eq(Cat(
                 fsm.ongoing(state) for state in ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_RING",
-                                                 "R_DECIDE", "R_CHOOSE", "R_ROLLBACK", "R_DRAIN",
-                                                 "R_SEAL", "R_SEALED")).any())
+                                                 "R_DECIDE", "R_CHOOSE", "R_PLAN", "R_ROLLBACK",
+                                                 "R_DRAIN", "R_SEAL", "R_SEALED")).any())
             with m.State("IDLE"):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
@@ -523,6 +528,16 @@ class CheckpointEngine(wiring.Component):
                     m.d.comb += mm.eq(rsb[1])
                 m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1]),
                              m_batch.eq(mm), mk.eq(mm + best_k)]
+                # The ring header of generation g that says the most records: where
+                # the walk would start.
+                k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))
+                e = Mux(k1, rh_next[1], rh_next[0])
+                nxt = Mux(k1, rh_slot[1], rh_slot[0])
+                m.d.sync += [walk.any.eq(rhv.any() & (e != 0)), walk.end.eq(e),
+                             walk.newest.eq(Mux(k1, rh_batch[1], rh_batch[0])),
+                             walk.slot.eq(Mux(nxt == cfg.log_base, last_slot,
+                                              nxt - cfg.group_lines)),
+                             walk.groups.eq(Mux(e >= groups, groups, e))]
                 m.next = "R_CHOOSE"
             with m.State("R_CHOOSE"):
                 m.d.comb += recovering.eq(1)
@@ -536,23 +551,18 @@ class CheckpointEngine(wiring.Component):
                     m.d.comb += self.restart.eq(1)
                     m.next = "COMPLETE"
                 with m.Else():
-                    dd = Signal(32)
-                    m.d.comb += dd.eq(Mux(mk < best_batch, mk, best_batch))
-                    m.d.sync += d_batch.eq(dd)
-                    # The ring header of generation g that says the most records.
-                    k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))
-                    e = Mux(k1, rh_next[1], rh_next[0])
-                    nxt = Mux(k1, rh_slot[1], rh_slot[0])
-                    newest_batch = Mux(k1, rh_batch[1], rh_batch[0])
-                    with m.If(rhv.any() & (e != 0) & (newest_batch > dd)):
-                        begin(3, 0, 0)
-                        m.d.sync += [exp_lsn.eq(e - 1), iss_group.eq(1), r_group.eq(1),
-                                     w_slot.eq(Mux(nxt == cfg.log_base, last_slot,
-                                                   nxt - cfg.group_lines)),
-                                     w_left.eq(Mux(e >= groups, groups, e))]
-                        m.next = "R_ROLLBACK"
-                    with m.Else():
-                        m.next = "R_DRAIN"
+                    m.d.sync += d_batch.eq(Mux(mk < best_batch, mk, best_batch))
+                    m.next = "R_PLAN"
+            with m.State("R_PLAN"):
+                m.d.comb += recovering.eq(1)
+                # Roll back only if the ring holds records of batches after D.
+                with m.If(walk.any & (walk.newest > d_batch)):
+                    begin(3, 0, 0)
+                    m.d.sync += [exp_lsn.eq(walk.end - 1), iss_group.eq(1), r_group.eq(1),
+                                 w_slot.eq(walk.slot), w_left.eq(walk.groups)]
+                    m.next = "R_ROLLBACK"
+                with m.Else():
+                    m.next = "R_DRAIN"
             with m.State("R_ROLLBACK"):
                 m.d.comb += recovering.eq(1)
                 with m.If(received & ~writing):

@@ -242,15 +242,20 @@ class LookupEngine(wiring.Component):
                      dp.gather.batch.eq(desc.batch), dp.gather.relaxed.eq(desc.relaxed)]
         if has_relaxed:
             m.d.comb += fin.vec_addr.eq(desc.vec_addr)
-        wiring.connect(m, dp.off_reader.words, bags.offsets)
         if cfg.register_slices:
-            # The bags reach the gather from a register (cleared with the
-            # datapath): the offsets' checks and the gather are two paths.
+            # The offsets reach their checks, and the bags the gather, from a
+            # register (cleared with the datapath): the host reader, the checks
+            # and the gather are three paths, not one.
+            word_slice = RegisterSlice(32)
             bag_slice = RegisterSlice(bag_layout(cfg))
+            m.submodules.word_slice = ResetInserter(clear)(word_slice)
             m.submodules.bag_slice = ResetInserter(clear)(bag_slice)
+            wiring.connect(m, dp.off_reader.words, word_slice.i)
+            wiring.connect(m, word_slice.o, bags.offsets)
             wiring.connect(m, bags.bags, bag_slice.i)
             wiring.connect(m, bag_slice.o, dp.gather.bags)
         else:
+            wiring.connect(m, dp.off_reader.words, bags.offsets)
             wiring.connect(m, bags.bags, dp.gather.bags)
 
         # -- sequencing

@@ -138,14 +138,18 @@ class _Datapath(Elaboratable):
         m = Module()
         for name in ("off_reader", "idx_reader", "delta_reader", "bags", "scatter", "rmw"):
             m.submodules[name] = getattr(self, name)
-        wiring.connect(m, self.off_reader.words, self.bags.offsets)
         if self._config.register_slices:
-            # The bags reach the scatter from a register: the offsets' checks
-            # and the scatter's index handshake are two paths, not one.
+            # The offsets reach their checks, and the bags the scatter, from a
+            # register: the host reader, the checks and the scatter's index
+            # handshake are three paths, not one.
+            m.submodules.word_slice = word_slice = RegisterSlice(32)
             m.submodules.bag_slice = bag_slice = RegisterSlice(bag_layout(self._config))
+            wiring.connect(m, self.off_reader.words, word_slice.i)
+            wiring.connect(m, word_slice.o, self.bags.offsets)
             wiring.connect(m, self.bags.bags, bag_slice.i)
             wiring.connect(m, bag_slice.o, self.scatter.bags)
         else:
+            wiring.connect(m, self.off_reader.words, self.bags.offsets)
             wiring.connect(m, self.bags.bags, self.scatter.bags)
         wiring.connect(m, self.idx_reader.words, self.scatter.indices)
         wiring.connect(m, self.delta_reader.lines, self.scatter.deltas)

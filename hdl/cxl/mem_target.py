@@ -123,8 +123,10 @@ class CxlMemTarget(wiring.Component):
         ]
         head = merge.o
         if cfg.register_slices:
-            # Decode from registers: the host's valid does not reach the PMEM arbiter.
-            m.submodules.cut = cut = RegisterSlice(_Unified)
+            # Decode from registers: the host's valid does not reach the PMEM arbiter,
+            # and the decode does not reach back into the merge and the host (a
+            # request every other cycle at most, far more than a board's link).
+            m.submodules.cut = cut = RegisterSlice(_Unified, cut_ready=True)
             wiring.connect(m, merge.o, cut.i)
             head = cut.o
         r = head.payload
