@@ -136,6 +136,19 @@ def worst_paths(report, count=3):
     return sorted(paths, key=lambda q: -q["delay_ns"])[:count]
 
 
+def _synthesis_problems(rpt):
+    """What Yosys's closing ``check`` pass found wrong in the netlist (its warnings about
+    conflicting drivers), from the synthesis log ``rpt``."""
+    if not Path(rpt).exists():
+        return []
+    lines = Path(rpt).read_text().splitlines()
+    problems = []
+    for k, line in enumerate(lines):
+        if "multiple conflicting drivers" in line:
+            problems += [text.strip() for text in lines[k:k + 3]]   # the net, its two drivers
+    return problems
+
+
 def _synthesis_stat(out_dir, name):
     path = Path(out_dir) / f"{name}.stat.json"
     if not path.exists():
@@ -197,6 +210,11 @@ def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None, dry_run=False
             raise BuildError(f"{stage} of {b.name} failed (exit {proc.returncode}); log in "
                              f"{out_dir / (name + '.' + stage.replace(' ', '_') + '.log')}:\n{tail}")
         if stage == "synthesis":
+            problems = _synthesis_problems(out_dir / f"{name}.rpt")
+            if problems:
+                # nextpnr would refuse the netlist a quarter of an hour later.
+                raise BuildError(f"synthesis of {b.name} left a broken netlist (Yosys's check, "
+                                 f"{out_dir / (name + '.rpt')}):\n" + "\n".join(problems))
             result["logic_levels"] = logic_levels(
                 json.loads((out_dir / f"{name}.json").read_text()))
     if synth_only:

@@ -197,19 +197,22 @@ class CxlMemTarget(wiring.Component):
                                  Mux(to_now_drs, now_drs.w_rdy,
                                      Mux(to_now_ndr, now_ndr.w_rdy, 1)))),
         ]
+        # A refusal enters the log a cycle later, from registers: the decode does not
+        # run on into the log's enables (and Yosys 0.69, given that path, once wired
+        # two of the log's flip-flops to one net, which nextpnr refuses).
         refused = head.valid & head.ready & (error != MemError.NONE)
+        logged = Signal()
+        record = Signal(error_record)
+        m.d.sync += logged.eq(refused)
         with m.If(refused):
-            m.d.sync += [
-                self.errors.eq(self.errors + 1),
-                self.last_error.eq(error),
-                self.last_error_addr.eq(r.addr),
-                self.last_error_tag.eq(r.tag),
-                self.log[0].kind.eq(error),
-                self.log[0].tag.eq(r.tag),
-                self.log[0].addr.eq(r.addr),
-                self.log[0].seq.eq(self.errors + 1),
-            ]
+            m.d.sync += [self.errors.eq(self.errors + 1), record.kind.eq(error),
+                         record.tag.eq(r.tag), record.addr.eq(r.addr)]
+        with m.If(logged):
+            m.d.sync += [self.log[0].eq(record), self.log[0].seq.eq(self.errors)]
             m.d.sync += [self.log[k].eq(self.log[k - 1]) for k in range(1, ERROR_LOG_DEPTH)]
+        # The last refusal is the log's newest record.
+        m.d.comb += [self.last_error.eq(self.log[0].kind), self.last_error_addr.eq(self.log[0].addr),
+                     self.last_error_tag.eq(self.log[0].tag)]
 
         # DRS: PMEM read data or poisoned refusals.
         m.submodules.drs = drs = StreamMerge(cxl.s2m_drs.payload.shape(), 2)

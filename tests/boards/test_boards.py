@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from trainingcxl.boards.build import (build, logic_levels, parse_report, utilisation_by_block,
-                                      worst_paths)
+from trainingcxl.boards.build import (_synthesis_problems, build, logic_levels, parse_report,
+                                      utilisation_by_block, worst_paths)
 from trainingcxl.boards.targets import BOARDS
 from trainingcxl.spec.config import BOARD_CLOCK_MHZ
 
@@ -117,6 +117,22 @@ def test_logic_levels_count_luts_between_registers():
                        "start_block": "sys.a", "end_block": "sys.c"}
     # Through the RAM's read: LUT, PFUMX, read -> 2.
     assert {(d["end"], d["levels"]) for d in levels["deepest"]} >= {("sys.d.q_TRELLIS_FF_Q", 2)}
+
+
+def test_a_net_with_two_drivers_fails_synthesis_not_place_and_route(tmp_path):
+    """Yosys only warns of a net with two drivers (its closing ``check``); nextpnr
+    refuses the netlist. The build stops at synthesis, naming the net (as Yosys 0.69
+    once left the CXL.mem target's error log)."""
+    rpt = tmp_path / "top.rpt"
+    rpt.write_text("2.52. Executing CHECK pass (checking for obvious problems).\n"
+                   "Warning: multiple conflicting drivers for top.\\log [2]:\n"
+                   "    port Q[0] of cell log_TRELLIS_FF_Q_172 (TRELLIS_FF)\n"
+                   "    port Q[0] of cell log_TRELLIS_FF_Q_12 (TRELLIS_FF)\n"
+                   "Found and reported 1 problems.\n")
+    problems = _synthesis_problems(rpt)
+    assert len(problems) == 3 and "log [2]" in problems[0] and "Q_12" in problems[2]
+    rpt.write_text("Found and reported 0 problems.\n")
+    assert _synthesis_problems(rpt) == []
 
 
 def test_report_parser_reads_nextpnr_figures():
