@@ -46,8 +46,8 @@ class PmemController(wiring.Component):
       a write pending waits until that write reached the media, so reads
       always see the newest accepted write. (With ``register_slices`` that
       check is registered, and a read is served from its second cycle offered;
-      the request taken is issued from a register in the next cycle, and a
-      read then waits for the cycle after a read or a write was taken.)
+      a read taken is issued from a register in the next cycle, and no read is
+      taken in the cycle after a read or a write was.)
     * A write is accepted into the write-pending queue (WPQ) when there is
       room. It leaves the queue for the media no earlier than
       ``write_latency`` cycles later, at most at ``pmem.write_rate``, and only
@@ -160,8 +160,8 @@ class PmemController(wiring.Component):
             "addr": abits, "data": LINE_BITS, "be": LINE_BYTES,
             "tag": self._tag_bits, "client": client_bits,
         })
-        # Registered, a write enters the FIFO a cycle after it was taken: one entry
-        # more covers the buffered FIFO counting an entry twice (see ``rq``).
+        # Registered, the room for a write is counted in hazard slots, not by the
+        # FIFO: one entry more is a margin for the buffered FIFO's output register.
         m.submodules.wpq = wpq = fifo.SyncFIFOBuffered(width=wpq_layout.size,
                                                        depth=cfg.wpq_depth + registered)
         wpq_head = wpq_layout(wpq.r_data)
@@ -187,15 +187,15 @@ class PmemController(wiring.Component):
         def hazard(addr):
             return Cat(pend_valid[i] & (pend_addr[i] == addr) for i in range(cfg.wpq_depth)).any()
 
-        # The request taken this cycle, as it is issued: to the media, the WPQ,
-        # the counters. Registered, it is issued in the next cycle, so that
-        # the arbitration ends at a register instead of running on into the
-        # rate limiter, the queues and the media.
-        issue_layout = data.StructLayout({"valid": 1, "req": ports[0].req.payload.shape(),
-                                          "client": client_bits, "slot": wp.shape()})
+        # The read taken this cycle, as it is issued: to the media, the rate
+        # limiter, the counters. Registered, it is issued in the next cycle, so
+        # that the arbitration ends at a register instead of running on into
+        # the rate limiter and the media's queue. (A write enters the WPQ as it
+        # is taken: a stage for its 512 bits of data congests the routing.)
+        issue_layout = data.StructLayout({"valid": 1, "addr": abits, "tag": self._tag_bits,
+                                          "client": client_bits})
         iss = Signal(issue_layout)
-        issue_read = iss.valid & (iss.req.op == LineOp.READ)
-        issue_write = iss.valid & (iss.req.op == LineOp.WRITE)
+        issue_read = iss.valid
 
         can_read = read_rate.ok & (inflight < cfg.read_depth)
         if self._media_port:
@@ -204,7 +204,7 @@ class PmemController(wiring.Component):
             # What the registers do not know yet is the request being issued:
             # a read waits for the cycle after it (the rate, the reads in
             # flight and the media queue then count it). A write slot is free
-            # while its hazard entry is (the FIFO has one entry more).
+            # while its hazard entry is.
             can_read &= ~issue_read
             can_write = ~pend_valid.bit_select(wp, 1)
         else:
@@ -214,13 +214,12 @@ class PmemController(wiring.Component):
             # The hazard check leaves the arbitration path: each read's check
             # is registered, made a cycle ahead against the writes pending now
             # (one drained this cycle still counts: the read waits a cycle
-            # more). A write's hazard entry is valid from the cycle after its
-            # issue, so a read is not taken in the two cycles after a write
-            # was, whose address the check did not see yet. A port holds its payload
+            # more). A read is not taken in the cycle after a write was, whose
+            # address the check did not see yet. A port holds its payload
             # while it is offered and not taken (stream rule), so the
             # registered check is for the read offered now: a read is
             # eligible from its second cycle offered.
-            wrote = Signal(2)
+            wrote = Signal()
         eligible = []
         for i, p in enumerate(ports):
             is_rd = p.req.payload.op == LineOp.READ
@@ -229,7 +228,7 @@ class PmemController(wiring.Component):
                 offered = Signal(name=f"offered{i}")
                 blocked = Signal(name=f"blocked{i}")
                 m.d.sync += [offered.eq(p.req.valid & ~p.req.ready), blocked.eq(hazard(addr))]
-                clear = offered & ~blocked & ~wrote.any()
+                clear = offered & ~blocked & ~wrote
             else:
                 clear = ~hazard(addr)
             ok = Signal(name=f"eligible{i}")
@@ -253,17 +252,18 @@ class PmemController(wiring.Component):
         for i, p in enumerate(ports):
             m.d.comb += p.req.ready.eq(arb.onehot[i])
 
-        take_write = Cat(p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports).any()
+        issue_write = Cat(p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports).any()
         taken = Signal.like(iss)
-        m.d.comb += [taken.valid.eq(accept), taken.req.eq(sel), taken.client.eq(arb.grant),
-                     taken.slot.eq(wp)]
+        m.d.comb += [taken.valid.eq(accept & (sel.op == LineOp.READ)),
+                     taken.addr.eq(sel.addr[:abits]), taken.tag.eq(sel.tag),
+                     taken.client.eq(arb.grant)]
         if registered:
-            m.d.sync += [iss.eq(taken), wrote.eq(Cat(take_write, wrote[0]))]
+            m.d.sync += [iss.eq(taken), wrote.eq(issue_write)]
         else:
             m.d.comb += iss.eq(taken)
         m.d.comb += [
             read_rate.take.eq(issue_read),
-            rd.addr.eq(iss.req.addr[:abits]),
+            rd.addr.eq(iss.addr),
             rd.en.eq(issue_read),
         ]
 
@@ -276,7 +276,7 @@ class PmemController(wiring.Component):
                                                              depth=cfg.read_depth + 1)
             head = meta_layout(meta.r_data)
             m.d.comb += [
-                meta.w_data.eq(Cat(iss.req.tag, iss.client)), meta.w_en.eq(issue_read),
+                meta.w_data.eq(Cat(iss.tag, iss.client)), meta.w_en.eq(issue_read),
                 rq_in.data.eq(rd.data), rq_in.tag.eq(head.tag), rq_in.client.eq(head.client),
                 rq.w_en.eq(rd.valid), meta.r_en.eq(rd.valid),
             ]
@@ -287,7 +287,7 @@ class PmemController(wiring.Component):
             rd_client = Signal(client_bits)
             m.d.sync += [
                 rd_pending.eq(issue_read),
-                rd_tag.eq(iss.req.tag),
+                rd_tag.eq(iss.tag),
                 rd_client.eq(iss.client),
             ]
             m.d.comb += [
@@ -317,13 +317,11 @@ class PmemController(wiring.Component):
 
         # Enqueue writes.
         m.d.comb += [
-            wpq_in.addr.eq(iss.req.addr[:abits]), wpq_in.data.eq(iss.req.data),
-            wpq_in.be.eq(iss.req.be), wpq_in.tag.eq(iss.req.tag), wpq_in.client.eq(iss.client),
+            wpq_in.addr.eq(sel.addr[:abits]), wpq_in.data.eq(sel.data), wpq_in.be.eq(sel.be),
+            wpq_in.tag.eq(sel.tag), wpq_in.client.eq(arb.grant),
             wpq.w_en.eq(issue_write),
         ]
-        # A write takes its slot (hazard address, WPQ room) as it is taken; the
-        # slot is marked pending as the write is issued (``set_mask``).
-        with m.If(take_write):
+        with m.If(issue_write):
             m.d.sync += [pend_addr[wp].eq(sel.addr[:abits]), wp.eq(wp + 1)]
 
         # Drain the oldest write to the media when due and its client can take the ack.
@@ -335,8 +333,7 @@ class PmemController(wiring.Component):
         # The ack's valid must not depend on its ready: offer it whenever the
         # head is due and a write slot is free, drain when it is taken.
         drain = Signal()
-        due = (wpq.r_rdy & _aged(m, "write", issue_write, drain,
-                                 cfg.write_latency - registered, cfg.wpq_depth)
+        due = (wpq.r_rdy & _aged(m, "write", issue_write, drain, cfg.write_latency, cfg.wpq_depth)
                & write_rate.ok)
         if self._media_port:
             # One request a cycle into the media's queue: a write leaving takes the
@@ -367,7 +364,7 @@ class PmemController(wiring.Component):
         with m.If(drain):
             m.d.sync += rp.eq(rp + 1)
 
-        set_mask = Mux(issue_write, 1 << iss.slot, 0)
+        set_mask = Mux(issue_write, 1 << wp, 0)
         clr_mask = Mux(drain, 1 << rp, 0)
         m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
 
@@ -380,7 +377,7 @@ class PmemController(wiring.Component):
         # at the end of the arbitration path.
         read_by = Signal(len(REGIONS))
         write_by = Signal(len(REGIONS))
-        read_region = region(iss.req.addr[:abits])
+        read_region = region(iss.addr)
         write_region = region(wpq_head.addr)
         m.d.sync += [
             read_by.eq(Cat(issue_read & (read_region == k) for k in range(len(REGIONS)))),
