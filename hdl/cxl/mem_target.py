@@ -197,9 +197,10 @@ class CxlMemTarget(wiring.Component):
                                  Mux(to_now_drs, now_drs.w_rdy,
                                      Mux(to_now_ndr, now_ndr.w_rdy, 1)))),
         ]
-        # A refusal enters the log a cycle later, from registers: the decode does not
-        # run on into the log's enables (and Yosys 0.69, given that path, once wired
-        # two of the log's flip-flops to one net, which nextpnr refuses).
+        # A refusal enters the log a cycle later, from registers (the decode does not
+        # run on into the log's enables), into a ring read newest first. As a
+        # shift register, Yosys 0.69 (abc9) at times wired two of the log's
+        # flip-flops to one net, which nextpnr refuses.
         refused = head.valid & head.ready & (error != MemError.NONE)
         logged = Signal()
         record = Signal(error_record)
@@ -207,9 +208,15 @@ class CxlMemTarget(wiring.Component):
         with m.If(refused):
             m.d.sync += [self.errors.eq(self.errors + 1), record.kind.eq(error),
                          record.tag.eq(r.tag), record.addr.eq(r.addr)]
+        ring = Array(Signal(error_record, name=f"error_ring{k}") for k in range(ERROR_LOG_DEPTH))
+        newest = Signal(range(ERROR_LOG_DEPTH))
         with m.If(logged):
-            m.d.sync += [self.log[0].eq(record), self.log[0].seq.eq(self.errors)]
-            m.d.sync += [self.log[k].eq(self.log[k - 1]) for k in range(1, ERROR_LOG_DEPTH)]
+            slot = Mux(newest == ERROR_LOG_DEPTH - 1, 0, newest + 1)
+            m.d.sync += [newest.eq(slot), ring[slot].eq(record), ring[slot].seq.eq(self.errors)]
+        for k in range(ERROR_LOG_DEPTH):
+            older = Signal.like(newest, name=f"error_slot{k}")
+            m.d.comb += [older.eq(Mux(newest >= k, newest - k, newest + ERROR_LOG_DEPTH - k)),
+                         self.log[k].eq(ring[older])]
         # The last refusal is the log's newest record.
         m.d.comb += [self.last_error.eq(self.log[0].kind), self.last_error_addr.eq(self.log[0].addr),
                      self.last_error_tag.eq(self.log[0].tag)]
