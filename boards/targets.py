@@ -47,9 +47,9 @@ BOARDS = {
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
                    # The oscillator's 25 MHz, which the device with its SDRAM media
-                   # misses today (24.1-24.6 MHz routed). Timing-driven placement at
-                   # 50 MHz (--clock-mhz 50) estimates 20 MHz after placement and
-                   # router2 then diverges; without it routing converges at 25 MHz
+                   # meets with routing for congestion only (25.8-26.4 MHz at seeds
+                   # 1 and 2). Timing-driven placement at 50 MHz (--clock-mhz 50)
+                   # estimated 20 MHz after placement and router2 then diverged
                    # (docs/boards.md).
                    placer="static", nextpnr_opts=("--no-tmdriv",)),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
