@@ -213,7 +213,8 @@ class CxlMemTarget(wiring.Component):
         with m.If(logged):
             slot = Mux(newest == ERROR_LOG_DEPTH - 1, 0, newest + 1)
             m.d.sync += [newest.eq(slot), ring[slot].eq(record), ring[slot].seq.eq(self.errors)]
-        for k in range(ERROR_LOG_DEPTH):
+        m.d.comb += self.log[0].eq(ring[newest])
+        for k in range(1, ERROR_LOG_DEPTH):
             older = Signal.like(newest, name=f"error_slot{k}")
             m.d.comb += [older.eq(Mux(newest >= k, newest - k, newest + ERROR_LOG_DEPTH - k)),
                          self.log[k].eq(ring[older])]
