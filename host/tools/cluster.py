@@ -175,7 +175,9 @@ class RayCluster(Cluster):
             # Workers inherit this process's environment (simulator paths, cache).
             os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
             try:
-                ray.init(address=address, **options)
+                # No address: a Ray instance of this run's own ("local"), even when
+                # another one (say, a run killed earlier) is still up on the machine.
+                ray.init(address=address or "local", **options)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise SystemExit(f"error: cannot reach the Ray cluster {address!r}: {e}") from None
         self._task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(trainingcxl_task)

@@ -146,7 +146,9 @@ def _task_processes():
 @pytest.mark.xdist_group("ray")
 def test_a_worker_killed_mid_campaign_on_ray_changes_nothing(reference, tmp_path):
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # A Ray instance of the test's own, whatever else runs on the machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
     killed = []
     done = threading.Event()
 
