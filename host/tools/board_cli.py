@@ -206,9 +206,9 @@ def add_build_command(sub):
     sp.set_defaults(func=cmd_build)
 
 
-#: Blocks of the utilisation report the summary prints (largest first).
 #: Deepest levels of the logic-level histogram the summary prints.
 LEVELS_SHOWN = 5
+#: Blocks of the utilisation report the summary prints (largest first).
 BLOCKS_SHOWN = 14
 
 
