@@ -1,10 +1,12 @@
 """Turns a batch's CSR offsets into one (table, length) per bag, checking them on the way."""
 
 from amaranth import *
+from amaranth.hdl import ResetInserter
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.descriptors import ErrorCode
+from ..common.register_slice import RegisterSlice
 
 __all__ = ["bag_layout", "BagSequencer"]
 
@@ -23,6 +25,11 @@ class BagSequencer(wiring.Component):
     decrease and never exceed ``n_indices``; the last one equals ``n_indices``;
     no bag is longer than ``max_pooling``. A failing offset is not consumed and
     ``error`` names the failure while it is at the head.
+
+    With ``config.register_slices`` the offsets reach their checks, and the
+    bags leave, through a register slice each (emptied by ``start``): the
+    reader before, the checks and the consumer after are three timing paths,
+    not one.
 
     Members
     -------
@@ -50,7 +57,14 @@ class BagSequencer(wiring.Component):
         m = Module()
         cfg = self._config
         n_tables = cfg.n_tables
-        offs = self.offsets
+        offs, bags = self.offsets, self.bags
+        if cfg.register_slices:
+            m.submodules.offset_slice = offset_slice = ResetInserter(self.start)(RegisterSlice(32))
+            m.submodules.bag_slice = bag_slice = ResetInserter(self.start)(
+                RegisterSlice(bag_layout(cfg)))
+            wiring.connect(m, wiring.flipped(self.offsets), offset_slice.i)
+            wiring.connect(m, wiring.flipped(self.bags), bag_slice.o)
+            offs, bags = offset_slice.o, bag_slice.i
 
         first = Signal()
         prev = Signal(32)
@@ -72,10 +86,10 @@ class BagSequencer(wiring.Component):
         ok = check == ErrorCode.NONE
         m.d.comb += [
             self.error.eq(Mux(offs.valid, check, ErrorCode.NONE)),
-            self.bags.valid.eq(offs.valid & ~first & ok),
-            self.bags.payload.table.eq(table),
-            self.bags.payload.length.eq(length),
-            offs.ready.eq(ok & (first | self.bags.ready)),
+            bags.valid.eq(offs.valid & ~first & ok),
+            bags.payload.table.eq(table),
+            bags.payload.length.eq(length),
+            offs.ready.eq(ok & (first | bags.ready)),
         ]
         with m.If(offs.valid & offs.ready):
             m.d.sync += [prev.eq(offs.payload), first.eq(0)]

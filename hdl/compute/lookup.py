@@ -7,10 +7,9 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
-from ..common.register_slice import RegisterSlice
 from ..checkpoint.logger import UndoTapSignature
 from ..cxl.messages import ADDR_BITS
-from .bags import BagSequencer, bag_layout
+from .bags import BagSequencer
 from .finish import Finisher
 from .gather import RowGather, defer_layout
 from .host_reader import HostWordReader
@@ -237,26 +236,17 @@ class LookupEngine(wiring.Component):
             m.d.sync += owner_valid.eq(0)
 
         # -- offsets -> bags, checked as they stream in
-        m.submodules.bags = bags = BagSequencer(cfg)
+        bags = BagSequencer(cfg)
+        # Cleared with the datapath: between an aborted batch and the next
+        # start, an offset left in its register slice must not meet the next
+        # descriptor's n_indices.
+        m.submodules.bags = ResetInserter(clear)(bags)
         m.d.comb += [bags.n_bags.eq(desc.n_bags), bags.n_indices.eq(desc.n_indices),
                      dp.gather.batch.eq(desc.batch), dp.gather.relaxed.eq(desc.relaxed)]
         if has_relaxed:
             m.d.comb += fin.vec_addr.eq(desc.vec_addr)
-        if cfg.register_slices:
-            # The offsets reach their checks, and the bags the gather, from a
-            # register (cleared with the datapath): the host reader, the checks
-            # and the gather are three paths, not one.
-            word_slice = RegisterSlice(32)
-            bag_slice = RegisterSlice(bag_layout(cfg))
-            m.submodules.word_slice = ResetInserter(clear)(word_slice)
-            m.submodules.bag_slice = ResetInserter(clear)(bag_slice)
-            wiring.connect(m, dp.off_reader.words, word_slice.i)
-            wiring.connect(m, word_slice.o, bags.offsets)
-            wiring.connect(m, bags.bags, bag_slice.i)
-            wiring.connect(m, bag_slice.o, dp.gather.bags)
-        else:
-            wiring.connect(m, dp.off_reader.words, bags.offsets)
-            wiring.connect(m, bags.bags, dp.gather.bags)
+        wiring.connect(m, dp.off_reader.words, bags.offsets)
+        wiring.connect(m, bags.bags, dp.gather.bags)
 
         # -- sequencing
         abort = Signal()

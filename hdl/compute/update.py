@@ -8,7 +8,6 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import LINE_BITS
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
-from ..common.register_slice import RegisterSlice
 from ..cxl.messages import ADDR_BITS
 from .bags import BagSequencer, bag_layout
 from .host_reader import HostLineReader, HostWordReader
@@ -138,19 +137,8 @@ class _Datapath(Elaboratable):
         m = Module()
         for name in ("off_reader", "idx_reader", "delta_reader", "bags", "scatter", "rmw"):
             m.submodules[name] = getattr(self, name)
-        if self._config.register_slices:
-            # The offsets reach their checks, and the bags the scatter, from a
-            # register: the host reader, the checks and the scatter's index
-            # handshake are three paths, not one.
-            m.submodules.word_slice = word_slice = RegisterSlice(32)
-            m.submodules.bag_slice = bag_slice = RegisterSlice(bag_layout(self._config))
-            wiring.connect(m, self.off_reader.words, word_slice.i)
-            wiring.connect(m, word_slice.o, self.bags.offsets)
-            wiring.connect(m, self.bags.bags, bag_slice.i)
-            wiring.connect(m, bag_slice.o, self.scatter.bags)
-        else:
-            wiring.connect(m, self.off_reader.words, self.bags.offsets)
-            wiring.connect(m, self.bags.bags, self.scatter.bags)
+        wiring.connect(m, self.off_reader.words, self.bags.offsets)
+        wiring.connect(m, self.bags.bags, self.scatter.bags)
         wiring.connect(m, self.idx_reader.words, self.scatter.indices)
         wiring.connect(m, self.delta_reader.lines, self.scatter.deltas)
         wiring.connect(m, self.scatter.requests, self.rmw.requests)

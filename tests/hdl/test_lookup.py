@@ -23,10 +23,10 @@ TIMING = PmemTiming(read_latency=10, write_latency=6, write_rate=(1, 1), read_ra
                     wpq_depth=8, read_depth=16)
 
 
-def cfg_for(dim=16, tables=(24, 40), max_pooling=6):
-    """A small device whose undo log ring is two groups."""
+def cfg_for(dim=16, tables=(24, 40), max_pooling=6, registered=False):
+    """A small device whose undo log ring is two groups; ``registered``: the boards' register slices."""
     cfg = Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
-                 commit_lines=2, snapshot_lines=2, host_window=4)
+                 commit_lines=2, snapshot_lines=2, host_window=4, register_slices=registered)
     return cfg.replace(log_lines=2 * cfg.group_lines)
 
 
@@ -175,8 +175,9 @@ def test_pooling_wraps_and_is_order_independent():
     ("offsets_past_end", ErrorCode.BAD_OFFSETS),
     ("offsets_no_indices", ErrorCode.BAD_OFFSETS),
 ])
-def test_bad_batches_complete_with_an_error_and_the_engine_keeps_working(case, code):
-    cfg = cfg_for()
+@pytest.mark.parametrize("registered", [False, True])
+def test_bad_batches_complete_with_an_error_and_the_engine_keeps_working(case, code, registered):
+    cfg = cfg_for(registered=registered)
     tables = initial_tables(cfg, seed=1)
     good = (np.array([1, 2, 3], np.uint32), np.array([0, 2, 3], np.uint32))
     if case == "row":

@@ -22,10 +22,10 @@ TIMING = PmemTiming(read_latency=10, write_latency=12, write_rate=(1, 2), read_r
                     wpq_depth=4, read_depth=8)
 
 
-def cfg_for(dim=16, tables=(12, 20), max_pooling=6):
-    """A small device whose undo log ring is two groups."""
+def cfg_for(dim=16, tables=(12, 20), max_pooling=6, registered=False):
+    """A small device whose undo log ring is two groups; ``registered``: the boards' register slices."""
     cfg = Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
-                 commit_lines=2, snapshot_lines=2, host_window=4)
+                 commit_lines=2, snapshot_lines=2, host_window=4, register_slices=registered)
     return cfg.replace(log_lines=2 * cfg.group_lines)
 
 
@@ -140,8 +140,9 @@ def test_update_wraps():
     assert (final[0][0] == tables[0][0]).all()
 
 
-def test_a_bad_batch_changes_nothing_and_the_next_one_runs():
-    cfg = cfg_for()
+@pytest.mark.parametrize("registered", [False, True])
+def test_a_bad_batch_changes_nothing_and_the_next_one_runs(registered):
+    cfg = cfg_for(registered=registered)
     tables = initial_tables(cfg, seed=5)
     rng = np.random.default_rng(1)
     # Two good bags, then a row outside table 0: refused before any row changes.
