@@ -35,6 +35,10 @@ def test_build_plan_has_every_stage_and_the_clock_constraint(name, tmp_path):
     assert any("--report" in s["command"] for s in rep["plan"])
     pnr = rep["plan"][1]["command"]
     assert pnr[pnr.index("--placer") + 1] == BOARDS[name].placer
+    assert ("--no-tmdriv" in pnr) == ("--no-tmdriv" in BOARDS[name].nextpnr_opts)
+    timed = build(name, tmp_path / "timed", dry_run=True, timing_driven=True)
+    assert "--no-tmdriv" not in timed["plan"][1]["command"]
+    assert "--no-tmdriv" not in timed["nextpnr_opts"]
 
 
 @pytest.mark.slow
