@@ -173,11 +173,31 @@ class CheckpointEngine(wiring.Component):
             self.logging.eq(ready & self.enable & committed_valid),
             self.committed.eq(committed), self.committed_valid.eq(committed_valid),
             self.snapshot.eq(newest), self.snapshot_valid.eq(newest_valid),
-            self.durable.eq(Mux(reach < committed, reach, committed)),
-            self.durable_valid.eq(committed_valid & newest_valid),
             self.hold_lookup.eq(self.logging & committed_valid
                                 & (~newest_valid | (reach < committed))),
         ]
+
+        # The undo logger's restart. With register slices it leaves a register,
+        # a cycle after the state that asks for it: the logger's reset then
+        # starts at a flip-flop. A recovery waits in R_WAIT until the logger
+        # restarts; the pulses that end a recovery reach it while the
+        # completion is offered, before any descriptor can log again.
+        restart = Signal()
+        if cfg.register_slices:
+            restarted = Signal()
+            m.d.sync += restarted.eq(restart)
+        else:
+            restarted = restart
+        m.d.comb += self.restart.eq(restarted)
+
+        # What the undo logger may reclaim. With register slices it reaches the
+        # logger a cycle late, from registers (the snapshot choice, the sum and
+        # the compare stay off the logger's paths): the same as a durable
+        # point reached a cycle later, since it only grows within a generation.
+        durable = Mux(reach < committed, reach, committed)
+        durable_valid = committed_valid & newest_valid
+        domain = m.d.sync if cfg.register_slices else m.d.comb
+        domain += [self.durable.eq(durable), self.durable_valid.eq(durable_valid)]
 
         # -- snapshot pull
         m.submodules.puller = puller = SnapshotPuller(cfg)
@@ -490,8 +510,8 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += recovering.eq(1)
                 # The undo logger drops what it holds: records of the generation
                 # this recovery ends must not be written after it.
-                m.d.comb += self.restart.eq(1)
-                with m.If(~puller.busy & (outstanding == 0)):
+                m.d.comb += restart.eq(1)
+                with m.If(~puller.busy & (outstanding == 0) & restarted):
                     m.d.sync += [ready.eq(0), found.eq(0), rsv.eq(0), rhv.eq(0), stopped.eq(0),
                                  g_new.eq(0), iss_group.eq(0),
                                  rolled.eq(0), self.recovered_flags.eq(0),
@@ -548,7 +568,7 @@ class CheckpointEngine(wiring.Component):
                                  commit_next.eq(Mux(found & (best_slot != cfg.commit_lines - 1),
                                                     best_slot + 1, 0)),
                                  sv.eq(0)]
-                    m.d.comb += self.restart.eq(1)
+                    m.d.comb += restart.eq(1)
                     m.next = "COMPLETE"
                 with m.Else():
                     m.d.sync += d_batch.eq(Mux(mk < best_batch, mk, best_batch))
@@ -592,7 +612,7 @@ class CheckpointEngine(wiring.Component):
                         self.recovered_d.eq(d_batch), self.recovered_m.eq(m_batch),
                         self.recovered_flags.eq(0b11), self.rolled_back.eq(rolled),
                     ]
-                    m.d.comb += self.restart.eq(1)
+                    m.d.comb += restart.eq(1)
                     m.next = "COMPLETE"
             with m.State("COMPLETE"):
                 m.d.comb += self.done.valid.eq(1)

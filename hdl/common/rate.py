@@ -40,9 +40,14 @@ class RateLimiter(wiring.Component):
         cap = den + num - 1
         acc = Signal(range(cap + 1), init=den)
         nxt = Signal(range(cap + num + 1))
+        after = Signal.like(acc)
+        # ``ok`` is ``acc >= den``, kept in a register of its own (compared
+        # with the next credit): a client's arbitration starts at a flip-flop.
+        ok = Signal(init=1)
         m.d.comb += [
-            self.ok.eq(acc >= den),
+            self.ok.eq(ok),
             nxt.eq(acc + num - Mux(self.take & self.ok, den, 0)),
+            after.eq(Mux(nxt > cap, cap, nxt)),
         ]
-        m.d.sync += acc.eq(Mux(nxt > cap, cap, nxt))
+        m.d.sync += [acc.eq(after), ok.eq(after >= den)]
         return m

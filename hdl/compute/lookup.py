@@ -255,10 +255,14 @@ class LookupEngine(wiring.Component):
                     | dp.writer.mem.req.valid | dp.gather.pmem.req.valid | stage_valid)
         quiet = ((dp.off_reader.outstanding == 0) & (dp.idx_reader.outstanding == 0)
                  & (dp.writer.outstanding == 0) & (pmem_in_flight == 0) & ~offering)
+        # ``n_bags + 1`` offsets, from a register: the descriptor is loaded two
+        # cycles before the readers start, and the adder stays off their path.
+        off_count = Signal(25)
+        m.d.sync += off_count.eq(desc.n_bags + 1)
         m.d.comb += [
             dp.off_reader.stop.eq(abort), dp.idx_reader.stop.eq(abort),
             dp.gather.stop.eq(abort), dp.writer.discard.eq(abort),
-            dp.off_reader.addr.eq(desc.off_addr), dp.off_reader.count.eq(desc.n_bags + 1),
+            dp.off_reader.addr.eq(desc.off_addr), dp.off_reader.count.eq(off_count),
             dp.idx_reader.addr.eq(desc.idx_addr), dp.idx_reader.count.eq(desc.n_indices),
             dp.writer.addr.eq(desc.vec_addr), dp.writer.count.eq(desc.n_bags),
             self.done.payload.batch.eq(desc.batch),

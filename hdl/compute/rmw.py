@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
+from ..common.register_slice import RegisterSlice
 
 __all__ = ["rmw_layout", "RmwUnit"]
 
@@ -27,6 +28,12 @@ class RmwUnit(wiring.Component):
     request's result (forwarding), so hot rows cost no PMEM round trip. A line
     older than the window has had its write accepted by PMEM, whose own
     read-after-write check then orders the read after it.
+
+    With ``config.register_slices`` requests enter through a register slice
+    that cuts ``ready`` too: the history check starts at a register and ends
+    there, instead of running back through the scatter into the index
+    reader. It takes a request every other cycle, as often as the boards'
+    PMEM controller takes a read.
 
     Members
     -------
@@ -72,7 +79,15 @@ class RmwUnit(wiring.Component):
         hist_addr = Array(Signal(abits, name=f"hist_addr{k}") for k in range(w))
         hist_valid = Signal(w)
         wpos = Signal(pbits)
-        req = self.requests.payload
+        requests = self.requests
+        held = C(0)                         # a request taken, not yet accepted
+        if cfg.register_slices:
+            m.submodules.request_slice = request_slice = RegisterSlice(rmw_layout(cfg),
+                                                                       cut_ready=True)
+            wiring.connect(m, wiring.flipped(self.requests), request_slice.i)
+            requests = request_slice.o
+            held = requests.valid
+        req = requests.payload
         hits = Signal(w)
         m.d.comb += hits.eq(Cat(hist_valid[k] & (hist_addr[k] == req.addr) for k in range(w)))
         src = Signal(pbits)
@@ -93,13 +108,13 @@ class RmwUnit(wiring.Component):
 
         # -- stage B: accept a request; read PMEM unless forwarding
         m.d.comb += [
-            self.pmem_rd.req.valid.eq(self.requests.valid & ~fwd & pending.w_rdy),
+            self.pmem_rd.req.valid.eq(requests.valid & ~fwd & pending.w_rdy),
             self.pmem_rd.req.payload.op.eq(LineOp.READ),
             self.pmem_rd.req.payload.addr.eq(req.addr),
             self.pmem_rd.wack.ready.eq(1),
-            self.requests.ready.eq(pending.w_rdy & (fwd | self.pmem_rd.req.ready)),
+            requests.ready.eq(pending.w_rdy & (fwd | self.pmem_rd.req.ready)),
         ]
-        accept = self.requests.valid & self.requests.ready
+        accept = requests.valid & requests.ready
         m.d.comb += pending.w_en.eq(accept)
         with m.If(accept):
             m.d.sync += [hist_addr[wpos].eq(req.addr), wpos.eq(wpos + 1)]
@@ -140,7 +155,7 @@ class RmwUnit(wiring.Component):
         # Written and not yet persistent: at most what the write-pending queue holds.
         unacked = Signal(range(cfg.pmem.wpq_depth + w + 1))
         m.d.sync += unacked.eq(unacked + written - self.pmem_wr.wack.valid)
-        m.d.comb += self.idle.eq(~pending.r_rdy & (pending.level == 0) & (unacked == 0))
+        m.d.comb += self.idle.eq(~held & ~pending.r_rdy & (pending.level == 0) & (unacked == 0))
         m.d.comb += self.forward_event.eq(written & head.fwd)
         m.d.sync += [
             self.lines.eq(self.lines + written),

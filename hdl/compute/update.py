@@ -227,9 +227,12 @@ class UpdateEngine(wiring.Component):
         abort = Signal()
         validate = Signal()
         m.d.comb += dp.scatter.validate.eq(validate)
+        # As in the lookup engine, the offsets' count comes from a register.
+        off_count = Signal(25)
+        m.d.sync += off_count.eq(desc.n_bags + 1)
         m.d.comb += [
             dp.bags.n_bags.eq(desc.n_bags), dp.bags.n_indices.eq(desc.n_indices),
-            dp.off_reader.addr.eq(desc.off_addr), dp.off_reader.count.eq(desc.n_bags + 1),
+            dp.off_reader.addr.eq(desc.off_addr), dp.off_reader.count.eq(off_count),
             dp.idx_reader.addr.eq(desc.idx_addr), dp.idx_reader.count.eq(desc.n_indices),
             dp.delta_reader.addr.eq(desc.vec_addr),
             dp.delta_reader.count.eq(desc.n_bags * cfg.lines_per_row),

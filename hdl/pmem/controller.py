@@ -197,7 +197,10 @@ class PmemController(wiring.Component):
         iss = Signal(issue_layout)
         issue_read = iss.valid
 
-        can_read = read_rate.ok & (inflight < cfg.read_depth)
+        # ``inflight < read_depth``, kept in a register of its own (compared
+        # with the next count) so that the arbitration starts at flip-flops.
+        read_room = Signal(init=1)
+        can_read = read_rate.ok & read_room
         if self._media_port:
             can_read &= rd.ready
         if registered:
@@ -313,7 +316,8 @@ class PmemController(wiring.Component):
                 with m.Case(i):
                     m.d.comb += rq_pop.eq(rq_due & p.rdata.ready)
         m.d.comb += rq.r_en.eq(rq_pop)
-        m.d.sync += inflight.eq(inflight + issue_read - rq_pop)
+        inflight_next = inflight + issue_read - rq_pop
+        m.d.sync += [inflight.eq(inflight_next), read_room.eq(inflight_next < cfg.read_depth)]
 
         # Enqueue writes.
         m.d.comb += [

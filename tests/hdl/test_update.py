@@ -101,9 +101,9 @@ def random_deltas(rng, n_bags, dim):
     return rng.integers(-2**20, 2**20, size=(n_bags, dim)).astype(np.int32)
 
 
-@pytest.mark.parametrize("dim", [16, 32])
-def test_update_with_heavy_duplication_matches_golden(dim):
-    cfg = cfg_for(dim=dim)
+@pytest.mark.parametrize("dim,registered", [(16, False), (32, False), (16, True)])
+def test_update_with_heavy_duplication_matches_golden(dim, registered):
+    cfg = cfg_for(dim=dim, registered=registered)
     rng = np.random.default_rng(4)
     tables = initial_tables(cfg, seed=2)
     batches = []
