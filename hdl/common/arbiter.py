@@ -40,26 +40,26 @@ class RoundRobin(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self._count
-        last = Signal(range(n), init=n - 1)
+        # The requesters after the last one served (none at first: the search
+        # starts at 0), kept as a mask so that it costs one gate a request.
+        after = Signal(n)
         req = self.requests
         m.d.comb += self.valid.eq(req.any())
 
-        # The first requester after ``last``, cyclically: the lowest request above
-        # ``last`` if there is one, else the lowest of all. ``x & -x`` isolates the
-        # lowest set bit through a carry chain, so the grant is a few logic levels
-        # deep, not a chain of ``n`` priority multiplexers (an FPGA's clock).
+        # The first requester after the last served, cyclically: the lowest
+        # request above it if there is one, else the lowest of all. ``x & -x``
+        # isolates the lowest set bit through a carry chain, so the grant is a
+        # few logic levels deep, not a chain of ``n`` priority multiplexers (an
+        # FPGA's clock).
         def lowest(x):
             return x & (~x + 1)[:n]
 
-        above = Signal(n)
-        with m.Switch(last):
-            for l in range(n):
-                with m.Case(l):
-                    m.d.comb += above.eq(req & (((1 << n) - 1) ^ ((1 << (l + 1)) - 1)))
+        above = req & after
         onehot = self.onehot
         m.d.comb += onehot.eq(Mux(above.any(), lowest(above), lowest(req)))
         for b in range(len(self.grant)):        # one-hot to binary: bit b is an OR
             m.d.comb += self.grant[b].eq(Cat(onehot[i] for i in range(n) if i >> b & 1).any())
         with m.If(self.advance & self.valid):
-            m.d.sync += last.eq(self.grant)
+            # Above the grant: neither the grant nor the bits below it.
+            m.d.sync += after.eq(~(onehot | (onehot - 1)[:n]))
         return m

@@ -90,10 +90,11 @@ class RmwUnit(wiring.Component):
         req = requests.payload
         hits = Signal(w)
         m.d.comb += hits.eq(Cat(hist_valid[k] & (hist_addr[k] == req.addr) for k in range(w)))
+        # At most one hit (older copies are invalidated): its position is the
+        # OR of the hit positions, two LUT levels instead of a priority chain.
         src = Signal(pbits)
-        for k in range(w):                  # at most one hit: older copies are invalidated
-            with m.If(hits[k]):
-                m.d.comb += src.eq(k)
+        for bit in range(pbits):
+            m.d.comb += src[bit].eq(Cat(hits[k] for k in range(w) if k >> bit & 1).any())
         fwd = hits.any()
 
         pend_layout = data.StructLayout({"addr": abits, "delta": LINE_BITS, "fwd": 1,

@@ -207,27 +207,29 @@ class PmemController(wiring.Component):
             # What the registers do not know yet is the request being issued:
             # a read waits for the cycle after it (the rate, the reads in
             # flight and the media queue then count it). A write slot is free
-            # while its hazard entry is.
+            # while its hazard entry is, as a register saw it in the cycle
+            # before: so a write, too, waits a cycle after a write.
             can_read &= ~issue_read
-            can_write = ~pend_valid.bit_select(wp, 1)
+            wrote = Signal()                # a write was taken in the cycle before
+            write_free = Signal()
+            m.d.sync += write_free.eq(~pend_valid.bit_select(wp, 1))
+            can_write = write_free & ~wrote
         else:
             can_write = wpq.w_rdy
         m.submodules.arb = arb = RoundRobin(n)
-        if registered:
-            # The hazard check leaves the arbitration path: each read's check
-            # is registered, made a cycle ahead against the writes pending now
-            # (one drained this cycle still counts: the read waits a cycle
-            # more). A read is not taken in the cycle after a write was, whose
-            # address the check did not see yet. A port holds its payload
-            # while it is offered and not taken (stream rule), so the
-            # registered check is for the read offered now: a read is
-            # eligible from its second cycle offered.
-            wrote = Signal()
         eligible = []
         for i, p in enumerate(ports):
             is_rd = p.req.payload.op == LineOp.READ
             addr = p.req.payload.addr[:abits]
             if registered:
+                # The hazard check leaves the arbitration path: each read's check
+                # is registered, made a cycle ahead against the writes pending now
+                # (one drained this cycle still counts: the read waits a cycle
+                # more). A read is not taken in the cycle after a write was, whose
+                # address the check did not see yet. A port holds its payload
+                # while it is offered and not taken (stream rule), so the
+                # registered check is for the read offered now: a read is
+                # eligible from its second cycle offered.
                 offered = Signal(name=f"offered{i}")
                 blocked = Signal(name=f"blocked{i}")
                 m.d.sync += [offered.eq(p.req.valid & ~p.req.ready), blocked.eq(hazard(addr))]
