@@ -164,7 +164,22 @@ class Device(wiring.Component):
             wiring.connect(m, wiring.flipped(self.cxl_mem), target.cxl)
             wiring.connect(m, wiring.flipped(self.cxl_cache), agent.cache)
 
-        wiring.connect(m, wiring.flipped(self.control), control.bus)
+        if cfg.register_slices:
+            # The host's register accesses reach the window, and its answers
+            # leave, through a slice each: the bridge's state and the window's
+            # decoding are two paths (an access takes two cycles more; the
+            # UART brings one every few hundred cycles at most).
+            bus = wiring.flipped(self.control)
+            m.submodules.control_req = req_slice = RegisterSlice(bus.req.payload.shape(),
+                                                                 cut_ready=True)
+            m.submodules.control_rsp = rsp_slice = RegisterSlice(bus.rsp.payload.shape(),
+                                                                 cut_ready=True)
+            wiring.connect(m, bus.req, req_slice.i)
+            wiring.connect(m, req_slice.o, control.bus.req)
+            wiring.connect(m, control.bus.rsp, rsp_slice.i)
+            wiring.connect(m, rsp_slice.o, bus.rsp)
+        else:
+            wiring.connect(m, wiring.flipped(self.control), control.bus)
         desc_held = C(0)
         if cfg.register_slices:
             # The doorbell queue's pop no longer waits on the engines' ready

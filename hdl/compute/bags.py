@@ -29,14 +29,14 @@ class BagSequencer(wiring.Component):
     With ``config.register_slices`` the offsets reach their checks, and the
     bags leave, through a register slice each (emptied by ``start``): the
     reader before, the checks and the consumer after are three timing paths,
-    not one.
+    not one. ``error`` then comes from a register, a cycle late.
 
     Members
     -------
     start : In(1)
         Pulse before a batch: the next offset is ``o[0]``.
     n_bags : In(24), n_indices : In(32)
-        Of the current batch; stable while it runs.
+        Of the current batch; stable from ``start`` on while it runs.
     offsets : In(stream.Signature(32))
     bags : Out(stream.Signature(bag_layout))
     error : Out(ErrorCode)
@@ -69,7 +69,7 @@ class BagSequencer(wiring.Component):
         first = Signal()
         prev = Signal(32)
         table = Signal(range(n_tables))
-        seen = Signal(24)
+        left = Signal(24)                   # bags still to come, the current one included
         length = offs.payload - prev
         check = Signal(ErrorCode)
         with m.If(first):
@@ -81,11 +81,16 @@ class BagSequencer(wiring.Component):
             m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
         with m.Elif(length > cfg.max_pooling):
             m.d.comb += check.eq(ErrorCode.POOLING)
-        with m.Elif((seen == self.n_bags - 1) & (offs.payload != self.n_indices)):
+        with m.Elif((left == 1) & (offs.payload != self.n_indices)):
             m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
         ok = check == ErrorCode.NONE
+        error = Mux(offs.valid, check, ErrorCode.NONE)
+        if cfg.register_slices:
+            # A failing offset stays at the head: the error may be told a cycle late.
+            m.d.sync += self.error.eq(Mux(self.start, ErrorCode.NONE, error))
+        else:
+            m.d.comb += self.error.eq(error)
         m.d.comb += [
-            self.error.eq(Mux(offs.valid, check, ErrorCode.NONE)),
             bags.valid.eq(offs.valid & ~first & ok),
             bags.payload.table.eq(table),
             bags.payload.length.eq(length),
@@ -94,8 +99,8 @@ class BagSequencer(wiring.Component):
         with m.If(offs.valid & offs.ready):
             m.d.sync += [prev.eq(offs.payload), first.eq(0)]
             with m.If(~first):
-                m.d.sync += [seen.eq(seen + 1),
+                m.d.sync += [left.eq(left - 1),
                              table.eq(Mux(table == n_tables - 1, 0, table + 1))]
         with m.If(self.start):
-            m.d.sync += [first.eq(1), prev.eq(0), table.eq(0), seen.eq(0)]
+            m.d.sync += [first.eq(1), prev.eq(0), table.eq(0), left.eq(self.n_bags)]
         return m
