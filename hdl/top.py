@@ -133,17 +133,19 @@ class Device(wiring.Component):
         if outside:
             wiring.connect(m, pmem.media_port, wiring.flipped(self.media))
         m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=len(cache_ports))
-        for name, ports, server in (("pmem", pmem_ports, pmem), ("cache", cache_ports, agent)):
-            for k, client in enumerate(ports):
-                port = getattr(server, f"port{k}")
-                if cfg.register_slices:
-                    # Ready is cut as well: the arbiters' grant logic ends at
-                    # the slice instead of running on into every engine.
-                    cut = LinePortSlice(port.signature.flip(), cut_ready=True)
-                    m.submodules[f"{name}_slice{k}"] = cut
-                    wiring.connect(m, client, cut.up)
-                    client = cut.down
-                wiring.connect(m, client, port)
+        for k, client in enumerate(pmem_ports):
+            # With register slices the controller puts its own slice on each port.
+            wiring.connect(m, client, getattr(pmem, f"port{k}"))
+        for k, client in enumerate(cache_ports):
+            port = getattr(agent, f"port{k}")
+            if cfg.register_slices:
+                # Ready is cut as well: the agent's grant logic ends at the
+                # slice instead of running on into every engine.
+                cut = LinePortSlice(port.signature.flip(), cut_ready=True)
+                m.submodules[f"cache_slice{k}"] = cut
+                wiring.connect(m, client, cut.up)
+                client = cut.down
+            wiring.connect(m, client, port)
 
         if has_link:
             # Every CXL.mem and CXL.cache message crosses the link model.

@@ -12,6 +12,7 @@ from ..common.arbiter import RoundRobin
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.ram import Ram
 from ..common.rate import RateLimiter
+from ..common.register_slice import RegisterSlice
 
 __all__ = ["PmemController", "REGIONS"]
 
@@ -44,10 +45,13 @@ class PmemController(wiring.Component):
       ``pmem.read_depth`` reads in flight; its data returns ``read_latency``
       cycles after acceptance, in acceptance order. A read of a line that has
       a write pending waits until that write reached the media, so reads
-      always see the newest accepted write. (With ``register_slices`` that
-      check is registered, and a read is served from its second cycle offered;
-      a read taken is issued from a register in the next cycle, and no read is
-      taken in the cycle after a read or a write was.)
+      always see the newest accepted write. (With ``register_slices`` every
+      port's requests enter through a slice that cuts ``ready``; the check is
+      registered, and a read is served from its second cycle offered; a read
+      taken is issued from a register in the next cycle, a write enters the
+      WPQ in the next cycle, and no request is taken in the cycle after a
+      write was, nor a read in the cycle after a read. The latencies still
+      count from the take at the port.)
     * A write is accepted into the write-pending queue (WPQ) when there is
       room. It leaves the queue for the media no earlier than
       ``write_latency`` cycles later, at most at ``pmem.write_rate``, and only
@@ -138,8 +142,21 @@ class PmemController(wiring.Component):
         m = Module()
         cfg = self._config.pmem
         n = self._n_ports
-        ports = self.ports
         abits = self._config.media_addr_bits
+        registered = self._config.register_slices
+        ports = self.ports
+        if registered:
+            # Requests enter through a slice each that cuts ``ready`` too: the
+            # arbitration starts and ends at registers, and a request taken
+            # stays in its slice for the cycle after (the slice takes the next
+            # one only once empty), which the write into the WPQ relies on.
+            inner = []
+            for i, p in enumerate(ports):
+                m.submodules[f"slice{i}"] = cut = RegisterSlice(p.req.payload.shape(),
+                                                                cut_ready=True)
+                wiring.connect(m, wiring.flipped(p.req), cut.i)
+                inner.append(SimpleNamespace(req=cut.o, rdata=p.rdata, wack=p.wack))
+            ports = inner
         client_bits = max(1, (n - 1).bit_length())
 
         if self._media_port:
@@ -152,8 +169,6 @@ class PmemController(wiring.Component):
 
         m.submodules.read_rate = read_rate = RateLimiter(*cfg.read_rate)
         m.submodules.write_rate = write_rate = RateLimiter(*cfg.write_rate)
-
-        registered = self._config.register_slices
 
         # -- write-pending queue: payload in a FIFO, addresses mirrored for hazard checks
         wpq_layout = data.StructLayout({
@@ -301,10 +316,11 @@ class PmemController(wiring.Component):
                 rq.w_en.eq(rd_pending),
             ]
 
-        # Release reads in order once their latency has passed (counted from
-        # acceptance, a cycle before the issue when registered).
+        # Release reads in order once their latency has passed, counted from
+        # the take at the port: registered, the slice, the hazard check and the
+        # issue register are three cycles of it (which are also its floor).
         rq_pop = Signal()
-        read_aged = _aged(m, "read", issue_read, rq_pop, cfg.read_latency - registered,
+        read_aged = _aged(m, "read", issue_read, rq_pop, max(2, cfg.read_latency - 3 * registered),
                           cfg.read_depth)
         rq_due = rq.r_rdy & read_aged
         for i, p in enumerate(ports):
@@ -321,11 +337,25 @@ class PmemController(wiring.Component):
         inflight_next = inflight + issue_read - rq_pop
         m.d.sync += [inflight.eq(inflight_next), read_room.eq(inflight_next < cfg.read_depth)]
 
-        # Enqueue writes.
+        # Enqueue writes. Registered, a write enters the WPQ in the cycle after
+        # it was taken, from its slice (which still holds it) through a
+        # multiplexer set by a registered grant: the arbitration no longer
+        # runs into the WPQ's storage, nor its grant into 600 multiplexers.
+        if registered:
+            enqueue = Signal()
+            w_client = Signal.like(arb.grant)
+            w_sel = Signal.like(sel)
+            m.d.sync += [enqueue.eq(issue_write), w_client.eq(arb.grant)]
+            with m.Switch(w_client):
+                for i, p in enumerate(ports):
+                    with m.Case(i):
+                        m.d.comb += w_sel.eq(p.req.payload)
+        else:
+            enqueue, w_client, w_sel = issue_write, arb.grant, sel
         m.d.comb += [
-            wpq_in.addr.eq(sel.addr[:abits]), wpq_in.data.eq(sel.data), wpq_in.be.eq(sel.be),
-            wpq_in.tag.eq(sel.tag), wpq_in.client.eq(arb.grant),
-            wpq.w_en.eq(issue_write),
+            wpq_in.addr.eq(w_sel.addr[:abits]), wpq_in.data.eq(w_sel.data),
+            wpq_in.be.eq(w_sel.be), wpq_in.tag.eq(w_sel.tag), wpq_in.client.eq(w_client),
+            wpq.w_en.eq(enqueue),
         ]
         with m.If(issue_write):
             m.d.sync += [pend_addr[wp].eq(sel.addr[:abits]), wp.eq(wp + 1)]
@@ -339,7 +369,9 @@ class PmemController(wiring.Component):
         # The ack's valid must not depend on its ready: offer it whenever the
         # head is due and a write slot is free, drain when it is taken.
         drain = Signal()
-        due = (wpq.r_rdy & _aged(m, "write", issue_write, drain, cfg.write_latency, cfg.wpq_depth)
+        # A write's latency too counts from the port (registered, its slice is a cycle of it).
+        due = (wpq.r_rdy
+               & _aged(m, "write", issue_write, drain, cfg.write_latency - registered, cfg.wpq_depth)
                & write_rate.ok)
         if self._media_port:
             # One request a cycle into the media's queue: a write leaving takes the
