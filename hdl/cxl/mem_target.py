@@ -238,12 +238,20 @@ class CxlMemTarget(wiring.Component):
         wiring.connect(m, drs.o, wiring.flipped(cxl.s2m_drs))
 
         # NDR: persistence completions or immediate ones.
+        wack = self.pmem.wack
+        if cfg.register_slices:
+            # The PMEM controller drains a write only as its ack is taken: the
+            # ack enters a slice whose ready is a register, so the drain does
+            # not wait on the merge towards the host.
+            m.submodules.wack_slice = wack_slice = RegisterSlice(wack.payload.shape(),
+                                                                 cut_ready=True)
+            wiring.connect(m, wiring.flipped(self.pmem.wack), wack_slice.i)
+            wack = wack_slice.o
         m.submodules.ndr = ndr = StreamMerge(cxl.s2m_ndr.payload.shape(), 2)
         m.d.comb += [
-            ndr.i0.valid.eq(self.pmem.wack.valid), self.pmem.wack.ready.eq(ndr.i0.ready),
-            ndr.i0.payload.opcode.eq(Mux(self.pmem.wack.payload.err,
-                                         S2MNdrOpcode.CmpErr, S2MNdrOpcode.Cmp)),
-            ndr.i0.payload.tag.eq(self.pmem.wack.payload.tag),
+            ndr.i0.valid.eq(wack.valid), wack.ready.eq(ndr.i0.ready),
+            ndr.i0.payload.opcode.eq(Mux(wack.payload.err, S2MNdrOpcode.CmpErr, S2MNdrOpcode.Cmp)),
+            ndr.i0.payload.tag.eq(wack.payload.tag),
             ndr.i1.valid.eq(now_ndr.r_rdy), now_ndr.r_en.eq(ndr.i1.ready),
             ndr.i1.payload.eq(now_ndr.r_data),
         ]
