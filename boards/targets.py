@@ -47,9 +47,9 @@ BOARDS = {
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
                    # The oscillator's 25 MHz, which the device with its SDRAM media
-                   # meets with routing for congestion only at seeds 1 and 2 (26.4,
-                   # 25.8 MHz), not at seed 3 (20.5 MHz). Timing-driven placement at 50 MHz (--clock-mhz 50)
-                   # estimated 20 MHz after placement and router2 then diverged
+                   # meets with routing for congestion only at seeds 1, 2 and 3
+                   # (29.1, 28.8, 28.5 MHz). Timing-driven placement and routing
+                   # (--timing-driven) made router2 diverge, at 50 MHz and at 25
                    # (docs/boards.md).
                    placer="static", nextpnr_opts=("--no-tmdriv",)),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
