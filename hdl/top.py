@@ -16,8 +16,7 @@ from .cxl.link import CxlLink
 from .cxl.mem_target import CxlMemTarget
 from .cxl.messages import CxlCacheSignature, CxlMemSignature
 from .common.absent import AbsentEngine
-from trainingcxl.spec.descriptors import descriptor_layout
-from .common.register_slice import LinePortSlice, RegisterSlice
+from .common.register_slice import LinePortSlice, through_slice
 from .dispatch import Dispatcher
 from .common.line_port import LinePortSignature
 from .pmem.controller import PmemController
@@ -172,14 +171,10 @@ class Device(wiring.Component):
             # decoding are two paths (an access takes two cycles more; the
             # UART brings one every few hundred cycles at most).
             bus = wiring.flipped(self.control)
-            m.submodules.control_req = req_slice = RegisterSlice(bus.req.payload.shape(),
-                                                                 cut_ready=True)
-            m.submodules.control_rsp = rsp_slice = RegisterSlice(bus.rsp.payload.shape(),
-                                                                 cut_ready=True)
-            wiring.connect(m, bus.req, req_slice.i)
-            wiring.connect(m, req_slice.o, control.bus.req)
-            wiring.connect(m, control.bus.rsp, rsp_slice.i)
-            wiring.connect(m, rsp_slice.o, bus.rsp)
+            wiring.connect(m, through_slice(m, "control_req", bus.req, cut_ready=True),
+                           control.bus.req)
+            wiring.connect(m, through_slice(m, "control_rsp", control.bus.rsp, cut_ready=True),
+                           bus.rsp)
         else:
             wiring.connect(m, wiring.flipped(self.control), control.bus)
         desc_held = C(0)
@@ -187,11 +182,9 @@ class Device(wiring.Component):
             # The doorbell queue's pop no longer waits on the engines' ready
             # through the dispatcher's checks: a descriptor moves at most every
             # other cycle, far more often than batches come.
-            m.submodules.desc_slice = desc_slice = RegisterSlice(
-                descriptor_layout(cfg), cut_ready=True)
-            wiring.connect(m, control.desc, desc_slice.i)
-            wiring.connect(m, desc_slice.o, dispatch.desc)
-            desc_held = desc_slice.o.valid
+            desc = through_slice(m, "desc_slice", control.desc, cut_ready=True)
+            wiring.connect(m, desc, dispatch.desc)
+            desc_held = desc.valid
         else:
             wiring.connect(m, control.desc, dispatch.desc)
         wiring.connect(m, dispatch.lookup, lookup.desc)

@@ -2,12 +2,13 @@
 when ``ready`` is cut too)."""
 
 from amaranth import *
+from amaranth.hdl import ResetInserter
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .line_port import LinePortSignature
 
-__all__ = ["RegisterSlice", "LinePortSlice"]
+__all__ = ["RegisterSlice", "LinePortSlice", "through_slice"]
 
 
 class RegisterSlice(wiring.Component):
@@ -52,6 +53,17 @@ class RegisterSlice(wiring.Component):
         return m
 
 
+def through_slice(m, name, source, *, cut_ready=False, reset=None):
+    """Pass the stream ``source`` (its ``valid`` driven by what ``m`` sees as
+    the producer) through a :class:`RegisterSlice` added to ``m`` as ``name``;
+    returns the slice's output stream. ``reset``, when given, empties the
+    slice."""
+    cut = RegisterSlice(source.payload.shape(), cut_ready=cut_ready)
+    m.submodules[name] = cut if reset is None else ResetInserter(reset)(cut)
+    wiring.connect(m, source, cut.i)
+    return cut.o
+
+
 class LinePortSlice(wiring.Component):
     """A :class:`RegisterSlice` on the request stream of a line port; responses pass
     through unchanged. ``cut_ready`` is the slice's (see :class:`RegisterSlice`).
@@ -72,10 +84,8 @@ class LinePortSlice(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.req = req = RegisterSlice(self.up.req.payload.shape(),
-                                                cut_ready=self._cut_ready)
-        wiring.connect(m, wiring.flipped(self.up.req), req.i)
-        wiring.connect(m, req.o, wiring.flipped(self.down.req))
+        req = through_slice(m, "req", wiring.flipped(self.up.req), cut_ready=self._cut_ready)
+        wiring.connect(m, req, wiring.flipped(self.down.req))
         wiring.connect(m, wiring.flipped(self.down.rdata), wiring.flipped(self.up.rdata))
         wiring.connect(m, wiring.flipped(self.down.wack), wiring.flipped(self.up.wack))
         return m

@@ -1,12 +1,11 @@
 """Turns a batch's CSR offsets into one (table, length) per bag, checking them on the way."""
 
 from amaranth import *
-from amaranth.hdl import ResetInserter
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.descriptors import ErrorCode
-from ..common.register_slice import RegisterSlice
+from ..common.register_slice import through_slice
 
 __all__ = ["bag_layout", "BagSequencer"]
 
@@ -59,12 +58,10 @@ class BagSequencer(wiring.Component):
         n_tables = cfg.n_tables
         offs, bags = self.offsets, self.bags
         if cfg.register_slices:
-            m.submodules.offset_slice = offset_slice = ResetInserter(self.start)(RegisterSlice(32))
-            m.submodules.bag_slice = bag_slice = ResetInserter(self.start)(
-                RegisterSlice(bag_layout(cfg)))
-            wiring.connect(m, wiring.flipped(self.offsets), offset_slice.i)
-            wiring.connect(m, wiring.flipped(self.bags), bag_slice.o)
-            offs, bags = offset_slice.o, bag_slice.i
+            offs = through_slice(m, "offset_slice", wiring.flipped(self.offsets), reset=self.start)
+            bags = stream.Signature(bag_layout(cfg)).create()
+            wiring.connect(m, through_slice(m, "bag_slice", bags, reset=self.start),
+                           wiring.flipped(self.bags))
 
         first = Signal()
         prev = Signal(32)

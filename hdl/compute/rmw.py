@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
-from ..common.register_slice import RegisterSlice
+from ..common.register_slice import through_slice
 
 __all__ = ["rmw_layout", "RmwUnit"]
 
@@ -82,10 +82,8 @@ class RmwUnit(wiring.Component):
         requests = self.requests
         held = C(0)                         # a request taken, not yet accepted
         if cfg.register_slices:
-            m.submodules.request_slice = request_slice = RegisterSlice(rmw_layout(cfg),
-                                                                       cut_ready=True)
-            wiring.connect(m, wiring.flipped(self.requests), request_slice.i)
-            requests = request_slice.o
+            requests = through_slice(m, "request_slice", wiring.flipped(self.requests),
+                                     cut_ready=True)
             held = requests.valid
         req = requests.payload
         hits = Signal(w)

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
-from ..common.register_slice import RegisterSlice
+from ..common.register_slice import through_slice
 from .messages import (ADDR_BITS, TAG_BITS, CxlMemSignature, M2SReqOpcode, M2SRwDOpcode,
                        S2MDrsOpcode, S2MNdrOpcode)
 
@@ -126,9 +126,7 @@ class CxlMemTarget(wiring.Component):
             # Decode from registers: the host's valid does not reach the PMEM arbiter,
             # and the decode does not reach back into the merge and the host (a
             # request every other cycle at most, far more than a board's link).
-            m.submodules.cut = cut = RegisterSlice(_Unified, cut_ready=True)
-            wiring.connect(m, merge.o, cut.i)
-            head = cut.o
+            head = through_slice(m, "cut", merge.o, cut_ready=True)
         r = head.payload
 
         # Decode.
@@ -243,10 +241,7 @@ class CxlMemTarget(wiring.Component):
             # The PMEM controller drains a write only as its ack is taken: the
             # ack enters a slice whose ready is a register, so the drain does
             # not wait on the merge towards the host.
-            m.submodules.wack_slice = wack_slice = RegisterSlice(wack.payload.shape(),
-                                                                 cut_ready=True)
-            wiring.connect(m, wiring.flipped(self.pmem.wack), wack_slice.i)
-            wack = wack_slice.o
+            wack = through_slice(m, "wack_slice", wiring.flipped(wack), cut_ready=True)
         m.submodules.ndr = ndr = StreamMerge(cxl.s2m_ndr.payload.shape(), 2)
         m.d.comb += [
             ndr.i0.valid.eq(wack.valid), wack.ready.eq(ndr.i0.ready),

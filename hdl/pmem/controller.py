@@ -12,7 +12,7 @@ from ..common.arbiter import RoundRobin
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.ram import Ram
 from ..common.rate import RateLimiter
-from ..common.register_slice import RegisterSlice
+from ..common.register_slice import through_slice
 
 __all__ = ["PmemController", "REGIONS"]
 
@@ -152,10 +152,8 @@ class PmemController(wiring.Component):
             # one only once empty), which the write into the WPQ relies on.
             inner = []
             for i, p in enumerate(ports):
-                m.submodules[f"slice{i}"] = cut = RegisterSlice(p.req.payload.shape(),
-                                                                cut_ready=True)
-                wiring.connect(m, wiring.flipped(p.req), cut.i)
-                inner.append(SimpleNamespace(req=cut.o, rdata=p.rdata, wack=p.wack))
+                req = through_slice(m, f"slice{i}", wiring.flipped(p.req), cut_ready=True)
+                inner.append(SimpleNamespace(req=req, rdata=p.rdata, wack=p.wack))
             ports = inner
         client_bits = max(1, (n - 1).bit_length())
 
