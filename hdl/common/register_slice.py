@@ -27,6 +27,10 @@ class RegisterSlice(wiring.Component):
     only when it is empty, one every other cycle at most. (A skid buffer would
     keep the rate at the cost of a second payload register.)
 
+    A payload taken from ``o`` therefore stays in the register for the cycle
+    after (with ``o.valid`` low), which the PMEM controller's write into its
+    queue relies on.
+
     Members
     -------
     i : In(stream.Signature(shape))
