@@ -46,8 +46,10 @@ class Dispatcher(wiring.Component):
       ``UPDATE`` after it is refused.
 
     With ``register_slices`` the descriptor's compares with the lookups
-    remembered and with ``committed`` are registered: a descriptor is offered
-    from its second cycle at the head in ``IDLE``.
+    remembered and with ``committed``, and ``hold_lookup``, are registered: a
+    descriptor is offered from its second cycle at the head in ``IDLE``. (A
+    hold seen a cycle late is the same as a snapshot that lagged a cycle
+    later: the newest commit moves only while a checkpoint descriptor runs.)
 
     Members
     -------
@@ -102,6 +104,7 @@ class Dispatcher(wiring.Component):
                      & (mine.idx_addr == d.idx_addr) & (mine.off_addr == d.off_addr)),
             "of_batch": seen_valid.bit_select(d.batch[0], 1) & (mine.batch == d.batch),
             "at_or_before": self.committed_valid & (d.batch <= self.committed),
+            "hold": self.hold_lookup,
         }
         settled = C(1)
         if self._config.register_slices:
@@ -145,7 +148,7 @@ class Dispatcher(wiring.Component):
             m.d.comb += fresh_refuse.eq(ErrorCode.NOT_LOGGED)
         with m.Elif(~(lookup_ops | ckpt_ops | is_update)):
             m.d.comb += fresh_refuse.eq(ErrorCode.BAD_OP)
-        held = self.hold_lookup & (d.op == Op.LOOKUP)
+        held = compares["hold"] & (d.op == Op.LOOKUP)
         barrier = is_update & self.logging & ~self.log_drained & (fresh_refuse == ErrorCode.NONE)
         fresh = Cat(lookup_ops & ~held & (fresh_refuse == ErrorCode.NONE),
                     is_update & ~barrier & (fresh_refuse == ErrorCode.NONE),

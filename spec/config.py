@@ -463,12 +463,14 @@ class Config:
         hazard check, recovery's verdict on each line it reads, and the undo
         logger's stamp check (a row's first read waits a cycle more), the
         update engine's question whether a row was logged
-        (:attr:`log_query_latency`), the PMEM controller's issue of the
-        request it took and whether a write slot is free, the update's
-        read-modify-write requests, the bag checks' error, the checkpoint
-        engine's restart of the logger and its durable batch, and the host's
-        register accesses (docs/design-notes.md lists them all). Off in the
-        simulation presets, so their cycle counts stay comparable.
+        (:attr:`log_query_latency`) and its answers to the lookup, the PMEM
+        controller's issue of the request it took and whether a write slot is
+        free, the update's read-modify-write requests and their history
+        check, the bag checks, the CXL.mem target's decode and responses, the
+        CXL.cache agent's requests and answers, the checkpoint engine's
+        restart of the logger and its durable batch, and the host's register
+        accesses (docs/design-notes.md lists them all). Off in the simulation
+        presets, so their cycle counts stay comparable.
     gpu_window : bool
         The control window checks every array a descriptor names against the
         GPU window (``GPU_BASE``, ``GPU_LIMIT``; ``OUT_OF_WINDOW``). Off only

@@ -208,13 +208,32 @@ class UndoLogger(wiring.Component):
         c_head = Signal(32)             # groups claimed: in the ring, open, or due for queued rows
         tail = Signal(32)               # the oldest live group
         closing = Signal()              # the writer closes the open group now
-        joins = c_open & (c_batch == tap.batch) & (c_fill != GROUP_RECORDS) & ~closing
         at_cap = (c_head - tail) >= groups
         pop_due = Signal()
+        if cfg.register_slices:
+            # The answers to the lookup start at registers. ``c_batch ==
+            # tap.batch`` is compared a cycle ahead (the claim of a new group
+            # makes it true); ``room`` and ``full`` say what held a cycle
+            # before, so neither is given in the cycle after a take (the
+            # lookup's stage takes a row every other cycle at most) nor in the
+            # first cycle of a lookup (its batch has just changed). A group
+            # closes only while no lookup runs, when no row is taken.
+            c_same = Signal()
+            m.d.sync += c_same.eq(Mux(tap.take, 1, c_batch == tap.batch))
+            joins = c_open & c_same & (c_fill != GROUP_RECORDS)
+            ran = Signal()              # a lookup ran in the cycle before
+            room, full = Signal(), Signal()
+            steady = ran & ~self.flush & ~tap.take & ~self.restart
+            m.d.sync += [ran.eq(~self.flush),
+                         room.eq(steady & row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold),
+                         full.eq(steady & ~joins & at_cap & ~pop_due)]
+        else:
+            joins = c_open & (c_batch == tap.batch) & (c_fill != GROUP_RECORDS) & ~closing
+            room = row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold
+            full = ~joins & at_cap & ~pop_due
         m.d.comb += [
             tap.need.eq(self.enable & stamps.need), tap.known.eq(stamps.known),
-            tap.room.eq(row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold),
-            tap.full.eq(~joins & at_cap & ~pop_due),
+            tap.room.eq(room), tap.full.eq(full),
             row_q.w_data.eq(Cat(tap.addr, tap.batch, ~joins)),
             row_q.w_en.eq(tap.take),
             buf.w_data.eq(tap.lines.payload),
@@ -281,11 +300,23 @@ class UndoLogger(wiring.Component):
         m.d.comb += quiet.eq(idle & (row_q.level == 0) & (buf.level == 0) & (outstanding == 0)
                              & ~tap.take & ~tap.lines.valid)
 
+        # Whether the row at the head starts a batch the boundaries do not know.
+        # With register slices the compare is registered and a row waits a
+        # cycle at the head for it: the row stays put until it is taken, and
+        # ``bnd_last`` moves only when a row is taken.
+        differs = Signal()
+        looked = Signal(init=1)
+        if cfg.register_slices:
+            m.d.sync += [differs.eq(row.batch != bnd_last),
+                         looked.eq(row_q.r_rdy & ~row_q.r_en)]
+        else:
+            m.d.comb += differs.eq(row.batch != bnd_last)
+
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += idle.eq(1)
-                new_batch = (bnd_n == 0) | (row.batch != bnd_last)
-                can = row_q.r_rdy & ~(row.first & new_batch & (bnd_n == _BOUNDARIES))
+                new_batch = (bnd_n == 0) | differs
+                can = row_q.r_rdy & looked & ~(row.first & new_batch & (bnd_n == _BOUNDARIES))
                 with m.If(self.restart):
                     pass
                 with m.Elif(row_q.r_rdy & row.first & w_open):
@@ -368,10 +399,15 @@ class UndoLogger(wiring.Component):
         # -- reclaim: the oldest batch's groups are free once it is durable. The open
         # group stays pinned: its slot is written again when it closes.
         pop = Signal()
-        m.d.comb += [
-            pop_due.eq((bnd_n != 0) & self.durable_valid & (bnd_batch[0] <= self.durable)),
-            pop.eq(pop_due & ((bnd_n > 1) | idle)),
-        ]
+        m.d.comb += pop_due.eq((bnd_n != 0) & self.durable_valid & (bnd_batch[0] <= self.durable))
+        if cfg.register_slices:
+            # The oldest boundary is popped a cycle after it was found durable
+            # (a reclaim a cycle later), not again before it is checked again.
+            popping = Signal()
+            m.d.sync += popping.eq(pop_due & ~pop & ~self.restart)
+        else:
+            popping = pop_due
+        m.d.comb += pop.eq(popping & ((bnd_n > 1) | idle))
         with m.If(pop):
             m.d.sync += [tail.eq(Mux(bnd_n > 1, bnd_group[1], g_head - w_open)),
                          tail_lsn.eq(Mux(bnd_n > 1, bnd_lsn[1], Mux(w_open, w_group.lsn, head)))]

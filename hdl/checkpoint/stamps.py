@@ -56,7 +56,8 @@ class RowStamps(wiring.Component):
     -------
     peek : In(1), peek_addr : In(addr_bits)
     gen : In(16), batch : In(32)
-        The (generation, batch) rows are checked and stamped for.
+        The (generation, batch) rows are checked and stamped for (with
+        ``registered`` and epoch stamps: as they were the cycle before).
     need : Out(1)
         The row peeked last has no stamp of (``gen``, ``batch``), as its stamp was
         when peeked (answered from the cycle after the peek on).
@@ -164,9 +165,23 @@ class RowStamps(wiring.Component):
 
         epoch = Signal(bits)            # 0 until the first stamp
         key = Signal(48)                # the (generation, batch) ``epoch`` stands for
-        now = Cat(self.batch, self.gen)
-        same = (key == now) & (epoch != 0)
         nxt = Mux(epoch == period, 1, epoch + 1)
+        if self._registered:
+            # (generation, batch) are taken a cycle late, and whether ``key``
+            # stands for them is a register (exact for the copy): the stamp
+            # checks and the epoch's move start at flip-flops. A row is
+            # therefore checked and stamped for the (generation, batch) of the
+            # cycle before; they change only between lookups.
+            now = Signal(48)
+            same = Signal()
+            m.d.sync += now.eq(Cat(self.batch, self.gen))
+            moving = self.write & ~same
+            m.d.sync += same.eq(Mux(moving, now == Cat(self.batch, self.gen),
+                                    (key == Cat(self.batch, self.gen)) & (epoch != 0)))
+        else:
+            now = Cat(self.batch, self.gen)
+            same = (key == now) & (epoch != 0)
+            moving = self.write & ~same     # this write moves the epoch on
 
         def age(e):
             d = Signal(bits + 1)
@@ -178,7 +193,6 @@ class RowStamps(wiring.Component):
         cursor = Signal(abits)
         last_addr = depth - 1
         sweep_start = Signal(bits)
-        moving = self.write & ~same     # this write moves the epoch on
         m.d.comb += self.hold.eq(clearing | (~same & (epoch != 0)
                                              & (age(sweep_start) >= sweep_epochs(bits))))
         with m.If(moving):

@@ -58,7 +58,8 @@ class BagSequencer(wiring.Component):
         n_tables = cfg.n_tables
         offs, bags = self.offsets, self.bags
         if cfg.register_slices:
-            offs = through_slice(m, "offset_slice", wiring.flipped(self.offsets), reset=self.start)
+            offs = through_slice(m, "offset_slice", wiring.flipped(self.offsets), cut_ready=True,
+                                 reset=self.start)
             bags = stream.Signature(bag_layout(cfg)).create()
             wiring.connect(m, through_slice(m, "bag_slice", bags, reset=self.start),
                            wiring.flipped(self.bags))
@@ -67,19 +68,34 @@ class BagSequencer(wiring.Component):
         prev = Signal(32)
         table = Signal(range(n_tables))
         left = Signal(24)                   # bags still to come, the current one included
-        length = offs.payload - prev
-        check = Signal(ErrorCode)
-        with m.If(first):
-            with m.If(offs.payload != 0):
+
+        def checked(offset):
+            """The check of ``offset`` as the next offset, and its bag's length."""
+            length = Signal(32)
+            check = Signal(ErrorCode)
+            m.d.comb += length.eq(offset - prev)
+            with m.If(first):
+                with m.If(offset != 0):
+                    m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
+            with m.Elif((offset < prev) | (offset > self.n_indices)):
+                # Every offset is checked against n_indices, not just the last: a bag
+                # reaching past the indices would wait forever for words never read.
                 m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
-        with m.Elif((offs.payload < prev) | (offs.payload > self.n_indices)):
-            # Every offset is checked against n_indices, not just the last: a bag
-            # reaching past the indices would wait forever for words never read.
-            m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
-        with m.Elif(length > cfg.max_pooling):
-            m.d.comb += check.eq(ErrorCode.POOLING)
-        with m.Elif((left == 1) & (offs.payload != self.n_indices)):
-            m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
+            with m.Elif(length > cfg.max_pooling):
+                m.d.comb += check.eq(ErrorCode.POOLING)
+            with m.Elif((left == 1) & (offset != self.n_indices)):
+                m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
+            return check, length
+
+        check, length = Signal(ErrorCode), Signal(32)
+        if cfg.register_slices:
+            # Checked as the offset enters its slice, and held with it: the
+            # state the check reads moves only when an offset leaves the
+            # slice, which is empty then (it cuts ``ready``).
+            with m.If(~offs.valid):
+                m.d.sync += Cat(check, length).eq(Cat(*checked(self.offsets.payload)))
+        else:
+            m.d.comb += Cat(check, length).eq(Cat(*checked(offs.payload)))
         ok = check == ErrorCode.NONE
         error = Mux(offs.valid, check, ErrorCode.NONE)
         if cfg.register_slices:

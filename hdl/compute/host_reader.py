@@ -133,11 +133,17 @@ class HostWordReader(wiring.Component):
     A :class:`HostLineReader` and an unpacker: word 0 of a line is its low 32 bits.
     Members are those of :class:`HostLineReader`, with ``words`` instead of
     ``lines`` and ``count`` in words.
+
+    With ``registered`` the next line is loaded only once the current one is
+    empty, not in the cycle its last word leaves: the load of the 512-bit line
+    register then no longer waits on the consumer's ``ready``, at the price of
+    a cycle between lines.
     """
 
-    def __init__(self, *, window, count_bits):
+    def __init__(self, *, window, count_bits, registered=False):
         self._window = window
         self._count_bits = count_bits
+        self._registered = registered
         super().__init__(_reader_members(window, count_bits, "words", 32))
 
     def elaborate(self, platform):
@@ -159,9 +165,11 @@ class HostWordReader(wiring.Component):
             self.words.payload.eq(cur.word_select(cur_index, 32)),
         ]
         word_fire = self.words.valid & self.words.ready
-        # Load the next line when cur is empty or its last word leaves now.
-        m.d.comb += lines.lines.ready.eq(((cur_left == 0) | (word_fire & (cur_left == 1)))
-                                         & (words_left != 0))
+        # Load the next line when cur is empty or (unregistered) its last word leaves now.
+        empty = cur_left == 0
+        if not self._registered:
+            empty |= word_fire & (cur_left == 1)
+        m.d.comb += lines.lines.ready.eq(empty & (words_left != 0))
         load = lines.lines.valid & lines.lines.ready
         with m.If(word_fire):
             m.d.sync += [cur_left.eq(cur_left - 1), cur_index.eq(cur_index + 1),

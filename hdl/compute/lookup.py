@@ -23,8 +23,10 @@ class _Datapath(Elaboratable):
     """Readers, gather, pooler and writer, wired; reset as one between descriptors."""
 
     def __init__(self, config, pmem_tag_bits):
-        self.off_reader = HostWordReader(window=config.host_window, count_bits=25)
-        self.idx_reader = HostWordReader(window=config.host_window, count_bits=32)
+        self.off_reader = HostWordReader(window=config.host_window, count_bits=25,
+                                         registered=config.register_slices)
+        self.idx_reader = HostWordReader(window=config.host_window, count_bits=32,
+                                         registered=config.register_slices)
         self.gather = RowGather(config, tag_bits=pmem_tag_bits)
         self.pool = SumPool(config, rdata_shape=self.gather.pmem.rdata.payload.shape())
         self.writer = VectorWriter(config)
@@ -173,7 +175,12 @@ class LookupEngine(wiring.Component):
         stage_valid = Signal()
         stage = Signal.like(pre)
         stage_fire = self.pmem.req.valid & self.pmem.req.ready
-        m.d.comb += [pre_ready.eq(~stage_valid | stage_fire),
+        # With register slices the stage takes a request only once empty (a
+        # request every other cycle, more than the boards' PMEM reads): the
+        # logger's answer and PMEM's ready then stop at the stage, instead of
+        # running on into the gather.
+        m.d.comb += [pre_ready.eq(~stage_valid if cfg.register_slices
+                                  else ~stage_valid | stage_fire),
                      log.peek.eq(pre_valid & pre_ready), log.peek_addr.eq(pre.addr)]
         with m.If(pre_valid & pre_ready):
             m.d.sync += [stage_valid.eq(1), stage.eq(pre)]

@@ -30,10 +30,10 @@ class RmwUnit(wiring.Component):
     read-after-write check then orders the read after it.
 
     With ``config.register_slices`` requests enter through a register slice
-    that cuts ``ready`` too: the history check starts at a register and ends
-    there, instead of running back through the scatter into the index
-    reader. It takes a request every other cycle, as often as the boards'
-    PMEM controller takes a read.
+    that cuts ``ready`` too, and are compared with the history as they enter
+    it: neither the compare nor the arbitration after it runs back through
+    the scatter into the index reader. It takes a request every other cycle,
+    as often as the boards' PMEM controller takes a read.
 
     Members
     -------
@@ -87,7 +87,15 @@ class RmwUnit(wiring.Component):
             held = requests.valid
         req = requests.payload
         hits = Signal(w)
-        m.d.comb += hits.eq(Cat(hist_valid[k] & (hist_addr[k] == req.addr) for k in range(w)))
+        if cfg.register_slices:
+            # The compare with the history is made as the request enters the
+            # slice, and held with it: the history moves only when a request
+            # leaves the slice, which is empty then (it cuts ``ready``).
+            with m.If(~held):
+                m.d.sync += hits.eq(Cat(hist_valid[k] & (hist_addr[k] == self.requests.payload.addr)
+                                        for k in range(w)))
+        else:
+            m.d.comb += hits.eq(Cat(hist_valid[k] & (hist_addr[k] == req.addr) for k in range(w)))
         # At most one hit (older copies are invalidated): its position is the
         # OR of the hit positions, two LUT levels instead of a priority chain.
         src = Signal(pbits)

@@ -126,8 +126,10 @@ class RowScatter(wiring.Component):
 class _Datapath(Elaboratable):
     def __init__(self, config):
         self._config = config
-        self.off_reader = HostWordReader(window=config.host_window, count_bits=25)
-        self.idx_reader = HostWordReader(window=config.host_window, count_bits=32)
+        self.off_reader = HostWordReader(window=config.host_window, count_bits=25,
+                                         registered=config.register_slices)
+        self.idx_reader = HostWordReader(window=config.host_window, count_bits=32,
+                                         registered=config.register_slices)
         self.delta_reader = HostLineReader(window=config.host_window, count_bits=28)
         self.bags = BagSequencer(config)
         self.scatter = RowScatter(config)

@@ -1,13 +1,14 @@
 """CXL.cache device agent: lets the engines read and write host/GPU memory lines."""
 
 from amaranth import *
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
+from ..common.register_slice import through_slice
 from .messages import ADDR_BITS, CxlCacheSignature, D2HReqOpcode, H2DRspOpcode
 
 __all__ = ["CacheAgent"]
@@ -83,6 +84,16 @@ class CacheAgent(wiring.Component):
         m.submodules.merge = merge = StreamMerge(ports[0].req.payload.shape(), n)
         for i, p in enumerate(ports):
             wiring.connect(m, wiring.flipped(p.req), getattr(merge, f"i{i}"))
+        # On a board the merged requests pass a register slice (cutting
+        # ``ready``: a request every other cycle, more than the host window
+        # answers), so the round robin and the CQID allocation are two paths.
+        requests, client = merge.o, merge.index
+        if self._config.register_slices:
+            held_client = Signal.like(merge.index)
+            with m.If(merge.o.ready):
+                m.d.sync += held_client.eq(merge.index)
+            requests = through_slice(m, "request_slice", merge.o, cut_ready=True)
+            client = held_client
 
         busy = Signal(q)
         free_id = Signal(range(q))
@@ -101,27 +112,27 @@ class CacheAgent(wiring.Component):
         out_valid = Signal()
         out = Signal.like(cache.d2h_req.payload)
         can_load = ~out_valid | cache.d2h_req.ready
-        take = merge.o.valid & have_free & can_load
+        take = requests.valid & have_free & can_load
         m.d.comb += [
-            merge.o.ready.eq(have_free & can_load),
+            requests.ready.eq(have_free & can_load),
             cache.d2h_req.valid.eq(out_valid),
             cache.d2h_req.payload.eq(out),
             wbuf_w.addr.eq(free_id),
-            wbuf_w.data.eq(merge.o.payload.data),
-            wbuf_w.en.eq(take & (merge.o.payload.op == LineOp.WRITE)),
+            wbuf_w.data.eq(requests.payload.data),
+            wbuf_w.en.eq(take & (requests.payload.op == LineOp.WRITE)),
         ]
         with m.If(cache.d2h_req.ready):
             m.d.sync += out_valid.eq(0)
         with m.If(take):
             m.d.sync += [
                 out_valid.eq(1),
-                out.opcode.eq(Mux(merge.o.payload.op == LineOp.WRITE,
+                out.opcode.eq(Mux(requests.payload.op == LineOp.WRITE,
                                   D2HReqOpcode.ItoMWr, D2HReqOpcode.RdCurr)),
                 out.cqid.eq(free_id),
-                out.addr.eq(merge.o.payload.addr),
-                info[free_id].client.eq(merge.index),
-                info[free_id].tag.eq(merge.o.payload.tag),
-                info[free_id].write.eq(merge.o.payload.op == LineOp.WRITE),
+                out.addr.eq(requests.payload.addr),
+                info[free_id].client.eq(client),
+                info[free_id].tag.eq(requests.payload.tag),
+                info[free_id].write.eq(requests.payload.op == LineOp.WRITE),
             ]
 
         # -- timeouts: a CQID the host leaves unanswered for ``cache_timeout``
@@ -157,35 +168,39 @@ class CacheAgent(wiring.Component):
             return ((cqid < q) & busy.bit_select(idx, 1) & ~dead.bit_select(idx, 1)
                     & (info[idx].write == write))
 
-        # -- read data: route by CQID to the client
+        # -- read data: route by CQID to the client. The answer (the host's data,
+        # or ``err`` for a timed-out read) is one stream; on a board it is
+        # registered, so the CQID lookup and the client's logic are two paths.
         rd_cqid = cache.h2d_data.payload.cqid
         rd_info = info[rd_cqid[:id_bits]]
         rd_known = known(rd_cqid, 0)
-        rd_ready = Signal()
-        to_ready = Signal()
+        answer = stream.Signature(data.StructLayout({
+            "client": client_bits, "tag": self._tag_bits, "data": LINE_BITS, "err": 1,
+        })).create()
+        m.d.comb += [
+            answer.valid.eq(to_read | (cache.h2d_data.valid & rd_known)),
+            answer.payload.client.eq(Mux(to_read, to_info.client, rd_info.client)),
+            answer.payload.tag.eq(Mux(to_read, to_info.tag, rd_info.tag)),
+            answer.payload.data.eq(cache.h2d_data.payload.data),
+            answer.payload.err.eq(to_read | cache.h2d_data.payload.poison),
+        ]
+        to_client = answer
+        if self._config.register_slices:
+            to_client = through_slice(m, "answer", answer)
         for i, p in enumerate(ports):
-            with m.If(to_read):
-                m.d.comb += [
-                    p.rdata.valid.eq(to_info.client == i),
-                    p.rdata.payload.tag.eq(to_info.tag),
-                    p.rdata.payload.err.eq(1),
-                ]
-                with m.If(to_info.client == i):
-                    m.d.comb += to_ready.eq(p.rdata.ready)
-            with m.Else():
-                m.d.comb += [
-                    p.rdata.valid.eq(cache.h2d_data.valid & rd_known & (rd_info.client == i)),
-                    p.rdata.payload.tag.eq(rd_info.tag),
-                    p.rdata.payload.data.eq(cache.h2d_data.payload.data),
-                    p.rdata.payload.err.eq(cache.h2d_data.payload.poison),
-                ]
-            with m.If(rd_info.client == i):
-                m.d.comb += rd_ready.eq(p.rdata.ready)
+            m.d.comb += [
+                p.rdata.valid.eq(to_client.valid & (to_client.payload.client == i)),
+                p.rdata.payload.tag.eq(to_client.payload.tag),
+                p.rdata.payload.data.eq(to_client.payload.data),
+                p.rdata.payload.err.eq(to_client.payload.err),
+            ]
+            with m.If(to_client.payload.client == i):
+                m.d.comb += to_client.ready.eq(p.rdata.ready)
         # While a timed-out read is answered, host data waits.
-        m.d.comb += cache.h2d_data.ready.eq(~to_read & (rd_ready | ~rd_known))
-        rd_done = cache.h2d_data.valid & ~to_read & rd_known & rd_ready
+        m.d.comb += cache.h2d_data.ready.eq(~to_read & (answer.ready | ~rd_known))
+        rd_done = cache.h2d_data.valid & ~to_read & rd_known & answer.ready
         rd_stray = cache.h2d_data.valid & ~to_read & ~rd_known
-        to_rd_done = to_read & to_ready
+        to_rd_done = to_read & answer.ready
         with m.If(to_rd_done):
             m.d.sync += to_read.eq(0)
         with m.Elif(~to_read & exp_read & ~cache.h2d_data.valid):

@@ -101,6 +101,13 @@ class CxlMemTarget(wiring.Component):
         flight, and one more waiting for each response channel."""
         return self._config.pmem.read_depth + self._config.pmem.wpq_depth + 2
 
+    def _to_host(self, m, name, responses):
+        """``responses`` on their way to the host: on a board through a register
+        slice, so that PMEM's read path and the host's do not meet."""
+        if not self._config.register_slices:
+            return responses
+        return through_slice(m, f"{name}_slice", responses)
+
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
@@ -129,33 +136,54 @@ class CxlMemTarget(wiring.Component):
             head = through_slice(m, "cut", merge.o, cut_ready=True)
         r = head.payload
 
-        # Decode.
-        offset = Signal(ADDR_BITS + 1)
-        m.d.comb += offset.eq(r.addr - cfg.hdm_base)
-        mapped = (r.addr >= cfg.hdm_base) & (offset < cfg.media_lines)
+        # Tags of reads and writes sent to PMEM whose response has not left.
+        n_track = self.tracked
+        track_valid = Signal(n_track)
+        track_tag = Array(Signal(TAG_BITS, name=f"track_tag{k}") for k in range(n_track))
+        track_free = Signal(range(n_track))
+        track_room = Signal()
+        for k in reversed(range(n_track)):
+            with m.If(~track_valid[k]):
+                m.d.comb += [track_free.eq(k), track_room.eq(1)]
+
+        def decode(u):
+            """What the request says, and which tracked tags it names."""
+            offset = Signal(ADDR_BITS + 1)
+            m.d.comb += offset.eq(u.addr - cfg.hdm_base)
+            return Cat(
+                offset,
+                (u.addr >= cfg.hdm_base) & (offset < cfg.media_lines),
+                offset >= cfg.table_lines,
+                ~u.write & u.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData),
+                ~u.write & (u.opcode == M2SReqOpcode.MemInv),
+                # MemSpecRd is a hint with no completion (its tag is reserved): taken, ignored.
+                ~u.write & (u.opcode == M2SReqOpcode.MemSpecRd),
+                u.write & u.opcode.matches(M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl),
+                Cat(track_valid[k] & (track_tag[k] == u.tag) for k in range(n_track)))
+
+        d = Signal(data.StructLayout({
+            "offset": ADDR_BITS + 1, "mapped": 1, "past_tables": 1,
+            "is_read": 1, "is_inv": 1, "is_spec": 1, "is_write": 1, "names": n_track,
+        }))
+        if cfg.register_slices:
+            # Decoded as the request enters the slice, and held with it. A
+            # tracked tag it names stays tracked until its response leaves
+            # (hence ``& track_valid``); none is added while the request waits,
+            # as only this request can add one.
+            with m.If(~head.valid):
+                m.d.sync += d.eq(decode(merge.o.payload))
+        else:
+            m.d.comb += d.eq(decode(r))
+        offset, mapped = d.offset, d.mapped
+        is_read, is_inv, is_spec, is_write = d.is_read, d.is_inv, d.is_spec, d.is_write
+        reused = (d.names & track_valid).any()
         # Software checkpointing (the ``pmem`` system) hands the regions to the host.
         # The mode is sampled only while no request waits, so a request offered
         # to PMEM stays offered (the stream rule) whatever the host switches.
         owns = Signal()
         with m.If(~head.valid | head.ready):
             m.d.sync += owns.eq(self.host_owns_checkpoints)
-        protected = (offset >= cfg.table_lines) & ~owns
-        is_read = ~r.write & r.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)
-        is_inv = ~r.write & (r.opcode == M2SReqOpcode.MemInv)
-        # MemSpecRd is a hint with no completion (its tag is reserved): taken, ignored.
-        is_spec = ~r.write & (r.opcode == M2SReqOpcode.MemSpecRd)
-        is_write = r.write & r.opcode.matches(M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl)
-
-        # Tags of reads and writes sent to PMEM whose response has not left.
-        n_track = self.tracked
-        track_valid = Signal(n_track)
-        track_tag = Array(Signal(TAG_BITS, name=f"track_tag{k}") for k in range(n_track))
-        reused = Cat(track_valid[k] & (track_tag[k] == r.tag) for k in range(n_track)).any()
-        track_free = Signal(range(n_track))
-        track_room = Signal()
-        for k in reversed(range(n_track)):
-            with m.If(~track_valid[k]):
-                m.d.comb += [track_free.eq(k), track_room.eq(1)]
+        protected = d.past_tables & ~owns
 
         error = Signal(MemError)
         with m.If(~(is_read | is_inv | is_write | is_spec)):
@@ -233,7 +261,7 @@ class CxlMemTarget(wiring.Component):
             drs.i1.payload.tag.eq(now_drs.r_data),
             drs.i1.payload.poison.eq(1),
         ]
-        wiring.connect(m, drs.o, wiring.flipped(cxl.s2m_drs))
+        wiring.connect(m, self._to_host(m, "drs", drs.o), wiring.flipped(cxl.s2m_drs))
 
         # NDR: persistence completions or immediate ones.
         wack = self.pmem.wack
@@ -250,9 +278,10 @@ class CxlMemTarget(wiring.Component):
             ndr.i1.valid.eq(now_ndr.r_rdy), now_ndr.r_en.eq(ndr.i1.ready),
             ndr.i1.payload.eq(now_ndr.r_data),
         ]
-        wiring.connect(m, ndr.o, wiring.flipped(cxl.s2m_ndr))
+        wiring.connect(m, self._to_host(m, "ndr", ndr.o), wiring.flipped(cxl.s2m_ndr))
 
-        # A tag is free again once its PMEM response leaves (DRS or NDR).
+        # A tag is free again once its PMEM response leaves (DRS or NDR; on a
+        # board, into the slice towards the host).
         drs_done = drs.o.valid & drs.o.ready & (drs.index == 0)
         ndr_done = ndr.o.valid & ndr.o.ready & (ndr.index == 0)
         sent = head.valid & head.ready & to_pmem

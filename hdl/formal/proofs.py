@@ -50,22 +50,24 @@ def _wpq():
     return WpqHarness(formal_config())
 
 
-def _mem_target():
-    return StreamContract(CxlMemTarget(formal_config()))
+def _mem_target(registered=False):
+    return StreamContract(CxlMemTarget(formal_config().replace(register_slices=registered)))
 
 
-def _cache_agent():
-    return StreamContract(CacheAgent(formal_config(), n_ports=2, tag_bits=4))
+def _cache_agent(registered=False):
+    return StreamContract(CacheAgent(formal_config().replace(register_slices=registered),
+                                     n_ports=2, tag_bits=4))
 
 
-def _dispatcher():
-    return StreamContract(Dispatcher(formal_config()), properties=dispatcher_write_ahead)
+def _dispatcher(registered=False):
+    return StreamContract(Dispatcher(formal_config().replace(register_slices=registered)),
+                          properties=dispatcher_write_ahead)
 
 
-def _logger():
+def _logger(registered=False):
     # Two rows: the stamps are scrubbed a row per cycle after reset, and every
     # cycle of that is depth the solver cannot spend on records.
-    return LoggerHarness(formal_config().replace(tables=(2,)))
+    return LoggerHarness(formal_config().replace(tables=(2,), register_slices=registered))
 
 
 #: name -> (what it proves, harness factory, depth in cycles)
@@ -90,3 +92,15 @@ PROOFS = {
     "logger": ("UndoLogger: drained only when every row taken has its undo record "
                "written and acknowledged (persistent)", _logger, 10),
 }
+
+
+def _registered(name, factory):
+    what, _, depth = PROOFS[name]
+    return (f"{what}; with the boards' register slices", lambda: factory(registered=True), depth)
+
+
+# The boards' variants (``Config.register_slices``) of the blocks whose
+# handshakes and answers that switch registers.
+PROOFS.update({f"{name}-registered": _registered(name, factory) for name, factory in (
+    ("mem-target-streams", _mem_target), ("cache-agent-streams", _cache_agent),
+    ("dispatcher", _dispatcher), ("logger", _logger))})

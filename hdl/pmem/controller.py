@@ -49,8 +49,8 @@ class PmemController(wiring.Component):
       port's requests enter through a slice that cuts ``ready``; the check is
       registered, and a read is served from its second cycle offered; a read
       taken is issued from a register in the next cycle, a write enters the
-      WPQ in the next cycle, and no request is taken in the cycle after a
-      write was, nor a read in the cycle after a read. The latencies still
+      WPQ in the next cycle, and no request is taken in the two cycles after
+      a write was, nor a read in the cycle after a read. The latencies still
       count from the take at the port.)
     * A write is accepted into the write-pending queue (WPQ) when there is
       room. It leaves the queue for the media no earlier than
@@ -219,11 +219,13 @@ class PmemController(wiring.Component):
         if registered:
             # What the registers do not know yet is the request being issued:
             # a read waits for the cycle after it (the rate, the reads in
-            # flight and the media queue then count it). A write slot is free
-            # while its hazard entry is, as a register saw it in the cycle
-            # before: so a write, too, waits a cycle after a write.
+            # flight and the media queue then count it). A write enters the
+            # WPQ and its hazard entry in the cycle after its take, and the
+            # registers see it a cycle later still: nothing is taken in the
+            # two cycles after a write. (The boards' PMEM takes a write every
+            # 160 cycles at most.)
             can_read &= ~issue_read
-            wrote = Signal()                # a write was taken in the cycle before
+            wrote = Signal()                # a write was taken one or two cycles before
             write_free = Signal()
             m.d.sync += write_free.eq(~pend_valid.bit_select(wp, 1))
             can_write = write_free & ~wrote
@@ -276,7 +278,9 @@ class PmemController(wiring.Component):
                      taken.addr.eq(sel.addr[:abits]), taken.tag.eq(sel.tag),
                      taken.client.eq(arb.grant)]
         if registered:
-            m.d.sync += [iss.eq(taken), wrote.eq(issue_write)]
+            enqueue = Signal()              # the write taken in the cycle before
+            m.d.sync += [iss.eq(taken), enqueue.eq(issue_write),
+                         wrote.eq(issue_write | enqueue)]
         else:
             m.d.comb += iss.eq(taken)
         m.d.comb += [
@@ -340,10 +344,9 @@ class PmemController(wiring.Component):
         # multiplexer set by a registered grant: the arbitration no longer
         # runs into the WPQ's storage, nor its grant into 600 multiplexers.
         if registered:
-            enqueue = Signal()
             w_client = Signal.like(arb.grant)
             w_sel = Signal.like(sel)
-            m.d.sync += [enqueue.eq(issue_write), w_client.eq(arb.grant)]
+            m.d.sync += w_client.eq(arb.grant)
             with m.Switch(w_client):
                 for i, p in enumerate(ports):
                     with m.Case(i):
@@ -355,8 +358,8 @@ class PmemController(wiring.Component):
             wpq_in.be.eq(w_sel.be), wpq_in.tag.eq(w_sel.tag), wpq_in.client.eq(w_client),
             wpq.w_en.eq(enqueue),
         ]
-        with m.If(issue_write):
-            m.d.sync += [pend_addr[wp].eq(sel.addr[:abits]), wp.eq(wp + 1)]
+        with m.If(enqueue):
+            m.d.sync += [pend_addr[wp].eq(w_sel.addr[:abits]), wp.eq(wp + 1)]
 
         # Drain the oldest write to the media when due and its client can take the ack.
         wack_ready = Signal()
@@ -367,15 +370,17 @@ class PmemController(wiring.Component):
         # The ack's valid must not depend on its ready: offer it whenever the
         # head is due and a write slot is free, drain when it is taken.
         drain = Signal()
-        # A write's latency too counts from the port (registered, its slice is a cycle of it).
+        # A write's latency too counts from the port (registered, its slice
+        # and its take are two cycles of it).
         due = (wpq.r_rdy
-               & _aged(m, "write", issue_write, drain, cfg.write_latency - registered, cfg.wpq_depth)
+               & _aged(m, "write", enqueue, drain, cfg.write_latency - 2 * registered,
+                       cfg.wpq_depth)
                & write_rate.ok)
         if self._media_port:
             # One request a cycle into the media's queue: a write leaving takes the
             # cycle, and a read waits (``can_read``). The ack is offered only when the
             # queue can take the write, so that an ack taken is a write drained.
-            m.d.comb += [wr.wants.eq(due & wack_ready),
+            m.d.comb += [wr.wants.eq(due & wack_ready), wr.push.eq(drain),
                          late.eq((read_aged & ~rq.r_rdy) | (due & wack_ready & ~wr.room))]
             due = due & wr.ready
         m.d.comb += drain.eq(due & wack_ready)
@@ -400,7 +405,7 @@ class PmemController(wiring.Component):
         with m.If(drain):
             m.d.sync += rp.eq(rp + 1)
 
-        set_mask = Mux(issue_write, 1 << wp, 0)
+        set_mask = Mux(enqueue, 1 << wp, 0)
         clr_mask = Mux(drain, 1 << rp, 0)
         m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
 
@@ -457,10 +462,13 @@ class PmemController(wiring.Component):
                              data=Signal(LINE_BITS, name="media_wr_data"),
                              en=Signal(LINE_BYTES, name="media_wr_en"),
                              wants=Signal(name="media_wr_wants"),
+                             push=Signal(name="media_wr_push"),
                              ready=Signal(name="media_wr_ready"),
                              room=Signal(name="media_wr_room"))
         late = Signal(name="media_late_now")
-        push_write = wr.en.any()
+        # A write leaving the WPQ is queued, with its byte enables (all off
+        # for a line the power failure tore away whole: a write of nothing).
+        push_write = wr.push
         entry = Signal(layout)
         head = layout(queue.r_data)
         outside.d.comb += [

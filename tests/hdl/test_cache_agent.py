@@ -1,5 +1,7 @@
 """CXL.cache agent in amaranth.sim: host messages that name no outstanding transaction."""
 
+import pytest
+
 from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.cxl.cache_agent import CacheAgent
 from trainingcxl.hdl.cxl.messages import D2HReqOpcode, H2DRspOpcode
@@ -7,8 +9,9 @@ from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.amaranth_streams import simulate, stream_get, stream_put
 
 
-def test_stray_host_messages_are_dropped_and_counted():
-    dut = CacheAgent(PRESETS["tiny"], n_ports=2, tag_bits=4)
+@pytest.mark.parametrize("registered", [False, True])
+def test_stray_host_messages_are_dropped_and_counted(registered):
+    dut = CacheAgent(PRESETS["tiny"].replace(register_slices=registered), n_ports=2, tag_bits=4)
     cache, port = dut.cache, dut.port1
 
     async def tb(ctx):
@@ -32,8 +35,13 @@ def test_stray_host_messages_are_dropped_and_counted():
         assert ctx.get(dut.strays) == 4 and ctx.get(dut.outstanding) == 1
         ctx.set(port.rdata.ready, 1)
         await stream_put(ctx, cache.h2d_data, {"cqid": req.cqid, "poison": 0, "data": 0x1234})
-        # The answer reached port 1 with its tag (it was taken as it was offered).
+        # The answer was taken as it was offered; registered, it reaches port 1
+        # (with its tag and data) in the next cycle.
         assert ctx.get(dut.outstanding) == 0 and ctx.get(dut.lines_read) == 1
+        if registered:
+            answer = ctx.get(port.rdata.payload)
+            assert ctx.get(port.rdata.valid) and not ctx.get(dut.port0.rdata.valid)
+            assert (answer.tag, answer.data, answer.err) == (5, 0x1234, 0)
         # The same data again is now a stray: the CQID is idle.
         await stream_put(ctx, cache.h2d_data, {"cqid": req.cqid, "poison": 0, "data": 0x1234})
         await ctx.tick()
@@ -42,8 +50,9 @@ def test_stray_host_messages_are_dropped_and_counted():
     simulate(dut, tb)
 
 
-def test_unanswered_requests_time_out_and_late_answers_are_dropped():
-    cfg = PRESETS["tiny"].replace(cache_timeout=64)
+@pytest.mark.parametrize("registered", [False, True])
+def test_unanswered_requests_time_out_and_late_answers_are_dropped(registered):
+    cfg = PRESETS["tiny"].replace(cache_timeout=64, register_slices=registered)
     dut = CacheAgent(cfg, n_ports=2, tag_bits=4)
     cache, port = dut.cache, dut.port0
 

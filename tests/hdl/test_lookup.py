@@ -125,9 +125,9 @@ def pooled_from_writes(cfg, writes, n_bags, base=0x3000):
     return out
 
 
-@pytest.mark.parametrize("dim", [16, 32])
-def test_lookup_matches_golden_bit_for_bit(dim):
-    cfg = cfg_for(dim=dim)
+@pytest.mark.parametrize("dim,registered", [(16, False), (32, False), (16, True)])
+def test_lookup_matches_golden_bit_for_bit(dim, registered):
+    cfg = cfg_for(dim=dim, registered=registered)
     tables = initial_tables(cfg, seed=3)
     wl = SyntheticWorkload(cfg, seed=5, batch_size=5)
     batches = []

@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
@@ -10,11 +12,14 @@ from trainingcxl.hdl.cxl.mem_target import CxlMemTarget, MemError
 from trainingcxl.hdl.cxl.messages import (M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode)
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
-from trainingcxl.sim.amaranth_streams import stream_put
+from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 CFG = Config(tables=(24, 8), log_lines=14, commit_lines=2, snapshot_lines=2,
              pmem=PmemTiming(read_latency=12, write_latency=30, wpq_depth=8, read_depth=16))
 FULL = (1 << 64) - 1
+#: Without and with the boards' register slices (the decode then registered as a
+#: request enters the target).
+REGISTERED = pytest.mark.parametrize("registered", [False, True])
 
 
 class Harness(wiring.Component):
@@ -42,9 +47,9 @@ def bytemask(be):
     return sum(0xFF << (8 * b) for b in range(64) if (be >> b) & 1)
 
 
-def run_traffic(ops, *, backpressure=0.0, seed=0, expect_drs=None):
+def run_traffic(ops, *, backpressure=0.0, seed=0, expect_drs=None, registered=False):
     """Send ``ops`` (dicts with ``chan`` 'req' or 'rwd'), return responses by tag, in arrival order."""
-    h = Harness(CFG)
+    h = Harness(CFG.replace(register_slices=registered))
     cxl = h.target.cxl
     got = {"ndr": [], "drs": []}
     n_ndr = sum(1 for o in ops if o["chan"] == "rwd" or o.get("opcode") == M2SReqOpcode.MemInv)
@@ -85,7 +90,8 @@ def hpa(line):
     return CFG.hdm_base + line
 
 
-def test_random_full_and_partial_writes_then_reads_match_reference():
+@REGISTERED
+def test_random_full_and_partial_writes_then_reads_match_reference(registered):
     rng = random.Random(7)
     ref = [0] * CFG.table_lines
     ops = []
@@ -107,7 +113,7 @@ def test_random_full_and_partial_writes_then_reads_match_reference():
         ops.append(dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=1000 + line, addr=hpa(line),
                         expect=ref[line]))
     expect = {o["tag"]: o.pop("expect") for o in ops if "expect" in o}
-    got, _ = run_traffic(ops, backpressure=0.3)
+    got, _ = run_traffic(ops, backpressure=0.3, registered=registered)
     assert all(r.opcode == S2MNdrOpcode.Cmp for r in got["ndr"])
     assert sorted(r.tag for r in got["ndr"]) == sorted(o["tag"] for o in ops if o["chan"] == "rwd")
     assert {r.tag: (r.poison, r.data) for r in got["drs"]} == {t: (0, v) for t, v in expect.items()}
@@ -148,7 +154,8 @@ def test_out_of_order_completion_by_tag():
     assert events[2] == ("drs", 3, 0, 5)            # the read waited for the pending write
 
 
-def test_refused_requests_change_nothing_and_are_logged():
+@REGISTERED
+def test_refused_requests_change_nothing_and_are_logged(registered):
     outside = CFG.hdm_base + CFG.media_lines
     protected = CFG.hdm_base + CFG.log_base
     ops = [
@@ -160,7 +167,7 @@ def test_refused_requests_change_nothing_and_are_logged():
         dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=6, addr=protected),    # reads are allowed
         dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=7, addr=hpa(4)),
     ]
-    got, h = run_traffic(ops)
+    got, h = run_traffic(ops, registered=registered)
     ndr = {r.tag: r.opcode for r in got["ndr"]}
     assert ndr == {1: S2MNdrOpcode.CmpErr, 2: S2MNdrOpcode.CmpErr,
                    3: S2MNdrOpcode.CmpErr, 4: S2MNdrOpcode.CmpErr}
@@ -169,10 +176,11 @@ def test_refused_requests_change_nothing_and_are_logged():
     assert drs[6] == (0, 0) and drs[7] == (0, 0)     # nothing was written
 
 
-def test_speculative_read_is_taken_without_a_response():
+@REGISTERED
+def test_speculative_read_is_taken_without_a_response(registered):
     ops = [dict(chan="req", opcode=M2SReqOpcode.MemSpecRd, tag=0, addr=hpa(1)),
            dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=9, addr=hpa(1))]
-    got, _ = run_traffic(ops, expect_drs=1)
+    got, _ = run_traffic(ops, expect_drs=1, registered=registered)
     assert [r.tag for r in got["drs"]] == [9] and got["ndr"] == []
 
 
@@ -196,7 +204,8 @@ def test_error_registers():
     sim.run()
 
 
-def test_a_reused_tag_is_refused_and_the_original_completes():
+@REGISTERED
+def test_a_reused_tag_is_refused_and_the_original_completes(registered):
     ops = [
         dict(chan="rwd", opcode=M2SRwDOpcode.MemWr, tag=8, addr=hpa(2), data=11, be=FULL, poison=0),
         # Tag 8 is outstanding (the write waits 30 cycles in the WPQ): both are refused.
@@ -208,13 +217,38 @@ def test_a_reused_tag_is_refused_and_the_original_completes():
         dict(chan="rwd", raw=0b0111 | 10 << 4 | hpa(3) << 20 | FULL << 67 | 33 << 131),
         dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=11, addr=hpa(3)),
     ]
-    got, h = run_traffic(ops)
+    got, h = run_traffic(ops, registered=registered)
     ndr = [(r.tag, r.opcode) for r in got["ndr"]]
     assert ndr[:2] == [(8, S2MNdrOpcode.CmpErr), (10, S2MNdrOpcode.CmpErr)]   # at once
     assert ndr[2:] == [(8, S2MNdrOpcode.Cmp)]                                # the original
     drs = {r.tag: (r.poison, r.data) for r in got["drs"]}
     assert drs[8][0] == 1 and drs[9][0] == 1
     assert drs[11] == (0, 0)                    # the refused write to line 3 changed nothing
+
+
+def test_a_tag_freed_as_a_request_reusing_it_enters_is_not_refused():
+    """Registered, a request is decoded as it enters the target, with the tags then
+    tracked; one freed before the request is served no longer counts. The host sends
+    the second read with tag 7 in the cycle it takes the first one's data."""
+    h = Harness(CFG.replace(register_slices=True))
+    cxl = h.target.cxl
+
+    async def tb(ctx):
+        await stream_put(ctx, cxl.m2s_req, {"opcode": M2SReqOpcode.MemRd, "tag": 7, "addr": hpa(2)})
+        for _ in range(200):
+            if ctx.get(cxl.s2m_drs.valid):
+                break
+            await ctx.tick()
+        ctx.set(cxl.s2m_drs.ready, 1)
+        await stream_put(ctx, cxl.m2s_req, {"opcode": M2SReqOpcode.MemRd, "tag": 7, "addr": hpa(3)})
+        got = await stream_get(ctx, cxl.s2m_drs)
+        assert (got.tag, got.poison) == (7, 0)
+        assert ctx.get(h.target.errors) == 0
+
+    sim = Simulator(h)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
 
 
 def test_the_error_log_keeps_the_newest_refusals_first():
