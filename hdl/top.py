@@ -291,10 +291,13 @@ class Device(wiring.Component):
                 control.counter(Reg.RECOVER_CYCLES).eq(ckpt.recover_cycles),
                 control.counter(Reg.SNAPSHOT_LINES).eq(ckpt.snapshot_lines),
             ]
-            # Busy cycles of the checkpoint engines: records waiting to persist, a pull running.
+            # Busy cycles of the checkpoint engines: records waiting to persist, a pull
+            # running. The logger's busy is counted a cycle late, from a register: it
+            # hangs on the lookup's take, and an adder at its end is a path of its own.
             log_busy = Signal(32)
             snapshot_busy = Signal(32)
-            m.d.sync += [log_busy.eq(log_busy + logger.busy),
+            logger_busy = Signal()
+            m.d.sync += [logger_busy.eq(logger.busy), log_busy.eq(log_busy + logger_busy),
                          snapshot_busy.eq(snapshot_busy + ckpt.snap_busy)]
             m.d.comb += [control.counter(Reg.LOG_BUSY).eq(log_busy),
                          control.counter(Reg.SNAPSHOT_BUSY).eq(snapshot_busy)]

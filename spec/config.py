@@ -705,10 +705,11 @@ class Config:
     @property
     def log_query_latency(self):
         """Cycles from the update engine's question whether the undo logger took a row to
-        the answer: 1, or 3 with :attr:`register_slices` (the question and the answer
-        both pass a register, so that neither the update's checks nor its decisions
-        share a path with the stamp RAM, which spreads over the whole chip)."""
-        return 3 if self.register_slices else 1
+        the answer: 1, or 4 with :attr:`register_slices` (the question, the word read
+        and the answer each pass a register, so that neither the update's checks nor
+        its decisions share a path with the stamp RAM, which spreads over the whole
+        chip, and its read multiplexer is a path of its own)."""
+        return 4 if self.register_slices else 1
 
     @property
     def row_bits(self):

@@ -367,8 +367,9 @@ class CheckpointEngine(wiring.Component):
                         m.d.sync += r_j.eq(r_j + 1)
 
         # The verdict on a received line: at once, or (with register slices) a
-        # cycle later from registered copies, which takes the CRC network and
-        # the checksum compare out of one path into the decisions below.
+        # cycle later from registered copies, and its compares a cycle later
+        # still, which takes the CRC network, the checksum compares and the
+        # decisions below out of one path.
         if cfg.register_slices:
             v_fire = Signal()
             v_crc = Signal(32)
@@ -384,9 +385,6 @@ class CheckpointEngine(wiring.Component):
                 m.d.sync += [v_crc.eq(crc_next), v_hdr.eq(hdr), v_left.eq(rcv_left),
                              v_end.eq(ends_record), v_entry.eq(group.entries[r_i]),
                              v_lsn.eq(group.lsn + r_i)]
-            # A rollback decision starts its writes a cycle late: hold the next
-            # line back meanwhile, so that it cannot overwrite the line buffer.
-            m.d.comb += [pending.eq(v_fire), hold.eq((v_fire | g_new) & (phase == 3))]
         else:
             v_fire, v_crc, v_hdr, v_left, v_end = rcv, crc_next, hdr, rcv_left, ends_record
             v_entry, v_lsn = group.entries[r_i], group.lsn + r_i
@@ -398,6 +396,23 @@ class CheckpointEngine(wiring.Component):
         entry = v_entry
         record_intact = sealed_header(m, magic=UNDO, gen=group.gen, batch=group.batch,
                                       a=v_lsn, b=entry.addr, crc=v_crc)[CSUM] == entry.csum
+        if cfg.register_slices:
+            # The checksum compares pass a register too, and the decisions below
+            # start from it. A rollback decision starts its writes two cycles
+            # late: hold the next line back meanwhile, so that it cannot
+            # overwrite the line buffer.
+            judged = v_fire
+            v_fire = Signal(name="compared")
+            late = [Signal.like(v, name=f"{name}_compared") for name, v in
+                    (("intact", intact), ("record_intact", record_intact), ("hdr", v_hdr),
+                     ("left", v_left), ("end", v_end), ("entry", entry))]
+            m.d.sync += v_fire.eq(judged)
+            with m.If(judged):
+                m.d.sync += [r.eq(v) for r, v in
+                             zip(late, (intact, record_intact, v_hdr, v_left, v_end, entry))]
+            intact, record_intact, v_hdr, v_left, v_end, entry = late
+            m.d.comb += [pending.eq(judged | v_fire),
+                         hold.eq((judged | v_fire | g_new) & (phase == 3))]
         with m.If(v_fire):
             with m.Switch(phase):
                 with m.Case(0):
@@ -541,13 +556,11 @@ class CheckpointEngine(wiring.Component):
                 usable = Signal(2)
                 m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= best_batch),
                                           rsv[1] & (rsb[1] <= best_batch)))
-                mm = Signal(32)
-                with m.If(usable[0] & (~usable[1] | (rsb[0] >= rsb[1]))):
-                    m.d.comb += mm.eq(rsb[0])
-                with m.Else():
-                    m.d.comb += mm.eq(rsb[1])
+                # Both sums are made beside the compares, not after the choice.
+                first = usable[0] & (~usable[1] | (rsb[0] >= rsb[1]))
                 m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1]),
-                             m_batch.eq(mm), mk.eq(mm + best_k)]
+                             m_batch.eq(Mux(first, rsb[0], rsb[1])),
+                             mk.eq(Mux(first, rsb[0] + best_k, rsb[1] + best_k))]
                 # The ring header of generation g that says the most records: where
                 # the walk would start.
                 k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))

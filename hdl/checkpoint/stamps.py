@@ -27,8 +27,8 @@ class RowStamps(wiring.Component):
     named as it enters the lookup's stage register (``peek_addr`` with
     ``peek``) and ``need`` answers for it from the cycle after, for as long as
     it waits; ``query_addr`` likewise, answered on ``query_hit``
-    ``query_latency`` cycles after (1, or 3 with the question and the answer
-    registered). Stamps reach the RAM a cycle after they are asked for, from
+    ``query_latency`` cycles after (1, or 4 with the question, the word read
+    and the answer registered). Stamps reach the RAM a cycle after they are asked for, from
     registers, and writes a read has not seen yet are forwarded to it.
 
     With ``stamp_bits`` None a stamp is the full generation and batch (48
@@ -78,8 +78,8 @@ class RowStamps(wiring.Component):
     _HISTORY = 4
 
     def __init__(self, *, depth, stamp_bits=None, registered=False, query_latency=1):
-        if query_latency not in (1, 3):
-            raise ValueError(f"query_latency must be 1 or 3, not {query_latency!r}")
+        if query_latency not in (1, 4):
+            raise ValueError(f"query_latency must be 1 or 4, not {query_latency!r}")
         self._depth = depth
         self._bits = stamp_bits
         self._registered = registered
@@ -133,10 +133,33 @@ class RowStamps(wiring.Component):
         word = held if self._registered else Mux(fresh, read, held)
         m.d.comb += self.known.eq(~fresh if self._registered else 1)
 
-        # The query, and its answer, through a register each with a latency of 3.
+        # With a latency of 4 the question, the word read and the answer each
+        # pass a register: the stamp RAM's read multiplexer and the compares
+        # after it are two paths.
+        late = self._query_latency == 4
+
+        def later(value, name):
+            """``value``, a cycle later when the word read is registered."""
+            if not late:
+                return value
+            held = Signal.like(value, name=name)
+            m.d.sync += held.eq(value)
+            return held
+
+        def query_word(addr):
+            """The word the query port read at ``addr`` the cycle before (a cycle
+            later still, registered, with the write asked for in between forwarded)."""
+            word = forwarded(rq, addr)
+            if not late:
+                return word
+            at = later(addr, "query_word_addr")
+            settled = Signal(width, name="query_word")
+            m.d.sync += settled.eq(Mux(req.en & (req.addr == at), req.data, word))
+            return settled
+
         query = SimpleNamespace(valid=self.query, addr=self.query_addr, batch=self.query_batch)
         hit = Signal()
-        if self._query_latency == 3:
+        if late:
             query = SimpleNamespace(valid=Signal(), addr=Signal(abits), batch=Signal(32))
             m.d.sync += [query.valid.eq(self.query), query.addr.eq(self.query_addr),
                          query.batch.eq(self.query_batch), self.query_hit.eq(hit)]
@@ -148,16 +171,16 @@ class RowStamps(wiring.Component):
                 req.data.eq(Cat(self.batch, self.gen)),
                 self.need.eq(word != req.data),
             ]
-            qword = forwarded(rq, query.addr)
+            qword = query_word(query.addr)
             key = Signal(48)
             m.d.sync += key.eq(Cat(query.batch, self.gen))
-            m.d.comb += hit.eq(qword == key)
+            m.d.comb += hit.eq(qword == later(key, "key_late"))
             return m
 
-        self._epochs(m, req, rq, word, forwarded, query, hit)
+        self._epochs(m, req, word, query_word, later, query, hit)
         return m
 
-    def _epochs(self, m, req, rq, word, forwarded, query, hit):
+    def _epochs(self, m, req, word, query_word, later, query, hit):
         bits = self._bits
         period = (1 << bits) - 1
         depth = self._depth
@@ -211,9 +234,11 @@ class RowStamps(wiring.Component):
         s_valid = Signal()
         s_addr = Signal(abits)
         m.d.sync += [s_valid.eq(~clearing & ~query.valid), s_addr.eq(cursor)]
-        q_word = forwarded(rq, Mux(query.valid, query.addr, cursor))
+        s_valid, s_addr = later(s_valid, "s_valid_late"), later(s_addr, "s_addr_late")
+        q_word = query_word(Mux(query.valid, query.addr, cursor))
         q_key = Signal(48)
         m.d.sync += q_key.eq(Cat(query.batch, self.gen))
+        q_key = later(q_key, "q_key_late")
         m.d.comb += hit.eq(Cat((k == q_key) & (e != 0) & (q_word == e) for k, e in hist).any())
 
         stale = (q_word != 0) & (age(q_word) >= SCRUB_AGE)

@@ -135,9 +135,10 @@ class HostWordReader(wiring.Component):
     ``lines`` and ``count`` in words.
 
     With ``registered`` the next line is loaded only once the current one is
-    empty, not in the cycle its last word leaves: the load of the 512-bit line
-    register then no longer waits on the consumer's ``ready``, at the price of
-    a cycle between lines.
+    empty, not in the cycle its last word leaves, and the line register shifts
+    a word out at a time (the word is its low 32 bits, no multiplexer): the
+    load of the 512-bit register no longer waits on the consumer's ``ready``,
+    at the price of a cycle between lines.
     """
 
     def __init__(self, *, window, count_bits, registered=False):
@@ -162,7 +163,7 @@ class HostWordReader(wiring.Component):
         cur_index = Signal(range(WORDS_PER_LINE))
         m.d.comb += [
             self.words.valid.eq(cur_left != 0),
-            self.words.payload.eq(cur.word_select(cur_index, 32)),
+            self.words.payload.eq(cur[:32] if self._registered else cur.word_select(cur_index, 32)),
         ]
         word_fire = self.words.valid & self.words.ready
         # Load the next line when cur is empty or (unregistered) its last word leaves now.
@@ -174,6 +175,8 @@ class HostWordReader(wiring.Component):
         with m.If(word_fire):
             m.d.sync += [cur_left.eq(cur_left - 1), cur_index.eq(cur_index + 1),
                          words_left.eq(words_left - 1)]
+            if self._registered:
+                m.d.sync += cur.eq(cur >> 32)
         with m.If(load):
             remaining = words_left - word_fire
             m.d.sync += [

@@ -207,7 +207,12 @@ class CacheAgent(wiring.Component):
             m.d.sync += [to_read.eq(1), to_cqid.eq(exp_read_id)]
 
         # -- write pull: read the buffer, send D2H data, then acknowledge the client
-        rsp = cache.h2d_rsp.payload
+        # On a board the host's responses pass a register slice first, so the
+        # window's state does not run into the CQID lookup.
+        h2d_rsp = cache.h2d_rsp
+        if self._config.register_slices:
+            h2d_rsp = through_slice(m, "rsp_slice", wiring.flipped(cache.h2d_rsp))
+        rsp = h2d_rsp.payload
         pull = rsp.opcode.as_value().matches(H2DRspOpcode.GO_WritePull, H2DRspOpcode.WritePull,
                                   H2DRspOpcode.GO_ERR_WritePull)
         wp_busy = Signal()          # a pull is in progress
@@ -218,15 +223,15 @@ class CacheAgent(wiring.Component):
         wp_err = Signal()
         wp_info = info[wp_cqid]
         m.d.comb += [
-            cache.h2d_rsp.ready.eq(~wp_busy),
+            h2d_rsp.ready.eq(~wp_busy),
             wbuf_r.addr.eq(rsp.cqid),
             wbuf_r.en.eq(~wp_busy),
         ]
         rsp_known = known(rsp.cqid, 1)
-        start_pull = cache.h2d_rsp.valid & ~wp_busy & pull & rsp_known
-        rsp_stray = cache.h2d_rsp.valid & ~wp_busy & pull & ~rsp_known
+        start_pull = h2d_rsp.valid & ~wp_busy & pull & rsp_known
+        rsp_stray = h2d_rsp.valid & ~wp_busy & pull & ~rsp_known
         wp_timeout = Signal()       # the ack in progress is a timeout's
-        start_timeout = ~wp_busy & ~cache.h2d_rsp.valid & exp_write
+        start_timeout = ~wp_busy & ~h2d_rsp.valid & exp_write
         with m.If(start_pull):
             m.d.sync += [
                 wp_busy.eq(1), wp_data_pending.eq(1), wp_ack_pending.eq(1),
@@ -286,9 +291,15 @@ class CacheAgent(wiring.Component):
                 m.d.sync += age[k].eq(age[k] + 1)
         m.d.sync += self.timeouts.eq(self.timeouts + to_rd_done + (wr_done & wp_timeout))
         m.d.comb += self.outstanding.eq(sum(busy[k] for k in range(q)))
+        events = Cat(rd_done, wr_done, rd_stray, rsp_stray)
+        if self._config.register_slices:
+            # On a board the counters count a cycle late, from registers.
+            counted = Signal.like(events)
+            m.d.sync += counted.eq(events)
+            events = counted
         m.d.sync += [
-            self.lines_read.eq(self.lines_read + rd_done),
-            self.lines_written.eq(self.lines_written + wr_done),
-            self.strays.eq(self.strays + rd_stray + rsp_stray),
+            self.lines_read.eq(self.lines_read + events[0]),
+            self.lines_written.eq(self.lines_written + events[1]),
+            self.strays.eq(self.strays + events[2] + events[3]),
         ]
         return m

@@ -146,64 +146,62 @@ class CxlMemTarget(wiring.Component):
             with m.If(~track_valid[k]):
                 m.d.comb += [track_free.eq(k), track_room.eq(1)]
 
-        def decode(u):
-            """What the request says, and which tracked tags it names."""
-            offset = Signal(ADDR_BITS + 1)
-            m.d.comb += offset.eq(u.addr - cfg.hdm_base)
-            return Cat(
-                offset,
-                (u.addr >= cfg.hdm_base) & (offset < cfg.media_lines),
-                offset >= cfg.table_lines,
-                ~u.write & u.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData),
-                ~u.write & (u.opcode == M2SReqOpcode.MemInv),
-                # MemSpecRd is a hint with no completion (its tag is reserved): taken, ignored.
-                ~u.write & (u.opcode == M2SReqOpcode.MemSpecRd),
-                u.write & u.opcode.matches(M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl),
-                Cat(track_valid[k] & (track_tag[k] == u.tag) for k in range(n_track)))
-
-        d = Signal(data.StructLayout({
-            "offset": ADDR_BITS + 1, "mapped": 1, "past_tables": 1,
-            "is_read": 1, "is_inv": 1, "is_spec": 1, "is_write": 1, "names": n_track,
-        }))
-        if cfg.register_slices:
-            # Decoded as the request enters the slice, and held with it. A
-            # tracked tag it names stays tracked until its response leaves
-            # (hence ``& track_valid``); none is added while the request waits,
-            # as only this request can add one.
-            with m.If(~head.valid):
-                m.d.sync += d.eq(decode(merge.o.payload))
-        else:
-            m.d.comb += d.eq(decode(r))
-        offset, mapped = d.offset, d.mapped
-        is_read, is_inv, is_spec, is_write = d.is_read, d.is_inv, d.is_spec, d.is_write
-        reused = (d.names & track_valid).any()
         # Software checkpointing (the ``pmem`` system) hands the regions to the host.
         # The mode is sampled only while no request waits, so a request offered
         # to PMEM stays offered (the stream rule) whatever the host switches.
         owns = Signal()
         with m.If(~head.valid | head.ready):
             m.d.sync += owns.eq(self.host_owns_checkpoints)
-        protected = d.past_tables & ~owns
 
-        error = Signal(MemError)
-        with m.If(~(is_read | is_inv | is_write | is_spec)):
-            m.d.comb += error.eq(MemError.OPCODE)
-        with m.Elif(is_inv | is_spec):
-            m.d.comb += error.eq(MemError.NONE)
-        with m.Elif(~mapped):
-            m.d.comb += error.eq(MemError.UNMAPPED)
-        with m.Elif(is_write & protected):
-            m.d.comb += error.eq(MemError.PROTECTED)
-        with m.Elif(is_write & r.poison):
-            m.d.comb += error.eq(MemError.POISONED)
-        with m.Elif(reused):
-            m.d.comb += error.eq(MemError.TAG_REUSE)
+        def decode(u, owns):
+            """What the request says: its PMEM line, its refusal but for a reused tag,
+            and which tracked tags it names."""
+            offset = Signal(ADDR_BITS + 1)
+            error = Signal(MemError)
+            m.d.comb += offset.eq(u.addr - cfg.hdm_base)
+            is_read = ~u.write & u.opcode.matches(M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)
+            is_inv = ~u.write & (u.opcode == M2SReqOpcode.MemInv)
+            # MemSpecRd is a hint with no completion (its tag is reserved): taken, ignored.
+            is_spec = ~u.write & (u.opcode == M2SReqOpcode.MemSpecRd)
+            is_write = u.write & u.opcode.matches(M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl)
+            mapped = (u.addr >= cfg.hdm_base) & (offset < cfg.media_lines)
+            protected = (offset >= cfg.table_lines) & ~owns
+            with m.If(~(is_read | is_inv | is_write | is_spec)):
+                m.d.comb += error.eq(MemError.OPCODE)
+            with m.Elif(is_inv | is_spec):
+                m.d.comb += error.eq(MemError.NONE)
+            with m.Elif(~mapped):
+                m.d.comb += error.eq(MemError.UNMAPPED)
+            with m.Elif(is_write & protected):
+                m.d.comb += error.eq(MemError.PROTECTED)
+            with m.Elif(is_write & u.poison):
+                m.d.comb += error.eq(MemError.POISONED)
+            return Cat(offset, error, (error == MemError.NONE) & ~is_inv & ~is_spec, is_inv,
+                       is_spec, Cat(track_valid[k] & (track_tag[k] == u.tag) for k in range(n_track)))
+
+        d = Signal(data.StructLayout({
+            "offset": ADDR_BITS + 1, "error": MemError, "tagged": 1, "is_inv": 1, "is_spec": 1,
+            "names": n_track,
+        }))
+        if cfg.register_slices:
+            # Decoded as the request enters the slice, and held with it, with the
+            # mode ``owns`` takes then. A tracked tag it names stays tracked until
+            # its response leaves (hence ``& track_valid``); none is added while
+            # the request waits, as only this request can add one.
+            with m.If(~head.valid):
+                m.d.sync += d.eq(decode(merge.o.payload, self.host_owns_checkpoints))
+        else:
+            m.d.comb += d.eq(decode(r, owns))
+        offset, is_inv, is_spec = d.offset, d.is_inv, d.is_spec
+        # A request that would go to PMEM is refused if its tag is still in use.
+        reused = d.tagged & (d.names & track_valid).any()
+        error = Mux(reused, MemError.TAG_REUSE, d.error)
 
         # Immediate responses: refusals and MemInv completions.
         m.submodules.now_ndr = now_ndr = fifo.SyncFIFOBuffered(
             width=Shape.cast(S2MNdrOpcode).width + TAG_BITS, depth=4)
         m.submodules.now_drs = now_drs = fifo.SyncFIFOBuffered(width=TAG_BITS, depth=4)
-        to_pmem = (error == MemError.NONE) & ~is_inv & ~is_spec
+        to_pmem = d.tagged & ~reused
         # Unknown Req opcodes are answered on DRS, unknown RwD opcodes on NDR.
         to_now_drs = (error != MemError.NONE) & ~r.write
         to_now_ndr = ~to_pmem & ~to_now_drs & ~is_spec

@@ -47,8 +47,10 @@ def bytemask(be):
     return sum(0xFF << (8 * b) for b in range(64) if (be >> b) & 1)
 
 
-def run_traffic(ops, *, backpressure=0.0, seed=0, expect_drs=None, registered=False):
-    """Send ``ops`` (dicts with ``chan`` 'req' or 'rwd'), return responses by tag, in arrival order."""
+def run_traffic(ops, *, backpressure=0.0, seed=0, expect_drs=None, registered=False,
+                host_owns=False):
+    """Send ``ops`` (dicts with ``chan`` 'req' or 'rwd'), return responses by tag, in arrival
+    order. ``host_owns``: the host owns the checkpoint regions (the ``pmem`` system)."""
     h = Harness(CFG.replace(register_slices=registered))
     cxl = h.target.cxl
     got = {"ndr": [], "drs": []}
@@ -56,6 +58,8 @@ def run_traffic(ops, *, backpressure=0.0, seed=0, expect_drs=None, registered=Fa
     n_drs = len(ops) - n_ndr if expect_drs is None else expect_drs
 
     async def send(ctx):
+        ctx.set(h.target.host_owns_checkpoints, host_owns)
+        await ctx.tick().repeat(2)          # the target takes the mode while idle
         for o in ops:
             stream = cxl.m2s_req if o["chan"] == "req" else cxl.m2s_rwd
             if "raw" in o:
@@ -174,6 +178,16 @@ def test_refused_requests_change_nothing_and_are_logged(registered):
     drs = {r.tag: (r.poison, r.data) for r in got["drs"]}
     assert drs[5][0] == 1
     assert drs[6] == (0, 0) and drs[7] == (0, 0)     # nothing was written
+
+
+@REGISTERED
+def test_a_host_that_owns_the_checkpoint_regions_writes_them(registered):
+    protected = CFG.hdm_base + CFG.log_base
+    ops = [dict(chan="rwd", opcode=M2SRwDOpcode.MemWr, tag=1, addr=protected, data=7, be=FULL, poison=0),
+           dict(chan="req", opcode=M2SReqOpcode.MemRd, tag=2, addr=protected)]
+    got, h = run_traffic(ops, registered=registered, host_owns=True)
+    assert [(r.tag, r.opcode) for r in got["ndr"]] == [(1, S2MNdrOpcode.Cmp)]
+    assert [(r.tag, r.poison, r.data) for r in got["drs"]] == [(2, 0, 7)]
 
 
 @REGISTERED

@@ -18,9 +18,9 @@ DEPTH = 24
 class Harness(wiring.Component):
     def __init__(self, stamp_bits, registered):
         # Registered as on a board: the peek's answer a cycle later, queries answered
-        # three cycles after (``Config.log_query_latency``).
+        # four cycles after (``Config.log_query_latency``).
         self.stamps = RowStamps(depth=DEPTH, stamp_bits=stamp_bits, registered=registered,
-                                query_latency=3 if registered else 1)
+                                query_latency=4 if registered else 1)
         self.reset = Signal()
         super().__init__({})
 
@@ -35,9 +35,10 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
     """Random peeks, stamps and queries (a share ``hot`` of the peeks at four rows, so
     that the others keep old stamps long); returns epoch moves and cycles held. With
     ``registered`` a peeked row waits a cycle for its answer, as the lookup does, and a
-    query is answered three cycles after it is asked, for the stamps as they are a cycle
-    after it was asked (the question passes a register first)."""
-    latency = 3 if registered else 1
+    query is answered four cycles after it is asked, for the stamps as they are two
+    cycles after it was asked (the question passes a register first, and the word read
+    another)."""
+    latency = 4 if registered else 1
     dut = Harness(stamp_bits, registered)
     st = dut.stamps
     rng = random.Random(seed)
