@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .line_port import LinePortSignature
 
-__all__ = ["RegisterSlice", "LinePortSlice", "through_slice"]
+__all__ = ["RegisterSlice", "LinePortSlice", "through_slice", "on_entry"]
 
 
 class RegisterSlice(wiring.Component):
@@ -66,6 +66,18 @@ def through_slice(m, name, source, *, cut_ready=False, reset=None):
     m.submodules[name] = cut if reset is None else ResetInserter(reset)(cut)
     wiring.connect(m, source, cut.i)
     return cut.o
+
+
+def on_entry(m, out, value):
+    """``value``, a function of the payload entering the cut-ready slice whose
+    output is ``out``, taken into a register as the payload enters and held
+    with it. A decision made so starts the consumer's logic at a flip-flop;
+    it stays exact for as long as what it reads moves only when the payload
+    leaves (the slice is empty then, and takes the next payload)."""
+    held = Signal.like(value)
+    with m.If(~out.valid):
+        m.d.sync += held.eq(value)
+    return held
 
 
 class LinePortSlice(wiring.Component):

@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.descriptors import ErrorCode
-from ..common.register_slice import through_slice
+from ..common.register_slice import on_entry, through_slice
 
 __all__ = ["bag_layout", "BagSequencer"]
 
@@ -87,15 +87,12 @@ class BagSequencer(wiring.Component):
                 m.d.comb += check.eq(ErrorCode.BAD_OFFSETS)
             return check, length
 
+        # Registered, checked as the offset enters its slice: the state the
+        # check reads moves only when an offset leaves it.
         check, length = Signal(ErrorCode), Signal(32)
-        if cfg.register_slices:
-            # Checked as the offset enters its slice, and held with it: the
-            # state the check reads moves only when an offset leaves the
-            # slice, which is empty then (it cuts ``ready``).
-            with m.If(~offs.valid):
-                m.d.sync += Cat(check, length).eq(Cat(*checked(self.offsets.payload)))
-        else:
-            m.d.comb += Cat(check, length).eq(Cat(*checked(offs.payload)))
+        m.d.comb += Cat(check, length).eq(
+            on_entry(m, offs, Cat(*checked(self.offsets.payload))) if cfg.register_slices
+            else Cat(*checked(offs.payload)))
         ok = check == ErrorCode.NONE
         error = Mux(offs.valid, check, ErrorCode.NONE)
         if cfg.register_slices:

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
-from ..common.register_slice import through_slice
+from ..common.register_slice import on_entry, through_slice
 
 __all__ = ["rmw_layout", "RmwUnit"]
 
@@ -86,16 +86,13 @@ class RmwUnit(wiring.Component):
                                      cut_ready=True)
             held = requests.valid
         req = requests.payload
-        hits = Signal(w)
-        if cfg.register_slices:
-            # The compare with the history is made as the request enters the
-            # slice, and held with it: the history moves only when a request
-            # leaves the slice, which is empty then (it cuts ``ready``).
-            with m.If(~held):
-                m.d.sync += hits.eq(Cat(hist_valid[k] & (hist_addr[k] == self.requests.payload.addr)
-                                        for k in range(w)))
-        else:
-            m.d.comb += hits.eq(Cat(hist_valid[k] & (hist_addr[k] == req.addr) for k in range(w)))
+        def history_hits(addr):
+            return Cat(hist_valid[k] & (hist_addr[k] == addr) for k in range(w))
+
+        # Registered, compared as the request enters the slice: the history
+        # moves only when a request leaves it.
+        hits = (on_entry(m, requests, history_hits(self.requests.payload.addr))
+                if cfg.register_slices else history_hits(req.addr))
         # At most one hit (older copies are invalidated): its position is the
         # OR of the hit positions, two LUT levels instead of a priority chain.
         src = Signal(pbits)

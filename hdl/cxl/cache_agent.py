@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
-from ..common.register_slice import through_slice
+from ..common.register_slice import on_entry, through_slice
 from .messages import ADDR_BITS, CxlCacheSignature, D2HReqOpcode, H2DRspOpcode
 
 __all__ = ["CacheAgent"]
@@ -89,11 +89,8 @@ class CacheAgent(wiring.Component):
         # answers), so the round robin and the CQID allocation are two paths.
         requests, client = merge.o, merge.index
         if self._config.register_slices:
-            held_client = Signal.like(merge.index)
-            with m.If(merge.o.ready):
-                m.d.sync += held_client.eq(merge.index)
             requests = through_slice(m, "request_slice", merge.o, cut_ready=True)
-            client = held_client
+            client = on_entry(m, requests, merge.index)
 
         busy = Signal(q)
         free_id = Signal(range(q))

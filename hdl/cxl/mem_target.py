@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
-from ..common.register_slice import through_slice
+from ..common.register_slice import on_entry, through_slice
 from .messages import (ADDR_BITS, TAG_BITS, CxlMemSignature, M2SReqOpcode, M2SRwDOpcode,
                        S2MDrsOpcode, S2MNdrOpcode)
 
@@ -183,15 +183,12 @@ class CxlMemTarget(wiring.Component):
             "offset": ADDR_BITS + 1, "error": MemError, "tagged": 1, "is_inv": 1, "is_spec": 1,
             "names": n_track,
         }))
-        if cfg.register_slices:
-            # Decoded as the request enters the slice, and held with it, with the
-            # mode ``owns`` takes then. A tracked tag it names stays tracked until
-            # its response leaves (hence ``& track_valid``); none is added while
-            # the request waits, as only this request can add one.
-            with m.If(~head.valid):
-                m.d.sync += d.eq(decode(merge.o.payload, self.host_owns_checkpoints))
-        else:
-            m.d.comb += d.eq(decode(r, owns))
+        # Registered, decoded as the request enters the slice, with the mode
+        # ``owns`` takes then. A tracked tag it names stays tracked until its
+        # response leaves (hence ``& track_valid``); none is added while the
+        # request waits, as only this request can add one.
+        m.d.comb += d.eq(on_entry(m, head, decode(merge.o.payload, self.host_owns_checkpoints))
+                         if cfg.register_slices else decode(r, owns))
         offset, is_inv, is_spec = d.offset, d.is_inv, d.is_spec
         # A request that would go to PMEM is refused if its tag is still in use.
         reused = d.tagged & (d.names & track_valid).any()
