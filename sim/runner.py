@@ -314,9 +314,23 @@ def _compile(sim, config, top, source, bdir, waves, log):
     except (Exception, SystemExit) as e:
         tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
         raise BenchFailure(f"{sim} build failed ({e}); last lines of {log_path}:\n{tail}") from None
+    _drop_intermediates(bdir)
     stamp.write_text(json.dumps({"config": config.to_dict(), "seconds": time.monotonic() - t0}))
     log(f"[build] {sim} build done in {time.monotonic() - t0:.1f} s")
     return bdir
+
+
+# What only the C++ compiler reads: a build is never recompiled in place (a changed
+# design has another folder), and Verilator's precompiled headers alone are 150 MB a
+# build, which across the suite's configurations would fill a small disk.
+_INTERMEDIATES = ("*.gch", "*.o", "*.a", "*.d")
+
+
+def _drop_intermediates(bdir):
+    """Remove the compiler's intermediate files from a finished build folder."""
+    for pattern in _INTERMEDIATES:
+        for path in bdir.glob(pattern):
+            path.unlink()
 
 
 def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log=print,
