@@ -48,8 +48,8 @@ class PmemController(wiring.Component):
       always see the newest accepted write. (With ``register_slices`` every
       port's requests enter through a slice that cuts ``ready``; the check is
       registered, and a read is served from its second cycle offered; a read
-      taken is issued from a register in the next cycle, its data returns
-      through a register slice, a write enters the WPQ in the next cycle, and no request is taken in the two cycles after
+      taken is issued from a register in the next cycle, a write enters the
+      WPQ in the next cycle, and no request is taken in the two cycles after
       a write was, nor a read in the cycle after a read. The latencies still
       count from the take at the port.)
     * A write is accepted into the write-pending queue (WPQ) when there is
@@ -150,16 +150,10 @@ class PmemController(wiring.Component):
             # arbitration starts and ends at registers, and a request taken
             # stays in its slice for the cycle after (the slice takes the next
             # one only once empty), which the write into the WPQ relies on.
-            # Read data leaves through a slice each (at full rate): the read
-            # queue's 512-bit head, shared by every port, reaches each engine's
-            # datapath from a register placed beside it.
             inner = []
             for i, p in enumerate(ports):
                 req = through_slice(m, f"slice{i}", wiring.flipped(p.req), cut_ready=True)
-                rdata = p.rdata.signature.create(path=(f"rdata{i}",))
-                wiring.connect(m, through_slice(m, f"rdata_slice{i}", rdata),
-                               wiring.flipped(p.rdata))
-                inner.append(SimpleNamespace(req=req, rdata=rdata, wack=p.wack))
+                inner.append(SimpleNamespace(req=req, rdata=p.rdata, wack=p.wack))
             ports = inner
         client_bits = max(1, (n - 1).bit_length())
 
@@ -325,11 +319,10 @@ class PmemController(wiring.Component):
             ]
 
         # Release reads in order once their latency has passed, counted from
-        # the take at the port: registered, the slice, the hazard check, the
-        # issue register and the read data's slice are four cycles of it
-        # (which are also its floor).
+        # the take at the port: registered, the slice, the hazard check and the
+        # issue register are three cycles of it (which are also its floor).
         rq_pop = Signal()
-        read_aged = _aged(m, "read", issue_read, rq_pop, max(2, cfg.read_latency - 4 * registered),
+        read_aged = _aged(m, "read", issue_read, rq_pop, max(2, cfg.read_latency - 3 * registered),
                           cfg.read_depth)
         rq_due = rq.r_rdy & read_aged
         for i, p in enumerate(ports):
