@@ -8,7 +8,7 @@ test of :mod:`trainingcxl.sim.jobs.bench_device`, whose docstrings say what they
 import pytest
 
 from trainingcxl.spec.config import PRESETS
-from trainingcxl.sim.runner import build, run_bench
+from trainingcxl.sim.runner import _INTERMEDIATES, build, run_bench
 
 BENCH = "trainingcxl.sim.jobs.bench_device"
 CONFIG = PRESETS["tiny"]
@@ -25,7 +25,7 @@ def test_a_finished_build_keeps_no_compiler_intermediates():
     """Verilator's precompiled headers are 150 MB a build: the suite's dozens of
     configurations must not fill the disk with them."""
     bdir = build("verilator", CONFIG)
-    left = [p.name for p in bdir.iterdir() if p.suffix in (".gch", ".o", ".a", ".d")]
+    left = [p.name for pattern in _INTERMEDIATES for p in bdir.glob(pattern)]
     assert not left, left
     assert sum(p.stat().st_size for p in bdir.iterdir()) < 20e6
 
