@@ -482,6 +482,15 @@ class Config:
         each cycle feeds ``512 / crc_folds`` bits through an XOR network that
         much smaller. The undo logger, the snapshot copy and recovery each hold
         a line for those cycles; 1 in the simulation presets.
+    line_beats : int
+        Beats a line read from PMEM moves in, from the PMEM controller's
+        read queue to the engine's port (1, 2, 4 or 8): a bus of ``512 /
+        line_beats`` bits fans out to the ports, and each port puts the line
+        together again. A read takes ``line_beats + 1`` cycles more inside
+        the configured ``pmem.read_latency`` (which must leave room for
+        them), and a port takes a line every ``line_beats + 1`` cycles at
+        most; 1 (a whole line a cycle) in the simulation presets. Writes are
+        still a line wide.
     media : str
         What holds the PMEM media: ``"bram"``, a memory inside the PMEM
         controller (simulation, and boards' block RAM), or ``"sdram"``, an SDR
@@ -517,6 +526,7 @@ class Config:
     register_slices: bool = False
     gpu_window: bool = True
     crc_folds: int = 1
+    line_beats: int = 1
     media: str = "bram"
     sdram: SdramTiming = field(default_factory=SdramTiming)
     model: ModelShape = field(default_factory=ModelShape)
@@ -554,6 +564,12 @@ class Config:
                f"{self.sdram.lines:,}")
         _check(self.crc_folds in (1, 2, 4, 8),
                f"crc_folds must be 1, 2, 4 or 8 (cycles per line checksum), not {self.crc_folds!r}")
+        _check(self.line_beats in (1, 2, 4, 8),
+               f"line_beats must be 1, 2, 4 or 8 (beats a line read moves in), not {self.line_beats!r}")
+        _check(self.pmem.read_latency >= self.min_read_latency,
+               f"pmem.read_latency of {self.pmem.read_latency} cycles leaves no room for the read path "
+               f"of this device ({self.min_read_latency} cycles with its register slices and "
+               f"line_beats)")
         for name in ("relaxed_lookup", "register_slices", "gpu_window"):
             _check(isinstance(getattr(self, name), bool),
                    f"{name} must be true or false, not {getattr(self, name)!r}")
@@ -701,6 +717,21 @@ class Config:
     @property
     def media_addr_bits(self):
         return max(1, (self.media_lines - 1).bit_length())
+
+    @property
+    def min_read_latency(self):
+        """The fewest cycles a PMEM read can take in this device's controller: a
+        media read and a buffered FIFO (4), or two cycles of ageing after the
+        port's slice, hazard check and issue register (3 with
+        :attr:`register_slices`) and a line moved in beats (:attr:`line_beats`
+        + 1 when more than one)."""
+        return max(4, 2 + 3 * self.register_slices + self.read_beat_cycles)
+
+    @property
+    def read_beat_cycles(self):
+        """Cycles of a PMEM read spent moving its line in beats: its
+        :attr:`line_beats` and one to put the line together; 0 for whole lines."""
+        return self.line_beats + 1 if self.line_beats > 1 else 0
 
     @property
     def log_query_latency(self):
@@ -909,13 +940,14 @@ PRESETS = {
     # slower than the SDRAM, so that the model's timing holds
     # (``MEDIA_LATE``); its 100,000 rows have 9-bit epoch stamps in block RAM
     # (full stamps would take 4.8 Mbit). The logger's buffer of 16 lines sits
-    # in LUT RAM: 512-bit buses meeting block RAM congest the routing.
+    # in LUT RAM: 512-bit buses meeting block RAM congest the routing; for
+    # the same reason a line read reaches its engine in beats of 64 bits.
     "ulx3s": Config(tables=(50_000, 50_000), stamp_bits=9, max_pooling=8, max_bags=32,
                     log_buffer=16,
                     defer_depth=64, cache_ids=16, host_window=4, blocks=("update", "checkpoint"),
-                    register_slices=True, crc_folds=4, media="sdram",
+                    register_slices=True, crc_folds=4, line_beats=8, media="sdram",
                     pmem=PmemTiming(read_latency=128, write_latency=192, read_rate=(1, 80),
-                                    write_rate=(1, 160), read_depth=16, wpq_depth=8),
+                                    write_rate=(1, 160), read_depth=4, wpq_depth=8),
                     model=ModelShape(bottom_hidden=(16,), top_hidden=(16,), batch_size=16)),
     # The LFE5U-12F holds the pooling device only: the lookup engine with
     # its PMEM, CXL.mem target and control window (no update or checkpoint

@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from ..common.arbiter import RoundRobin
+from ..common.beats import BeatReceiver, BeatSender
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.ram import Ram
 from ..common.rate import RateLimiter
@@ -320,21 +321,27 @@ class PmemController(wiring.Component):
 
         # Release reads in order once their latency has passed, counted from
         # the take at the port: registered, the slice, the hazard check and the
-        # issue register are three cycles of it (which are also its floor).
+        # issue register are three cycles of it, and a line in beats its beats
+        # and the cycle its port puts it together (``Config.min_read_latency``).
+        beats = self._config.line_beats
         rq_pop = Signal()
-        read_aged = _aged(m, "read", issue_read, rq_pop, max(2, cfg.read_latency - 3 * registered),
+        read_aged = _aged(m, "read", issue_read, rq_pop,
+                          cfg.read_latency - 3 * registered - self._config.read_beat_cycles,
                           cfg.read_depth)
         rq_due = rq.r_rdy & read_aged
-        for i, p in enumerate(ports):
-            m.d.comb += [
-                p.rdata.payload.tag.eq(rq_head.tag),
-                p.rdata.payload.data.eq(rq_head.data),
-                p.rdata.valid.eq(rq_due & (rq_head.client == i)),
-            ]
-        with m.Switch(rq_head.client):
+        if beats == 1:
             for i, p in enumerate(ports):
-                with m.Case(i):
-                    m.d.comb += rq_pop.eq(rq_due & p.rdata.ready)
+                m.d.comb += [
+                    p.rdata.payload.tag.eq(rq_head.tag),
+                    p.rdata.payload.data.eq(rq_head.data),
+                    p.rdata.valid.eq(rq_due & (rq_head.client == i)),
+                ]
+            with m.Switch(rq_head.client):
+                for i, p in enumerate(ports):
+                    with m.Case(i):
+                        m.d.comb += rq_pop.eq(rq_due & p.rdata.ready)
+        else:
+            self._read_in_beats(m, ports, rq_head, rq_due, rq_pop)
         m.d.comb += rq.r_en.eq(rq_pop)
         inflight_next = inflight + issue_read - rq_pop
         m.d.sync += [inflight.eq(inflight_next), read_room.eq(inflight_next < cfg.read_depth)]
@@ -438,6 +445,34 @@ class PmemController(wiring.Component):
             return ResetInserter(self.power_fail)(m)
         outside.submodules.core = ResetInserter(self.power_fail)(m)
         return outside
+
+    def _read_in_beats(self, m, ports, head, due, pop):
+        """The read queue's head leaves in beats on one narrow bus to all ports,
+        each of which puts its lines together again (``Config.line_beats``)."""
+        beats = self._config.line_beats
+        n = self._n_ports
+        meta = data.StructLayout({"tag": self._tag_bits, "to": n})
+        m.submodules.read_beats = sender = BeatSender(width=LINE_BITS, beats=beats, meta=meta)
+        m.d.comb += [
+            sender.i.valid.eq(due), sender.i.payload.data.eq(head.data),
+            sender.i.payload.meta.tag.eq(head.tag),
+            sender.i.payload.meta.to.eq(1 << head.client),
+            pop.eq(sender.i.ready),
+        ]
+        beat = sender.o.payload
+        taken = []
+        for i, p in enumerate(ports):
+            recv = BeatReceiver(width=LINE_BITS, beats=beats, meta=self._tag_bits)
+            m.submodules[f"read_beats{i}"] = recv
+            m.d.comb += [
+                recv.i.valid.eq(sender.o.valid & beat.meta.to[i]),
+                recv.i.payload.data.eq(beat.data), recv.i.payload.meta.eq(beat.meta.tag),
+                recv.i.payload.last.eq(beat.last),
+                p.rdata.valid.eq(recv.o.valid), p.rdata.payload.data.eq(recv.o.payload.data),
+                p.rdata.payload.tag.eq(recv.o.payload.meta), recv.o.ready.eq(p.rdata.ready),
+            ]
+            taken.append(beat.meta.to[i] & recv.i.ready)
+        m.d.comb += sender.o.ready.eq(Cat(taken).any())
 
     def _media_queue(self, outside, m, client_bits):
         """The queue to an outside media, in ``outside`` (which no power failure resets);

@@ -12,13 +12,19 @@ from trainingcxl.sim.amaranth_streams import simulate as run, stream_get, stream
 FULL = (1 << 64) - 1
 
 
-def small_config(registered=False, **timing):
-    """``registered``: the boards' register slices, which register the read hazard check."""
-    t = dict(read_latency=8, write_latency=12, read_rate=(3, 5), write_rate=(1, 4),
+def small_config(registered=False, beats=1, **timing):
+    """``registered``: the boards' register slices, which register the read hazard check;
+    ``beats``: the read data moves in that many beats (``Config.line_beats``)."""
+    t = dict(read_latency=8 + 2 * (beats - 1), write_latency=12, read_rate=(3, 5), write_rate=(1, 4),
              wpq_depth=4, read_depth=8)
     t.update(timing)
     return Config(tables=(16, 16), pmem=PmemTiming(**t), log_lines=14, commit_lines=2,
-                  snapshot_lines=2, register_slices=registered)
+                  snapshot_lines=2, register_slices=registered, line_beats=beats)
+
+
+#: The boards' variants: register slices, and with them read data in beats.
+VARIANTS = pytest.mark.parametrize("registered, beats", [(False, 1), (True, 1), (True, 4)],
+                                   ids=["plain", "registered", "beats"])
 
 
 def line(seed):
@@ -44,9 +50,9 @@ async def read(ctx, port, addr, tag=0):
     return rsp.data
 
 
-@pytest.mark.parametrize("registered", [False, True])
-def test_write_then_read_across_ports_with_byte_enables(registered):
-    cfg = small_config(registered)
+@VARIANTS
+def test_write_then_read_across_ports_with_byte_enables(registered, beats):
+    cfg = small_config(registered, beats)
     dut = PmemController(cfg, n_ports=2)
     ref = {}
 
@@ -66,9 +72,9 @@ def test_write_then_read_across_ports_with_byte_enables(registered):
     run(dut, tb)
 
 
-@pytest.mark.parametrize("registered", [False, True])
-def test_latencies_match_configuration(registered):
-    cfg = small_config(registered, read_latency=9, write_latency=13, read_rate=(1, 1),
+@VARIANTS
+def test_latencies_match_configuration(registered, beats):
+    cfg = small_config(registered, beats, read_latency=14, write_latency=13, read_rate=(1, 1),
                        write_rate=(1, 1))
     dut = PmemController(cfg, n_ports=1)
     seen = {}
@@ -93,12 +99,13 @@ def test_latencies_match_configuration(registered):
 
     run(dut, tb)
     # Counted from the cycle after the request was taken.
-    assert seen == {"write": 13 - 1, "read": 9 - 1}
+    assert seen == {"write": 13 - 1, "read": 14 - 1}
 
 
-@pytest.mark.parametrize("rate", [(3, 5), (1, 2), (1, 1)])
-def test_read_bandwidth_is_the_configured_rate(rate):
-    cfg = small_config(read_rate=rate, read_depth=16)
+@pytest.mark.parametrize("rate, beats", [((3, 5), 1), ((1, 2), 1), ((1, 1), 1), ((1, 5), 4)])
+def test_read_bandwidth_is_the_configured_rate(rate, beats):
+    """In beats, a port takes a line every ``beats + 1`` cycles: a rate that slow still holds."""
+    cfg = small_config(read_rate=rate, read_depth=16, beats=beats)
     dut = PmemController(cfg, n_ports=1)
     n = 60
     times = []
@@ -122,11 +129,11 @@ def test_read_bandwidth_is_the_configured_rate(rate):
     assert achieved == pytest.approx(rate[0] / rate[1], rel=0.06)
 
 
-@pytest.mark.parametrize("registered", [False, True])
+@VARIANTS
 @pytest.mark.parametrize("gap", [0, 1, 2])
-def test_read_after_write_sees_the_pending_write(registered, gap):
+def test_read_after_write_sees_the_pending_write(registered, beats, gap):
     """The read is offered ``gap`` cycles after the write was taken."""
-    cfg = small_config(registered, write_latency=30)
+    cfg = small_config(registered, beats, write_latency=30)
     dut = PmemController(cfg, n_ports=2)
 
     async def tb(ctx):

@@ -15,7 +15,7 @@ from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.hdl.sdram.controller import SdramController
 from trainingcxl.sim.amaranth_streams import simulate, stream_get, stream_put
 from trainingcxl.sim.rtl.sdram_model import SdramModel, Violation
-from trainingcxl.spec.config import Config, PmemTiming, SdramTiming
+from trainingcxl.spec.config import PRESETS, Config, PmemTiming, SdramTiming
 
 MHZ = 50
 CHIP = SdramTiming(rows=16, cols=64, init_us=2.0, trefi_ns=4000.0)
@@ -26,10 +26,11 @@ FULL = (1 << 64) - 1
 
 
 def config(pmem=SLOW, registered=False):
-    """``registered``: the boards' register slices, which issue a request a cycle after
-    it was taken."""
+    """``registered``: the 85F's register slices, which issue a request a cycle after
+    it was taken, and its read data in beats."""
+    beats = PRESETS["ulx3s"].line_beats if registered else 1
     cfg = Config(tables=(16, 16), pmem=pmem, log_lines=14, commit_lines=2, snapshot_lines=2,
-                 register_slices=registered)
+                 register_slices=registered, line_beats=beats)
     assert (1 << cfg.media_addr_bits) <= CHIP.lines
     return cfg
 
@@ -143,7 +144,7 @@ def test_a_power_failure_keeps_acknowledged_writes_and_drops_reads_in_flight(reg
 def test_a_pmem_faster_than_the_sdram_is_counted_late_and_acks_each_write_once(registered):
     """Writes wait for room in the media's queue; meanwhile their acks are not offered
     (a client that counts acks would otherwise count a write twice)."""
-    cfg = config(replace(SLOW, read_latency=8, write_latency=8, read_rate=(1, 1),
+    cfg = config(replace(SLOW, read_latency=16, write_latency=8, read_rate=(1, 1),
                          write_rate=(1, 1)), registered)
     dut = Board(cfg)
     out = {"acks": 0}

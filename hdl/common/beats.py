@@ -1,0 +1,105 @@
+"""Lines in beats: a wide word crosses the chip a slice at a time.
+
+On an FPGA a 512-bit bus that fans out to several engines takes more
+routing than logic; moved in beats of ``512 / beats`` bits it takes that
+fraction of the wires, and the line is put together again next to the
+engine that uses it (docs/design-notes.md, "Read data in beats").
+"""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["BeatSender", "BeatReceiver", "beat_layout"]
+
+
+def beat_layout(width, beats, meta):
+    """A beat: a ``width // beats`` slice of the word, the word's ``meta``, and
+    ``last`` on the word's last beat (its most significant slice)."""
+    return data.StructLayout({"data": width // beats, "meta": meta, "last": 1})
+
+
+def _check(width, beats):
+    if beats not in (1, 2, 4, 8, 16) or width % beats:
+        raise ValueError(f"beats must be 1, 2, 4, 8 or 16 and divide the width {width}, not {beats!r}")
+
+
+class BeatSender(wiring.Component):
+    """Sends each word of ``i`` as ``beats`` beats on ``o``, least significant first.
+
+    ``o`` comes from a register. A word is taken (``i.ready``) as its last
+    beat is loaded, so it stays on ``i`` while it is sent: the producer's
+    register is the sender's buffer. One beat a cycle when ``o`` is taken at
+    once.
+
+    Members
+    -------
+    i : In(stream.Signature(StructLayout({"data": width, "meta": meta})))
+    o : Out(stream.Signature(beat_layout(width, beats, meta)))
+    """
+
+    def __init__(self, *, width, beats, meta):
+        _check(width, beats)
+        self._beats = beats
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({"data": width, "meta": meta}))),
+            "o": Out(stream.Signature(beat_layout(width, beats, meta))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._beats
+        step = len(self.o.payload.data)
+        index = Signal(range(n))
+        last = index == n - 1
+        load = Signal()
+        m.d.comb += [load.eq(self.i.valid & (~self.o.valid | self.o.ready)),
+                     self.i.ready.eq(load & last)]
+        with m.If(load):
+            m.d.sync += [
+                self.o.valid.eq(1),
+                self.o.payload.data.eq(self.i.payload.data.word_select(index, step)),
+                self.o.payload.meta.eq(self.i.payload.meta),
+                self.o.payload.last.eq(last),
+                index.eq(Mux(last, 0, index + 1)),
+            ]
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        return m
+
+
+class BeatReceiver(wiring.Component):
+    """Puts the beats of ``i`` together into words on ``o``.
+
+    The beats shift into a word register from the top, so the bus feeds one
+    slice of it and each other slice is fed by its neighbour; the word's
+    ``meta`` is the last beat's. ``i.ready`` is a register (the word is not
+    held, ``~o.valid``): a receiver takes no beat in the cycle its word is
+    taken, which costs a cycle per word and keeps the consumer's ``ready`` off
+    the bus.
+
+    Members
+    -------
+    i : In(stream.Signature(beat_layout(width, beats, meta)))
+    o : Out(stream.Signature(StructLayout({"data": width, "meta": meta})))
+    """
+
+    def __init__(self, *, width, beats, meta):
+        _check(width, beats)
+        super().__init__({
+            "i": In(stream.Signature(beat_layout(width, beats, meta))),
+            "o": Out(stream.Signature(data.StructLayout({"data": width, "meta": meta}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        step = len(self.i.payload.data)
+        word = self.o.payload.data
+        m.d.comb += self.i.ready.eq(~self.o.valid)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += word.eq(Cat(word[step:], self.i.payload.data))
+            with m.If(self.i.payload.last):
+                m.d.sync += [self.o.valid.eq(1), self.o.payload.meta.eq(self.i.payload.meta)]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        return m
