@@ -3,6 +3,7 @@
 from amaranth.lib import data
 
 from trainingcxl.spec.config import Config, ModelShape, PmemTiming
+from ..common.beats import BeatReceiver, BeatSender
 from ..common.merge import StreamMerge
 from ..common.register_slice import RegisterSlice
 from ..cxl.cache_agent import CacheAgent
@@ -16,13 +17,15 @@ from .write_ahead import LoggerHarness, dispatcher_write_ahead
 __all__ = ["PROOFS", "formal_config"]
 
 
-def formal_config():
+def formal_config(registered=False):
     """A configuration small enough to prove over: one table of 4 rows, short
-    PMEM latencies and queues, so that a few dozen cycles reach every state."""
+    PMEM latencies and queues, so that a few dozen cycles reach every state.
+    ``registered``: the boards' register slices, whose read path is a cycle
+    longer (``Config.min_read_latency``)."""
     return Config(tables=(4,), max_pooling=2, max_bags=4, log_buffer=4, defer_depth=4,
-                  cache_ids=4, host_window=2, desc_depth=2,
-                  pmem=PmemTiming(read_latency=4, write_latency=4, read_rate=(1, 1), write_rate=(1, 1),
-                                   read_depth=4, wpq_depth=4),
+                  cache_ids=4, host_window=2, desc_depth=2, register_slices=registered,
+                  pmem=PmemTiming(read_latency=4 + registered, write_latency=4, read_rate=(1, 1),
+                                  write_rate=(1, 1), read_depth=4, wpq_depth=4),
                   model=ModelShape(bottom_hidden=(2,), top_hidden=(2,), batch_size=2))
 
 
@@ -35,6 +38,14 @@ def _slice():
 
 def _slice_cut_ready():
     return StreamContract(RegisterSlice(_Small, cut_ready=True))
+
+
+def _beat_sender():
+    return StreamContract(BeatSender(width=16, beats=4, meta=4))
+
+
+def _beat_receiver():
+    return StreamContract(BeatReceiver(width=16, beats=4, meta=4))
 
 
 def _merge():
@@ -51,23 +62,23 @@ def _wpq():
 
 
 def _mem_target(registered=False):
-    return StreamContract(CxlMemTarget(formal_config().replace(register_slices=registered)))
+    return StreamContract(CxlMemTarget(formal_config(registered)))
 
 
 def _cache_agent(registered=False):
-    return StreamContract(CacheAgent(formal_config().replace(register_slices=registered),
+    return StreamContract(CacheAgent(formal_config(registered),
                                      n_ports=2, tag_bits=4))
 
 
 def _dispatcher(registered=False):
-    return StreamContract(Dispatcher(formal_config().replace(register_slices=registered)),
+    return StreamContract(Dispatcher(formal_config(registered)),
                           properties=dispatcher_write_ahead)
 
 
 def _logger(registered=False):
     # Two rows: the stamps are scrubbed a row per cycle after reset, and every
     # cycle of that is depth the solver cannot spend on records.
-    return LoggerHarness(formal_config().replace(tables=(2,), register_slices=registered))
+    return LoggerHarness(formal_config(registered).replace(tables=(2,)))
 
 
 #: name -> (what it proves, harness factory, depth in cycles)
@@ -78,6 +89,10 @@ PROOFS = {
                                  "until ready", _slice_cut_ready, 12),
     "stream-merge": ("StreamMerge (3 inputs) keeps its output stable until ready",
                      _merge, 12),
+    "beat-sender": ("BeatSender (4 beats) keeps each beat stable until ready",
+                    _beat_sender, 12),
+    "beat-receiver": ("BeatReceiver (4 beats) keeps each word stable until ready",
+                      _beat_receiver, 12),
     "pmem-streams": ("PmemController (3 ports, one in the background): every response "
                      "stream stable until ready, power failures included", _pmem_streams, 8),
     "pmem-wpq": ("the PMEM write-pending queue loses, duplicates and reorders no write "
