@@ -483,14 +483,17 @@ class Config:
         much smaller. The undo logger, the snapshot copy and recovery each hold
         a line for those cycles; 1 in the simulation presets.
     line_beats : int
-        Beats a line read from PMEM moves in, from the PMEM controller's
-        read queue to the engine's port (1, 2, 4 or 8): a bus of ``512 /
-        line_beats`` bits fans out to the ports, and each port puts the line
-        together again. A read takes ``line_beats + 1`` cycles more inside
-        the configured ``pmem.read_latency`` (which must leave room for
-        them), and a port takes a line every ``line_beats + 1`` cycles at
-        most; 1 (a whole line a cycle) in the simulation presets. Writes are
-        still a line wide.
+        Beats a line moves in between the PMEM controller and its ports (1, 2,
+        4 or 8): each port's requests, writes with their data and byte
+        enables, cross in that many beats (a read in one), and a line read
+        leaves the controller's read queue in as many on one bus to all the
+        ports; each end puts the line together again. A bus of ``512 /
+        line_beats`` bits then crosses the chip instead of 512
+        (docs/design-notes.md). The cycles this takes are inside the
+        configured ``pmem`` latencies (:attr:`read_beat_cycles`, which must
+        leave room for them); a port takes a line every ``line_beats + 1``
+        cycles at most. Needs :attr:`register_slices`; 1 (whole lines) in the
+        simulation presets.
     media : str
         What holds the PMEM media: ``"bram"``, a memory inside the PMEM
         controller (simulation, and boards' block RAM), or ``"sdram"``, an SDR
@@ -565,11 +568,14 @@ class Config:
         _check(self.crc_folds in (1, 2, 4, 8),
                f"crc_folds must be 1, 2, 4 or 8 (cycles per line checksum), not {self.crc_folds!r}")
         _check(self.line_beats in (1, 2, 4, 8),
-               f"line_beats must be 1, 2, 4 or 8 (beats a line read moves in), not {self.line_beats!r}")
-        _check(self.pmem.read_latency >= self.min_read_latency,
-               f"pmem.read_latency of {self.pmem.read_latency} cycles leaves no room for the read path "
-               f"of this device ({self.min_read_latency} cycles with its register slices and "
-               f"line_beats)")
+               f"line_beats must be 1, 2, 4 or 8 (beats a line moves in), not {self.line_beats!r}")
+        _check(self.line_beats == 1 or self.register_slices,
+               "line_beats above 1 needs register_slices (the beats replace the port slices)")
+        for kind in ("read", "write"):
+            have, floor = getattr(self.pmem, f"{kind}_latency"), getattr(self, f"min_{kind}_latency")
+            _check(have >= floor,
+                   f"pmem.{kind}_latency of {have} cycles leaves no room for the {kind} path of "
+                   f"this device ({floor} cycles with its register slices and line_beats)")
         for name in ("relaxed_lookup", "register_slices", "gpu_window"):
             _check(isinstance(getattr(self, name), bool),
                    f"{name} must be true or false, not {getattr(self, name)!r}")
@@ -723,15 +729,27 @@ class Config:
         """The fewest cycles a PMEM read can take in this device's controller: a
         media read and a buffered FIFO (4), or two cycles of ageing after the
         port's slice, hazard check and issue register (3 with
-        :attr:`register_slices`) and a line moved in beats (:attr:`line_beats`
-        + 1 when more than one)."""
+        :attr:`register_slices`) and the read's beats (:attr:`read_beat_cycles`)."""
         return max(4, 2 + 3 * self.register_slices + self.read_beat_cycles)
 
     @property
+    def min_write_latency(self):
+        """The fewest cycles a PMEM write can spend before it is persistent: two
+        cycles of ageing after the port's slice and take (2 with
+        :attr:`register_slices`) and the request's beat (:attr:`request_beat_cycles`)."""
+        return max(4, 2 + 2 * self.register_slices + self.request_beat_cycles)
+
+    @property
+    def request_beat_cycles(self):
+        """Cycles a PMEM request spends in beats after its port took it: the
+        register of its last beat (:attr:`line_beats` above 1), else 0."""
+        return int(self.line_beats > 1)
+
+    @property
     def read_beat_cycles(self):
-        """Cycles of a PMEM read spent moving its line in beats: its
+        """Cycles of a PMEM read spent in beats: its request's, its line's
         :attr:`line_beats` and one to put the line together; 0 for whole lines."""
-        return self.line_beats + 1 if self.line_beats > 1 else 0
+        return self.request_beat_cycles + self.line_beats + 1 if self.line_beats > 1 else 0
 
     @property
     def log_query_latency(self):

@@ -32,17 +32,24 @@ class BeatSender(wiring.Component):
     register is the sender's buffer. One beat a cycle when ``o`` is taken at
     once.
 
+    With ``short``, a word marked ``short`` goes in one beat, its least
+    significant slice (a request without data).
+
     Members
     -------
-    i : In(stream.Signature(StructLayout({"data": width, "meta": meta})))
+    i : In(stream.Signature(StructLayout({"data": width, "meta": meta[, "short": 1]})))
     o : Out(stream.Signature(beat_layout(width, beats, meta)))
     """
 
-    def __init__(self, *, width, beats, meta):
+    def __init__(self, *, width, beats, meta, short=False):
         _check(width, beats)
         self._beats = beats
+        self._short = short
+        fields = {"data": width, "meta": meta}
+        if short:
+            fields["short"] = 1
         super().__init__({
-            "i": In(stream.Signature(data.StructLayout({"data": width, "meta": meta}))),
+            "i": In(stream.Signature(data.StructLayout(fields))),
             "o": Out(stream.Signature(beat_layout(width, beats, meta))),
         })
 
@@ -51,7 +58,8 @@ class BeatSender(wiring.Component):
         n = self._beats
         step = len(self.o.payload.data)
         index = Signal(range(n))
-        last = index == n - 1
+        last = Signal()
+        m.d.comb += last.eq((index == n - 1) | (self.i.payload.short if self._short else 0))
         load = Signal()
         m.d.comb += [load.eq(self.i.valid & (~self.o.valid | self.o.ready)),
                      self.i.ready.eq(load & last)]

@@ -14,6 +14,11 @@ class RateLimiter(wiring.Component):
     It saturates at ``den + num - 1`` so that an idle limiter grants a short
     burst of at most two events and a busy one loses no credit.
 
+    ``late``: ``take`` comes a cycle after the event it pays for (a client
+    that registers the event it allowed, and allows none in that cycle).
+    The accumulator saturates ``num`` higher, so that the cycle between the
+    event and its payment loses no credit either.
+
     Members
     -------
     ok : Out(1)
@@ -25,10 +30,10 @@ class RateLimiter(wiring.Component):
     ok: Out(1)
     take: In(1)
 
-    def __init__(self, num, den):
+    def __init__(self, num, den, *, late=False):
         if not (isinstance(num, int) and isinstance(den, int) and 1 <= num <= den):
             raise ValueError(f"rate must be num/den with 1 <= num <= den, not {num}/{den}")
-        self._num, self._den = num, den
+        self._num, self._den, self._late = num, den, bool(late)
         super().__init__()
 
     def elaborate(self, platform):
@@ -37,7 +42,7 @@ class RateLimiter(wiring.Component):
         if num == den:
             m.d.comb += self.ok.eq(1)
             return m
-        cap = den + num - 1
+        cap = den + num - 1 + num * self._late
         acc = Signal(range(cap + 1), init=den)
         nxt = Signal(range(cap + num + 1))
         after = Signal.like(acc)

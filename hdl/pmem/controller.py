@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from amaranth import *
 from amaranth.hdl import ResetInserter
-from amaranth.lib import data, fifo, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
@@ -150,13 +150,17 @@ class PmemController(wiring.Component):
         registered = self._config.register_slices
         ports = self.ports
         if registered:
-            # Requests enter through a slice each that cuts ``ready`` too: the
+            # Requests enter through a slice each that cuts ``ready`` too (or,
+            # in beats, through a receiver that does the same): the
             # arbitration starts and ends at registers, and a request taken
             # stays in its slice for the cycle after (the slice takes the next
             # one only once empty), which the write into the WPQ relies on.
             inner = []
             for i, p in enumerate(ports):
-                req = through_slice(m, f"slice{i}", wiring.flipped(p.req), cut_ready=True)
+                if self._config.line_beats > 1:
+                    req = self._request_in_beats(m, i, p.req)
+                else:
+                    req = through_slice(m, f"slice{i}", wiring.flipped(p.req), cut_ready=True)
                 inner.append(SimpleNamespace(req=req, rdata=p.rdata, wack=p.wack))
             ports = inner
         client_bits = max(1, (n - 1).bit_length())
@@ -169,7 +173,8 @@ class PmemController(wiring.Component):
             rd = media.read_port()
             wr = media.write_port(granularity=8)
 
-        m.submodules.read_rate = read_rate = RateLimiter(*cfg.read_rate)
+        # Registered, a read pays the rate a cycle after its take, as it is issued.
+        m.submodules.read_rate = read_rate = RateLimiter(*cfg.read_rate, late=registered)
         m.submodules.write_rate = write_rate = RateLimiter(*cfg.write_rate)
 
         # -- write-pending queue: payload in a FIFO, addresses mirrored for hazard checks
@@ -381,9 +386,10 @@ class PmemController(wiring.Component):
         # head is due and a write slot is free, drain when it is taken.
         drain = Signal()
         # A write's latency too counts from the port (registered, its slice
-        # and its take are two cycles of it).
+        # and its take are two cycles of it, and in beats its last beat one).
         due = (wpq.r_rdy
-               & _aged(m, "write", enqueue, drain, cfg.write_latency - 2 * registered,
+               & _aged(m, "write", enqueue, drain,
+                       cfg.write_latency - 2 * registered - self._config.request_beat_cycles,
                        cfg.wpq_depth)
                & write_rate.ok)
         if self._media_port:
@@ -448,6 +454,34 @@ class PmemController(wiring.Component):
             return ResetInserter(self.power_fail)(m)
         outside.submodules.core = ResetInserter(self.power_fail)(m)
         return outside
+
+    def _request_in_beats(self, m, i, req):
+        """Port ``i``'s requests, taken in beats next to the engine and put together
+        here: a read in one beat, a write with its data and byte enables in
+        ``Config.line_beats``. Returns the stream of whole requests."""
+        layout = req.payload.shape()
+        meta = data.StructLayout({"op": LineOp, "addr": len(req.payload.addr),
+                                  "tag": self._tag_bits})
+        width = LINE_BITS + LINE_BYTES
+        beats = self._config.line_beats
+        m.submodules[f"request_beats{i}"] = send = BeatSender(width=width, beats=beats, meta=meta,
+                                                               short=True)
+        m.submodules[f"slice{i}"] = recv = BeatReceiver(width=width, beats=beats, meta=meta)
+        whole = stream.Signature(layout).create(path=(f"request{i}",))
+        m.d.comb += [
+            send.i.valid.eq(req.valid), req.ready.eq(send.i.ready),
+            send.i.payload.data.eq(Cat(req.payload.data, req.payload.be)),
+            send.i.payload.meta.op.eq(req.payload.op), send.i.payload.meta.addr.eq(req.payload.addr),
+            send.i.payload.meta.tag.eq(req.payload.tag),
+            send.i.payload.short.eq(req.payload.op == LineOp.READ),
+            whole.valid.eq(recv.o.valid), recv.o.ready.eq(whole.ready),
+            whole.payload.op.eq(recv.o.payload.meta.op),
+            whole.payload.addr.eq(recv.o.payload.meta.addr),
+            whole.payload.tag.eq(recv.o.payload.meta.tag),
+            Cat(whole.payload.data, whole.payload.be).eq(recv.o.payload.data),
+        ]
+        wiring.connect(m, send.o, recv.i)
+        return whole
 
     def _read_in_beats(self, m, ports, head, due, pop):
         """The read queue's head leaves in beats on one narrow bus to all ports,

@@ -102,10 +102,14 @@ def test_latencies_match_configuration(registered, beats):
     assert seen == {"write": 13 - 1, "read": 14 - 1}
 
 
-@pytest.mark.parametrize("rate, beats", [((3, 5), 1), ((1, 2), 1), ((1, 1), 1), ((1, 5), 4)])
-def test_read_bandwidth_is_the_configured_rate(rate, beats):
-    """In beats, a port takes a line every ``beats + 1`` cycles: a rate that slow still holds."""
-    cfg = small_config(read_rate=rate, read_depth=16, beats=beats)
+@pytest.mark.parametrize("rate, registered, beats", [
+    ((3, 5), False, 1), ((1, 2), False, 1), ((1, 1), False, 1),
+    ((1, 6), True, 1), ((2, 7), True, 1), ((1, 6), True, 4), ((1, 80), True, 8)])
+def test_read_bandwidth_is_the_configured_rate(rate, registered, beats):
+    """Registered, a port offers a read every third cycle, and in beats it takes a line
+    every ``beats + 1`` cycles: a rate slower than both still holds exactly (the rate is
+    paid a cycle after the take, and that cycle loses no credit)."""
+    cfg = small_config(registered, beats, read_rate=rate, read_depth=16)
     dut = PmemController(cfg, n_ports=1)
     n = 60
     times = []
@@ -126,7 +130,8 @@ def test_read_bandwidth_is_the_configured_rate(rate, beats):
 
     run(dut, issue, collect)
     achieved = (n - 1) / (times[-1] - times[0])
-    assert achieved == pytest.approx(rate[0] / rate[1], rel=0.06)
+    # One event a period is exact; a rate of several averages over bursts.
+    assert achieved == pytest.approx(rate[0] / rate[1], rel=0.06 if rate[0] > 1 else 1e-3)
 
 
 @VARIANTS
