@@ -959,7 +959,7 @@ PRESETS = {
     # (``MEDIA_LATE``); its 100,000 rows have 9-bit epoch stamps in block RAM
     # (full stamps would take 4.8 Mbit). The logger's buffer of 16 lines sits
     # in LUT RAM: 512-bit buses meeting block RAM congest the routing; for
-    # the same reason a line read reaches its engine in beats of 64 bits.
+    # the same reason lines cross between PMEM and the engines in beats of 64 bits.
     "ulx3s": Config(tables=(50_000, 50_000), stamp_bits=9, max_pooling=8, max_bags=32,
                     log_buffer=16,
                     defer_depth=64, cache_ids=16, host_window=4, blocks=("update", "checkpoint"),

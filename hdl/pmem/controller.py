@@ -52,10 +52,12 @@ class PmemController(wiring.Component):
       taken is issued from a register in the next cycle, a write enters the
       WPQ in the next cycle, and no request is taken in the two cycles after
       a write was, nor a read in the cycle after a read. The latencies still
-      count from the take at the port.) With ``line_beats`` above 1 a line
-      read leaves the read queue in beats on one bus to all ports, and each
-      port puts it together again (``hdl/common/beats.py``): the latency still
-      holds, and a port takes a line every ``line_beats + 1`` cycles at most.
+      count from the take at the port.) With ``line_beats`` above 1 lines
+      move in beats (``hdl/common/beats.py``): a port's requests reach its
+      slice in beats (a read in one), and a line read leaves the read queue in
+      beats on one bus to all ports, each of which puts it together again.
+      The latencies still hold, and a port takes a line every ``line_beats +
+      1`` cycles at most.
     * A write is accepted into the write-pending queue (WPQ) when there is
       room. It leaves the queue for the media no earlier than
       ``write_latency`` cycles later, at most at ``pmem.write_rate``, and only
