@@ -194,9 +194,13 @@ class ControlWindow(wiring.Component):
         rsp_valid = Signal()
         rsp_data = Signal(64)
         rsp_err = Signal()
+        # Registered (boards), a read's value passes a register and its response
+        # leaves a cycle after the take: the address decode and the registers'
+        # own logic do not run on into the response.
+        late = Signal()
         m.d.comb += [
             rsp.valid.eq(rsp_valid), rsp.payload.data.eq(rsp_data), rsp.payload.err.eq(rsp_err),
-            req.ready.eq(~rsp_valid),
+            req.ready.eq(~rsp_valid & ~late),
         ]
         with m.If(rsp.valid & rsp.ready):
             m.d.sync += rsp_valid.eq(0)
@@ -260,6 +264,15 @@ class ControlWindow(wiring.Component):
                         pass            # writes to read-only registers are ignored
                     with m.Default():
                         m.d.sync += rsp_err.eq(1)
+            with m.Elif(cfg.register_slices):
+                m.d.sync += [rsp_valid.eq(0), late.eq(1)]
             with m.Else():
                 m.d.sync += [rsp_data.eq(read_value), rsp_err.eq(read_bad)]
+        if cfg.register_slices:
+            read_late = Signal.like(read_value)
+            bad_late = Signal()
+            m.d.sync += [read_late.eq(read_value), bad_late.eq(read_bad)]
+            with m.If(late):
+                m.d.sync += [late.eq(0), rsp_valid.eq(1), rsp_data.eq(read_late),
+                             rsp_err.eq(bad_late)]
         return m

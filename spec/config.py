@@ -468,8 +468,9 @@ class Config:
         free, the update's read-modify-write requests and their history
         check, the bag checks, the CXL.mem target's decode and responses, the
         CXL.cache agent's requests and answers, the checkpoint engine's
-        restart of the logger and its durable batch, and the host's register
-        accesses (docs/design-notes.md lists them all). Off in the simulation
+        restart of the logger and its durable batch, the host's register
+        accesses and their read values, and the CXL.mem target's error log
+        (docs/design-notes.md lists them all). Off in the simulation
         presets, so their cycle counts stay comparable.
     gpu_window : bool
         The control window checks every array a descriptor names against the

@@ -60,9 +60,11 @@ class BeatSender(wiring.Component):
         index = Signal(range(n))
         last = Signal()
         m.d.comb += last.eq((index == n - 1) | (self.i.payload.short if self._short else 0))
+        # ``i.ready`` does not look at ``i.valid``: the producer's own valid
+        # (often the end of its logic) does not run on into its ``ready``.
+        room = ~self.o.valid | self.o.ready
         load = Signal()
-        m.d.comb += [load.eq(self.i.valid & (~self.o.valid | self.o.ready)),
-                     self.i.ready.eq(load & last)]
+        m.d.comb += [load.eq(self.i.valid & room), self.i.ready.eq(room & last)]
         with m.If(load):
             m.d.sync += [
                 self.o.valid.eq(1),

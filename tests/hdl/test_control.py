@@ -1,5 +1,6 @@
 """Control window in amaranth.sim: registers, doorbell, errors, interrupt."""
 
+import pytest
 from amaranth.sim import Simulator
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
@@ -28,7 +29,9 @@ def run(tb, config=CFG):
     sim.run()
 
 
-def test_identity_staging_and_unknown_registers():
+@pytest.mark.parametrize("registered", [False, True])
+def test_identity_staging_and_unknown_registers(registered):
+    """Registered (boards), a read's response leaves a cycle later, with the same value."""
     async def tb(ctx, dut):
         assert await access(ctx, dut, Reg.ID) == (DEVICE_ID, 0)
         await access(ctx, dut, Reg.DESC_IDX, 0x4000)
@@ -37,7 +40,7 @@ def test_identity_staging_and_unknown_registers():
         assert (await access(ctx, dut, 0xEE, 5))[1] == 1
         await access(ctx, dut, Reg.ID, 5)                      # read-only: ignored
         assert await access(ctx, dut, Reg.ID) == (DEVICE_ID, 0)
-    run(tb)
+    run(tb, CFG.replace(register_slices=registered))
 
 
 def test_doorbell_queues_checks_and_refuses():
