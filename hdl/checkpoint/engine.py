@@ -238,6 +238,7 @@ class CheckpointEngine(wiring.Component):
         # -- recovery: issue side (addresses) and receive side (checks), decoupled
         iss_addr = Signal(abits)
         iss_left = Signal(32)           # reads still to issue in this phase (the walk: of a group)
+        iss_more = Signal()             # ``iss_left != 0``, kept with it: the issue starts at a flip-flop
         rcv_left = Signal(32)           # lines still to receive in this phase (phases 0 to 2)
         phase = Signal(range(4))        # 0 commits, 1 snapshot headers, 2 ring headers, 3 the walk
         reading = Signal()
@@ -299,7 +300,7 @@ class CheckpointEngine(wiring.Component):
                 port.req.payload.addr.eq(hdr_b + wr_j), port.req.payload.data.eq(linebuf[wr_j]),
             ]
         with m.Elif(reading):
-            m.d.comb += [port.req.valid.eq((iss_left != 0) | iss_group),
+            m.d.comb += [port.req.valid.eq(iss_more | iss_group),
                          port.req.payload.op.eq(LineOp.READ),
                          port.req.payload.addr.eq(Mux(iss_group, w_slot, iss_addr))]
         rfire = reading & ~writing & port.req.valid & port.req.ready & (inflight != window)
@@ -307,10 +308,10 @@ class CheckpointEngine(wiring.Component):
             m.d.comb += port.req.valid.eq(0)
         with m.If(rfire):
             with m.If(iss_group):
-                m.d.sync += [iss_group.eq(0), iss_left.eq(slot_reads), iss_j.eq(0),
+                m.d.sync += [iss_group.eq(0), iss_left.eq(slot_reads), iss_more.eq(1), iss_j.eq(0),
                              iss_addr.eq(w_slot + 1 + (GROUP_RECORDS - 1) * lpr)]
             with m.Else():
-                m.d.sync += iss_left.eq(iss_left - 1)
+                m.d.sync += [iss_left.eq(iss_left - 1), iss_more.eq(iss_left != 1)]
                 with m.If(phase == 1):
                     m.d.sync += iss_addr.eq(cfg.snapshot_base[1])
                 with m.Elif(phase == 3):
@@ -449,9 +450,9 @@ class CheckpointEngine(wiring.Component):
             with m.If(~walked):
                 m.d.sync += stopped.eq(1)
         with m.If(stopped):
-            m.d.sync += [iss_left.eq(0), iss_group.eq(0)]
+            m.d.sync += [iss_left.eq(0), iss_more.eq(0), iss_group.eq(0)]
         # Every line issued is received and has had its verdict.
-        received = (iss_left == 0) & ~iss_group & ~g_new & (inflight == 0) & ~pending
+        received = ~iss_more & ~iss_group & ~g_new & (inflight == 0) & ~pending
         with m.If(writing & port.req.ready):
             m.d.sync += wr_j.eq(wr_j + 1)
             with m.If(wr_j == lpr - 1):
@@ -459,6 +460,7 @@ class CheckpointEngine(wiring.Component):
 
         def begin(phase_no, addr, lines):
             m.d.sync += [phase.eq(phase_no), iss_addr.eq(addr), iss_left.eq(lines),
+                         iss_more.eq(lines != 0),
                          rcv_left.eq(lines), reading.eq(1)]
 
         with m.FSM() as fsm:
