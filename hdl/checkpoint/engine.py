@@ -464,10 +464,10 @@ class CheckpointEngine(wiring.Component):
                          rcv_left.eq(lines), reading.eq(1)]
 
         with m.FSM() as fsm:
-            m.d.comb += self.recovering.eq(Cat(
-                fsm.ongoing(state) for state in ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_RING",
-                                                 "R_DECIDE", "R_CHOOSE", "R_PLAN", "R_ROLLBACK",
-                                                 "R_DRAIN", "R_SEAL", "R_SEALED")).any())
+            states = ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_RING", "R_DECIDE", "R_CHOOSE",
+                      "R_PLAN", *("R_START",) * cfg.register_slices, "R_ROLLBACK", "R_DRAIN",
+                      "R_SEAL", "R_SEALED")
+            m.d.comb += self.recovering.eq(Cat(fsm.ongoing(state) for state in states).any())
             with m.State("IDLE"):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
@@ -588,16 +588,31 @@ class CheckpointEngine(wiring.Component):
                 with m.Else():
                     m.d.sync += d_batch.eq(Mux(mk < best_batch, mk, best_batch))
                     m.next = "R_PLAN"
-            with m.State("R_PLAN"):
-                m.d.comb += recovering.eq(1)
-                # Roll back only if the ring holds records of batches after D.
-                with m.If(walk.any & (walk.newest > d_batch)):
+            def start_walk(rollback):
+                with m.If(rollback):
                     begin(3, 0, 0)
                     m.d.sync += [exp_lsn.eq(walk.end - 1), iss_group.eq(1), r_group.eq(1),
                                  w_slot.eq(walk.slot), w_left.eq(walk.groups)]
                     m.next = "R_ROLLBACK"
                 with m.Else():
                     m.next = "R_DRAIN"
+
+            # Roll back only if the ring holds records of batches after D.
+            # Registered, that compare of 32 bits is taken into a register of
+            # its own, and the walk starts a cycle later.
+            rollback = walk.any & (walk.newest > d_batch)
+            with m.State("R_PLAN"):
+                m.d.comb += recovering.eq(1)
+                if cfg.register_slices:
+                    rollback_late = Signal()
+                    m.d.sync += rollback_late.eq(rollback)
+                    m.next = "R_START"
+                else:
+                    start_walk(rollback)
+            if cfg.register_slices:
+                with m.State("R_START"):
+                    m.d.comb += recovering.eq(1)
+                    start_walk(rollback_late)
             with m.State("R_ROLLBACK"):
                 m.d.comb += recovering.eq(1)
                 with m.If(received & ~writing):

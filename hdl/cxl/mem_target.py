@@ -225,23 +225,10 @@ class CxlMemTarget(wiring.Component):
         refused = head.valid & head.ready & (error != MemError.NONE)
         logged = Signal()
         record = Signal(error_record)
-        if cfg.register_slices:
-            # Registered, the count and the record a cycle later still: the
-            # refusal, its kind and its request pass a register first, so that
-            # the tag check and the take do not run on into a 32-bit adder.
-            late = Signal()
-            late_kind = Signal(MemError)
-            req_tag = Signal(TAG_BITS)
-            req_addr = Signal(ADDR_BITS)
-            m.d.sync += [late.eq(refused), late_kind.eq(error), req_tag.eq(r.tag),
-                         req_addr.eq(r.addr)]
-            refused, error_kind = late, late_kind
-        else:
-            error_kind, req_tag, req_addr = error, r.tag, r.addr
         m.d.sync += logged.eq(refused)
         with m.If(refused):
-            m.d.sync += [self.errors.eq(self.errors + 1), record.kind.eq(error_kind),
-                         record.tag.eq(req_tag), record.addr.eq(req_addr)]
+            m.d.sync += [self.errors.eq(self.errors + 1), record.kind.eq(error),
+                         record.tag.eq(r.tag), record.addr.eq(r.addr)]
         ring = Array(Signal(error_record, name=f"error_ring{k}") for k in range(ERROR_LOG_DEPTH))
         newest = Signal(range(ERROR_LOG_DEPTH))
         with m.If(logged):
