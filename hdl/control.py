@@ -200,7 +200,7 @@ class ControlWindow(wiring.Component):
         late = Signal()
         m.d.comb += [
             rsp.valid.eq(rsp_valid), rsp.payload.data.eq(rsp_data), rsp.payload.err.eq(rsp_err),
-            req.ready.eq(~rsp_valid & ~late),
+            req.ready.eq(~rsp_valid & ~late if cfg.register_slices else ~rsp_valid),
         ]
         with m.If(rsp.valid & rsp.ready):
             m.d.sync += rsp_valid.eq(0)
@@ -264,10 +264,11 @@ class ControlWindow(wiring.Component):
                         pass            # writes to read-only registers are ignored
                     with m.Default():
                         m.d.sync += rsp_err.eq(1)
-            with m.Elif(cfg.register_slices):
-                m.d.sync += [rsp_valid.eq(0), late.eq(1)]
             with m.Else():
-                m.d.sync += [rsp_data.eq(read_value), rsp_err.eq(read_bad)]
+                if cfg.register_slices:
+                    m.d.sync += [rsp_valid.eq(0), late.eq(1)]
+                else:
+                    m.d.sync += [rsp_data.eq(read_value), rsp_err.eq(read_bad)]
         if cfg.register_slices:
             read_late = Signal.like(read_value)
             bad_late = Signal()

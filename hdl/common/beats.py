@@ -3,7 +3,7 @@
 On an FPGA a 512-bit bus that fans out to several engines takes more
 routing than logic; moved in beats of ``512 / beats`` bits it takes that
 fraction of the wires, and the line is put together again next to the
-engine that uses it (docs/design-notes.md, "Read data in beats").
+engine that uses it (docs/design-notes.md, "Lines in beats on the board").
 """
 
 from amaranth import *
