@@ -23,6 +23,14 @@ TOOLS = {
     "ECPPACK": "yowasp-ecppack",
 }
 
+#: Yosys re-encodes every state machine one-hot: a state's test is then one
+#: flip-flop, not a compare of the state's bits, a logic level or two less on
+#: the paths that start at a state (most of the device's). Yosys does not
+#: extract state registers that have an initial value (Amaranth gives every
+#: register one) unless told to, and then drops the value: the board tops
+#: reset the ``sync`` domain at start-up (``boards/ulx3s.py``).
+FSM_ONE_HOT = 'setattr -set fsm_encoding "\\"one-hot\\"" w:fsm_state'
+
 #: The stages of a build, with the environment variable of the tool each runs.
 STAGES = (("synthesis", "YOSYS"), ("place and route", "NEXTPNR_ECP5"), ("packing", "ECPPACK"))
 
@@ -62,6 +70,7 @@ def prepare(board, out_dir, *, baud=None, seed=None):
     platform = b.platform()
     plan = platform.build(
         b.make_top(baud), name=name, do_build=False,
+        script_after_read=FSM_ONE_HOT,
         script_after_synth=f"tee -q -o {name}.stat.json stat -json",
         nextpnr_opts=" ".join((f"--report {name}.report.json --seed {seed} --placer {b.placer}",
                                "--router router2 --timing-allow-fail", *b.nextpnr_opts)))

@@ -63,15 +63,24 @@ class Ulx3sTop(Elaboratable):
         self.clock_mhz = clock_mhz
 
     def _clock(self, m, platform):
-        """The ``sync`` domain, from the oscillator through a PLL, held in reset until the PLL
-        locks; returns its frequency in Hz."""
+        """The ``sync`` domain, from the oscillator or through a PLL from it, held in reset
+        for its first cycles (and until the PLL locks); returns its frequency in Hz.
+
+        The reset is a synchronous one of every register, not only the FPGA's
+        start-up values: synthesis re-encodes the state machines one-hot
+        (``boards/build.py``), which keeps their reset but not their initial
+        values."""
         f_in = platform.default_clk_frequency
-        if self.clock_mhz is None or self.clock_mhz * 1e6 == f_in:
-            return f_in
-        clki, clkfb, clkop = pll_dividers(f_in / 1e6, self.clock_mhz)
         osc = platform.request(platform.default_clk, dir="-")
         m.submodules.osc = osc_buf = io.Buffer("i", osc)
         m.domains.sync = ClockDomain("sync")
+        if self.clock_mhz is None or self.clock_mhz * 1e6 == f_in:
+            m.d.comb += ClockSignal("sync").eq(osc_buf.i)
+            # The synchronizer's stages start asserted and let go of the reset
+            # a few cycles after configuration.
+            m.submodules.reset_sync = ResetSynchronizer(Const(0), domain="sync")
+            return f_in
+        clki, clkfb, clkop = pll_dividers(f_in / 1e6, self.clock_mhz)
         locked = Signal()
         m.submodules.pll = Instance(
             "EHXPLLL",

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from trainingcxl.spec.registers import REG, REGISTERS, Access, Kind, Reg, constants, register
+from .common.onehot import one_hot_select
 
 __all__ = ["ControlBusSignature", "ControlWindow"]
 
@@ -170,16 +171,26 @@ class ControlWindow(wiring.Component):
         door_error = Signal(ErrorCode)
         done_error = Signal(ErrorCode)
         clear_errors = Signal()
-        kept_first = Mux(clear_errors, ErrorCode.NONE, first_error)
-        m.d.sync += error_count.eq(Mux(clear_errors, 0, error_count)
-                                   + (door_error != ErrorCode.NONE)
-                                   + (done_error != ErrorCode.NONE))
+        door_seen, done_seen, clear_seen = door_error, done_error, clear_errors
+        if cfg.register_slices:
+            # Registered (boards), errors are recorded a cycle later: the doorbell's
+            # checks and the address decode do not run on into ``ERROR``. A
+            # request after the doorbell is taken two cycles later at the
+            # earliest, so it reads the error.
+            door_seen, done_seen, clear_seen = (
+                _registered(m, s, name) for s, name in ((door_error, "door_error"),
+                                                        (done_error, "done_error"),
+                                                        (clear_errors, "clear_errors")))
+        kept_first = Mux(clear_seen, ErrorCode.NONE, first_error)
+        m.d.sync += error_count.eq(Mux(clear_seen, 0, error_count)
+                                   + (door_seen != ErrorCode.NONE)
+                                   + (done_seen != ErrorCode.NONE))
         with m.If(kept_first != ErrorCode.NONE):
             m.d.sync += first_error.eq(kept_first)
-        with m.Elif(done_error != ErrorCode.NONE):
-            m.d.sync += first_error.eq(done_error)
+        with m.Elif(done_seen != ErrorCode.NONE):
+            m.d.sync += first_error.eq(done_seen)
         with m.Else():
-            m.d.sync += first_error.eq(door_error)
+            m.d.sync += first_error.eq(door_seen)
 
         m.d.comb += self.done.ready.eq(1)
         with m.If(self.done.valid):
@@ -231,14 +242,26 @@ class ControlWindow(wiring.Component):
 
         # The value of the register addressed, for a read (0 and ``read_bad`` for no
         # register).
+        readable = {**ro, **rw}
         read_value = Signal.like(rsp_data)
         read_bad = Signal()
-        with m.Switch(req.payload.addr):
-            for reg, sig in {**ro, **rw}.items():
-                with m.Case(reg):
-                    m.d.comb += read_value.eq(sig)
-            with m.Default():
-                m.d.comb += read_bad.eq(1)
+        if cfg.register_slices:
+            # Registered (boards), the take decodes the address into a one-hot
+            # register and the next cycle ORs the selected register in: a
+            # shallow mux with no decode in front of it, read a cycle after the
+            # take.
+            chosen = Signal(len(readable))
+            with m.If(req.valid & req.ready):
+                m.d.sync += chosen.eq(Cat(req.payload.addr == reg for reg in readable))
+            m.d.comb += read_value.eq(one_hot_select(chosen, list(readable.values())))
+            m.d.sync += read_bad.eq(req.payload.addr.matches(*readable) == 0)
+        else:
+            with m.Switch(req.payload.addr):
+                for reg, sig in readable.items():
+                    with m.Case(reg):
+                        m.d.comb += read_value.eq(sig)
+                with m.Default():
+                    m.d.comb += read_bad.eq(1)
         with m.If(req.valid & req.ready):
             m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]
             with m.If(req.payload.write):
@@ -270,10 +293,15 @@ class ControlWindow(wiring.Component):
                 else:
                     m.d.sync += [rsp_data.eq(read_value), rsp_err.eq(read_bad)]
         if cfg.register_slices:
-            read_late = Signal.like(read_value)
-            bad_late = Signal()
-            m.d.sync += [read_late.eq(read_value), bad_late.eq(read_bad)]
             with m.If(late):
-                m.d.sync += [late.eq(0), rsp_valid.eq(1), rsp_data.eq(read_late),
-                             rsp_err.eq(bad_late)]
+                m.d.sync += [late.eq(0), rsp_valid.eq(1), rsp_data.eq(read_value),
+                             rsp_err.eq(read_bad)]
         return m
+
+
+def _registered(m, value, name):
+    """``value`` a cycle later."""
+    r = Signal.like(value, name=f"{name}_r")
+    m.d.sync += r.eq(value)
+    return r
+

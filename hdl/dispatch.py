@@ -116,6 +116,7 @@ class Dispatcher(wiring.Component):
         m.d.comb += [self.update.payload.eq(d),
                      self.update.payload.checked.eq(same & ~d.coalesced)]
         running = Signal(1)                       # parity of the lookup running
+        running_relaxed = Signal()                # ... and whether it is relaxed
         clear_mask = Signal(2)
         set_mask = Signal(2)
         # A clean relaxed LOOKUP whose FINISH has not yet logged the rows it deferred.
@@ -159,6 +160,17 @@ class Dispatcher(wiring.Component):
         pick = Mux(standing.any(), standing, fresh)
         refuse = Mux(standing.any(), standing_refuse, fresh_refuse)
         offer = Signal(4)
+        # A LOOKUP taken is remembered a cycle later, from a copy of the head
+        # taken every cycle: the hand-off decision does not run on into the
+        # enables of the wide ``seen`` registers. Nothing reads them before
+        # the lookup completes.
+        head = Signal.like(d)
+        head_logging = Signal()
+        took_lookup = Signal()
+        m.d.sync += [head.eq(d), head_logging.eq(self.logging & ~d.nolog), took_lookup.eq(0)]
+        with m.If(took_lookup):
+            m.d.sync += [seen[head.batch[0]].eq(head),
+                         seen_logging.bit_select(head.batch[0], 1).eq(head_logging)]
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.desc.valid & settled):
@@ -171,11 +183,9 @@ class Dispatcher(wiring.Component):
                     with m.If(offer[0]):
                         m.d.comb += [self.lookup.valid.eq(1), self.desc.ready.eq(self.lookup.ready)]
                         with m.If(self.lookup.ready):
-                            m.d.sync += running.eq(d.batch[0])
+                            m.d.sync += [running.eq(d.batch[0]), running_relaxed.eq(d.relaxed)]
                             with m.If(d.op == Op.LOOKUP):
-                                m.d.sync += [seen[d.batch[0]].eq(d),
-                                             seen_logging.bit_select(d.batch[0], 1).eq(
-                                                 self.logging & ~d.nolog)]
+                                m.d.sync += took_lookup.eq(1)
                                 m.d.comb += clear_mask.eq(1 << d.batch[0])
                             m.next = "LOOKUP"
                     with m.If(offer[1]):
@@ -211,7 +221,7 @@ class Dispatcher(wiring.Component):
                             clean = source.payload.error == ErrorCode.NONE
                             with m.If((source.payload.op == Op.LOOKUP) & clean):
                                 m.d.comb += set_mask.eq(1 << running)
-                                with m.If(seen[running].relaxed):
+                                with m.If(running_relaxed):
                                     m.d.comb += unfinished_set.eq(1 << running)
                             with m.If((source.payload.op == Op.FINISH) & clean):
                                 m.d.comb += unfinished_clr.eq(1 << running)

@@ -964,7 +964,7 @@ PRESETS = {
     "ulx3s": Config(tables=(50_000, 50_000), stamp_bits=9, max_pooling=8, max_bags=32,
                     log_buffer=16,
                     defer_depth=64, cache_ids=16, host_window=4, blocks=("update", "checkpoint"),
-                    register_slices=True, crc_folds=4, line_beats=8, media="sdram",
+                    register_slices=True, crc_folds=8, line_beats=8, media="sdram",
                     pmem=PmemTiming(read_latency=128, write_latency=192, read_rate=(1, 80),
                                     write_rate=(1, 160), read_depth=4, wpq_depth=8),
                     model=ModelShape(bottom_hidden=(16,), top_hidden=(16,), batch_size=16)),

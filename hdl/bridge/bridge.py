@@ -123,6 +123,14 @@ class HostBridge(wiring.Component):
             m.d.sync += [status.eq(st), rlen.eq(length), source.eq(src)]
             m.next = "SYNC"
 
+        # Whether a host line is outside the window, from a register: the payload
+        # stays from the CRC byte on, so the compare is ready at EXECUTE and does
+        # not run on into the response's status.
+        outside = Signal()
+        m.d.sync += outside.eq(Mux(cmd == Command.HOST_READ,
+                                   field(REQ_LEN[Command.HOST_READ], 0, 2),
+                                   field(REQ_LEN[Command.HOST_WRITE], 0, 2)) >= self._window_lines)
+
         with m.FSM():
             with m.State("HUNT"):
                 m.d.comb += rx.ready.eq(1)
@@ -195,10 +203,7 @@ class HostBridge(wiring.Component):
                     with m.Case(Command.MEM_WRITE):
                         m.next = "MEM_WRITE"
                     with m.Case(Command.HOST_READ, Command.HOST_WRITE):
-                        line = Mux(cmd == Command.HOST_READ,
-                                   field(REQ_LEN[Command.HOST_READ], 0, 2),
-                                   field(REQ_LEN[Command.HOST_WRITE], 0, 2))
-                        with m.If(line >= self._window_lines):
+                        with m.If(outside):
                             respond(Status.OUT_OF_WINDOW, n)
                         with m.Else():
                             m.next = "HOST"

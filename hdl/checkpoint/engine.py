@@ -229,7 +229,20 @@ class CheckpointEngine(wiring.Component):
         m.d.comb += [self.done.payload.batch.eq(desc.batch), self.done.payload.op.eq(desc.op),
                      self.done.payload.error.eq(error)]
 
-        sealed_commit = sealed_header(m, magic=COMMIT, gen=gen, batch=desc.batch, a=k_eff)
+        # Registered (boards), a commit line's checksum passes a register: the
+        # header's CRC network does not run on into the beats of the PMEM port.
+        # Its state offers the line from its second cycle, when the register
+        # holds the line of the values in force.
+        settled = Signal()
+        m.d.sync += settled.eq(0)
+
+        def sealed(name, **fields):
+            line = sealed_header(m, **fields)
+            if not cfg.register_slices:
+                return line, C(1)
+            held = Signal.like(line, name=name)
+            m.d.sync += [held.eq(line), settled.eq(1)]
+            return held, settled
 
         def write_line(addr, line):
             m.d.comb += [port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
@@ -391,29 +404,32 @@ class CheckpointEngine(wiring.Component):
             v_entry, v_lsn = group.entries[r_i], group.lsn + r_i
             # The next line waits while its group line is judged.
             m.d.comb += hold.eq(g_new & (phase == 3))
-        intact = (v_crc ^ CRC_XOR) == v_hdr.csum
-        # A record is intact if its checksum, over its data lines and the header it would
-        # have alone (spec/records.py), is the one its group line holds.
+        # A checksum is right when its difference from the one stored is zero. A
+        # record is intact if its checksum, over its data lines and the header it
+        # would have alone (spec/records.py), is the one its group line holds.
         entry = v_entry
-        record_intact = sealed_header(m, magic=UNDO, gen=group.gen, batch=group.batch,
-                                      a=v_lsn, b=entry.addr, crc=v_crc)[CSUM] == entry.csum
+        off = (v_crc ^ CRC_XOR) ^ v_hdr.csum
+        record_off = sealed_header(m, magic=UNDO, gen=group.gen, batch=group.batch,
+                                   a=v_lsn, b=entry.addr, crc=v_crc)[CSUM] ^ entry.csum
         if cfg.register_slices:
-            # The checksum compares pass a register too, and the decisions below
-            # start from it. A rollback decision starts its writes two cycles
-            # late: hold the next line back meanwhile, so that it cannot
-            # overwrite the line buffer.
+            # The checksums' differences pass a register too, and their zero tests
+            # and the decisions below start from it. A rollback decision starts
+            # its writes two cycles late: hold the next line back meanwhile, so
+            # that it cannot overwrite the line buffer.
             judged = v_fire
             v_fire = Signal(name="compared")
             late = [Signal.like(v, name=f"{name}_compared") for name, v in
-                    (("intact", intact), ("record_intact", record_intact), ("hdr", v_hdr),
+                    (("off", off), ("record_off", record_off), ("hdr", v_hdr),
                      ("left", v_left), ("end", v_end), ("entry", entry))]
             m.d.sync += v_fire.eq(judged)
             with m.If(judged):
                 m.d.sync += [r.eq(v) for r, v in
-                             zip(late, (intact, record_intact, v_hdr, v_left, v_end, entry))]
-            intact, record_intact, v_hdr, v_left, v_end, entry = late
+                             zip(late, (off, record_off, v_hdr, v_left, v_end, entry))]
+            off, record_off, v_hdr, v_left, v_end, entry = late
             m.d.comb += [pending.eq(judged | v_fire),
                          hold.eq((judged | v_fire | g_new) & (phase == 3))]
+        intact = off == 0
+        record_intact = record_off == 0
         with m.If(v_fire):
             with m.Switch(phase):
                 with m.Case(0):
@@ -505,9 +521,12 @@ class CheckpointEngine(wiring.Component):
                             m.d.sync += error.eq(ErrorCode.BAD_OP)
                             m.next = "COMPLETE"
             with m.State("COMMIT"):
-                write_line(cfg.commit_base + commit_next, sealed_commit)
-                with m.If(port.req.ready):
-                    m.next = "COMMIT_WAIT"
+                line, ready_line = sealed("commit_line", magic=COMMIT, gen=gen,
+                                          batch=desc.batch, a=k_eff)
+                with m.If(ready_line):
+                    write_line(cfg.commit_base + commit_next, line)
+                    with m.If(port.req.ready):
+                        m.next = "COMMIT_WAIT"
             with m.State("COMMIT_WAIT"):
                 with m.If(outstanding == 0):
                     m.d.sync += [committed.eq(desc.batch), committed_valid.eq(1),
@@ -627,11 +646,12 @@ class CheckpointEngine(wiring.Component):
             with m.State("R_SEAL"):
                 # Everything rolled back is persistent: start generation g + 1 at D.
                 m.d.comb += recovering.eq(1)
-                write_line(cfg.commit_base + seal_slot,
-                           sealed_header(m, magic=COMMIT, gen=best_gen + 1, batch=d_batch,
-                                         a=best_k))
-                with m.If(port.req.ready):
-                    m.next = "R_SEALED"
+                line, ready_line = sealed("seal_line", magic=COMMIT, gen=best_gen + 1,
+                                          batch=d_batch, a=best_k)
+                with m.If(ready_line):
+                    write_line(cfg.commit_base + seal_slot, line)
+                    with m.If(port.req.ready):
+                        m.next = "R_SEALED"
             with m.State("R_SEALED"):
                 m.d.comb += recovering.eq(1)
                 with m.If(outstanding == 0):

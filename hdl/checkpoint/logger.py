@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
 from trainingcxl.spec.records import RING, UNDO, UNDO_GROUP
 from ..common.line_port import LineOp, LinePortSignature
+from ..common.register_slice import through_slice
 from .crc import CRC_INIT, crc_part
 from .layouts import CSUM, group_layout, sealed_header
 from .stamps import RowStamps
@@ -231,14 +232,22 @@ class UndoLogger(wiring.Component):
             joins = c_open & (c_batch == tap.batch) & (c_fill != GROUP_RECORDS) & ~closing
             room = row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold
             full = ~joins & at_cap & ~pop_due
+        # Registered (boards), the lines pass a register, whose ``ready`` is one
+        # too: the lookup's read path and the buffer's count do not meet in one
+        # path. Half rate, far above PMEM's.
+        if cfg.register_slices:
+            lines = through_slice(m, "lines_slice", wiring.flipped(tap.lines), cut_ready=True,
+                                  reset=self.restart)
+        else:
+            lines = wiring.flipped(tap.lines)
         m.d.comb += [
             tap.need.eq(self.enable & stamps.need), tap.known.eq(stamps.known),
             tap.room.eq(room), tap.full.eq(full),
             row_q.w_data.eq(Cat(tap.addr, tap.batch, ~joins)),
             row_q.w_en.eq(tap.take),
-            buf.w_data.eq(tap.lines.payload),
-            buf.w_en.eq(tap.lines.valid),
-            tap.lines.ready.eq(buf.w_rdy),
+            buf.w_data.eq(lines.payload),
+            buf.w_en.eq(lines.valid),
+            lines.ready.eq(buf.w_rdy),
         ]
         with m.If(tap.take):
             with m.If(joins):
@@ -298,7 +307,7 @@ class UndoLogger(wiring.Component):
                                   b=g_slot)
         quiet = Signal()                # nothing taken is waiting or in flight
         m.d.comb += quiet.eq(idle & (row_q.level == 0) & (buf.level == 0) & (outstanding == 0)
-                             & ~tap.take & ~tap.lines.valid)
+                             & ~tap.take & ~lines.valid)
 
         # Whether the row at the head starts a batch the boundaries do not know.
         # With register slices the compare is registered and a row waits a

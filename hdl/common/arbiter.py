@@ -23,12 +23,19 @@ class RoundRobin(wiring.Component):
         Some request is asserted.
     advance : In(1)
         The grant was used this cycle: the next search starts after it.
+
+    With ``late_mask``, the search starts after a grant from the second cycle
+    after it (in the cycle right after, where it started before): the mask is
+    computed from a register of the grant, so the grant's carry chains do
+    not run on into the mask's. For users that seldom grant in consecutive
+    cycles; still no requester waits for more than one grant to each other.
     """
 
-    def __init__(self, count):
+    def __init__(self, count, *, late_mask=False):
         if not (isinstance(count, int) and count >= 1):
             raise ValueError(f"count must be a positive integer, not {count!r}")
         self._count = count
+        self._late_mask = late_mask
         super().__init__({
             "requests": In(count),
             "grant": Out(range(count)),
@@ -59,7 +66,19 @@ class RoundRobin(wiring.Component):
         m.d.comb += onehot.eq(Mux(above.any(), lowest(above), lowest(req)))
         for b in range(len(self.grant)):        # one-hot to binary: bit b is an OR
             m.d.comb += self.grant[b].eq(Cat(onehot[i] for i in range(n) if i >> b & 1).any())
-        with m.If(self.advance & self.valid):
-            # Above the grant: neither the grant nor the bits below it.
-            m.d.sync += after.eq(~(onehot | (onehot - 1)[:n]))
+        # Above the grant: neither the grant nor the bits below it.
+        def above_of(g):
+            return ~(g | (g - 1)[:n])
+
+        if self._late_mask:
+            served = Signal(n)
+            moved = Signal()
+            m.d.sync += moved.eq(self.advance & self.valid)
+            with m.If(self.advance & self.valid):
+                m.d.sync += served.eq(onehot)
+            with m.If(moved):
+                m.d.sync += after.eq(above_of(served))
+        else:
+            with m.If(self.advance & self.valid):
+                m.d.sync += after.eq(above_of(onehot))
         return m

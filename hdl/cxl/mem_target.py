@@ -145,6 +145,13 @@ class CxlMemTarget(wiring.Component):
         for k in reversed(range(n_track)):
             with m.If(~track_valid[k]):
                 m.d.comb += [track_free.eq(k), track_room.eq(1)]
+        if cfg.register_slices:
+            # The free slot from registers, a cycle late: the cut below offers a
+            # request every other cycle at most, so a slot taken is marked before
+            # the next request looks (a slot freed is seen a cycle later).
+            free_r, room_r = Signal.like(track_free), Signal()
+            m.d.sync += [free_r.eq(track_free), room_r.eq(track_room)]
+            track_free, track_room = free_r, room_r
 
         # Software checkpointing (the ``pmem`` system) hands the regions to the host.
         # The mode is sampled only while no request waits, so a request offered
@@ -219,21 +226,23 @@ class CxlMemTarget(wiring.Component):
                                      Mux(to_now_ndr, now_ndr.w_rdy, 1)))),
         ]
         # A refusal enters the log a cycle later, from registers (the decode does not
-        # run on into the log's enables), into a ring read newest first. As a
-        # shift register, Yosys 0.69 (abc9) at times wired two of the log's
-        # flip-flops to one net, which nextpnr refuses.
+        # run on into the log's enables), into a ring read newest first. The
+        # record is taken from every request offered, so that only the one-bit
+        # ``logged`` waits for the take: in the cycle after a refusal it holds
+        # the refused request. (As a shift register, Yosys 0.69 (abc9) at times
+        # wired two of the log's flip-flops to one net, which nextpnr refuses.)
         refused = head.valid & head.ready & (error != MemError.NONE)
         logged = Signal()
         record = Signal(error_record)
         m.d.sync += logged.eq(refused)
-        with m.If(refused):
-            m.d.sync += [self.errors.eq(self.errors + 1), record.kind.eq(error),
-                         record.tag.eq(r.tag), record.addr.eq(r.addr)]
+        with m.If(head.valid):
+            m.d.sync += [record.kind.eq(error), record.tag.eq(r.tag), record.addr.eq(r.addr)]
         ring = Array(Signal(error_record, name=f"error_ring{k}") for k in range(ERROR_LOG_DEPTH))
         newest = Signal(range(ERROR_LOG_DEPTH))
         with m.If(logged):
             slot = Mux(newest == ERROR_LOG_DEPTH - 1, 0, newest + 1)
-            m.d.sync += [newest.eq(slot), ring[slot].eq(record), ring[slot].seq.eq(self.errors)]
+            m.d.sync += [self.errors.eq(self.errors + 1), newest.eq(slot), ring[slot].eq(record),
+                         ring[slot].seq.eq(self.errors + 1)]
         m.d.comb += self.log[0].eq(ring[newest])
         for k in range(1, ERROR_LOG_DEPTH):
             older = Signal.like(newest, name=f"error_slot{k}")

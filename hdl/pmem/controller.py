@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from ..common.arbiter import RoundRobin
+from ..common.onehot import one_hot_select
 from ..common.beats import BeatReceiver, BeatSender
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.ram import Ram
@@ -242,7 +243,7 @@ class PmemController(wiring.Component):
             can_write = write_free & ~wrote
         else:
             can_write = wpq.w_rdy
-        m.submodules.arb = arb = RoundRobin(n)
+        m.submodules.arb = arb = RoundRobin(n, late_mask=registered)
         eligible = []
         for i, p in enumerate(ports):
             is_rd = p.req.payload.op == LineOp.READ
@@ -273,11 +274,10 @@ class PmemController(wiring.Component):
             m.d.comb += arb.requests[i].eq(eligible[i] & ~busier)
             busier = busier | eligible[i]
 
+        # The granted request, an OR of the requests masked by the one-hot grant:
+        # a level or two shorter than decoding the binary grant into a multiplexer.
         sel = Signal.like(ports[0].req.payload)
-        with m.Switch(arb.grant):
-            for i, p in enumerate(ports):
-                with m.Case(i):
-                    m.d.comb += sel.eq(p.req.payload)
+        m.d.comb += sel.eq(one_hot_select(arb.onehot, [p.req.payload for p in ports]))
         accept = arb.valid
         m.d.comb += arb.advance.eq(accept)
         for i, p in enumerate(ports):
@@ -583,3 +583,4 @@ class PmemController(wiring.Component):
         # A counter like the device's others: it starts again at each power-up.
         outside.d.sync += self.media_late.eq(Mux(self.power_fail, 0, self.media_late + late))
         return rd, wr, late
+

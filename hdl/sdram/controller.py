@@ -169,6 +169,10 @@ class SdramController(wiring.Component):
 
         init_left = Signal(range(self.cycles(t.init_us * 1000) + 1),
                            init=self.cycles(t.init_us * 1000))
+        # The wait's end from a register (a cycle later): the wide count's zero test
+        # does not run on into the command and wait registers.
+        init_over = Signal()
+        m.d.sync += init_over.eq(init_left == 0)
         refs_left = Signal(range(t.init_refreshes + 1), init=t.init_refreshes)
         precharge_all = 1 << 10
         # One line at a time: a new one once the last one's answer is taken.
@@ -178,7 +182,7 @@ class SdramController(wiring.Component):
             with m.State("INIT"):
                 with m.If(init_left != 0):
                     m.d.sync += init_left.eq(init_left - 1)
-                with m.Else():
+                with m.If(init_over):
                     issue(Command.PRECHARGE, addr=precharge_all)
                     m.d.sync += wait.eq(trp - 1)
                     m.next = "INIT_REFRESH"

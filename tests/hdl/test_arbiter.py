@@ -16,9 +16,11 @@ def _reference(requests, last, n):
     return None
 
 
+@pytest.mark.parametrize("late_mask", [False, True])
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 7])
-def test_round_robin_grants_the_first_requester_after_the_last_one_served(n):
-    dut = RoundRobin(n)
+def test_round_robin_grants_the_first_requester_after_the_last_one_served(n, late_mask):
+    """With ``late_mask`` the search starts after the last grant from its second cycle on."""
+    dut = RoundRobin(n, late_mask=late_mask)
     checked = []
 
     async def bench(ctx):
@@ -28,6 +30,8 @@ def test_round_robin_grants_the_first_requester_after_the_last_one_served(n):
             ctx.set(dut.advance, 1)
             await ctx.tick()
             ctx.set(dut.advance, 0)
+            if late_mask:
+                await ctx.tick()
             for requests in range(1 << n):
                 ctx.set(dut.requests, requests)
                 want = _reference(requests, last, n)

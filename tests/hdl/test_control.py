@@ -43,7 +43,8 @@ def test_identity_staging_and_unknown_registers(registered):
     run(tb, CFG.replace(register_slices=registered))
 
 
-def test_doorbell_queues_checks_and_refuses():
+@pytest.mark.parametrize("registered", [False, True])
+def test_doorbell_queues_checks_and_refuses(registered):
     async def tb(ctx, dut):
         await access(ctx, dut, Reg.DESC_OP, Op.LOOKUP.value | 7 << 32)
         await access(ctx, dut, Reg.DESC_SIZE, 3 | 5 << 32)
@@ -62,10 +63,11 @@ def test_doorbell_queues_checks_and_refuses():
         err, _ = await access(ctx, dut, Reg.ERROR)
         assert err & 0xFF == ErrorCode.QUEUE_FULL.value and err >> 32 == 2
         assert (await access(ctx, dut, Reg.STATUS))[0] & 0b11 == 0b11   # busy, queue full
-    run(tb)
+    run(tb, CFG.replace(register_slices=registered))
 
 
-def test_completion_error_is_kept_when_cleared_in_the_same_cycle():
+@pytest.mark.parametrize("registered", [False, True])
+def test_completion_error_is_kept_when_cleared_in_the_same_cycle(registered):
     async def tb(ctx, dut):
         # The clear request and an erroneous completion land on the same edge.
         ctx.set(dut.bus.req.payload, {"write": 1, "addr": Reg.ERROR, "data": 0})
@@ -78,10 +80,11 @@ def test_completion_error_is_kept_when_cleared_in_the_same_cycle():
         await stream_get(ctx, dut.bus.rsp)
         err, _ = await access(ctx, dut, Reg.ERROR)
         assert err & 0xFF == ErrorCode.ROW_RANGE.value and err >> 32 == 1
-    run(tb)
+    run(tb, CFG.replace(register_slices=registered))
 
 
-def test_irq_is_a_level_until_acknowledged():
+@pytest.mark.parametrize("registered", [False, True])
+def test_irq_is_a_level_until_acknowledged(registered):
     async def tb(ctx, dut):
         assert not ctx.get(dut.irq)
         ctx.set(dut.done.payload, {"batch": 1, "op": Op.LOOKUP, "error": ErrorCode.NONE})
@@ -96,10 +99,11 @@ def test_irq_is_a_level_until_acknowledged():
         assert not ctx.get(dut.irq)
         last, _ = await access(ctx, dut, Reg.LAST_DONE)
         assert last == 1 | Op.LOOKUP.value << 32
-    run(tb)
+    run(tb, CFG.replace(register_slices=registered))
 
 
-def test_the_gpu_window_refuses_arrays_outside_it():
+@pytest.mark.parametrize("registered", [False, True])
+def test_the_gpu_window_refuses_arrays_outside_it(registered):
     async def stage(ctx, dut, op, n_bags, n_indices, idx, off, vec):
         await access(ctx, dut, Reg.DESC_OP, op.value | 1 << 32)
         await access(ctx, dut, Reg.DESC_SIZE, n_bags | n_indices << 32)
@@ -152,7 +156,7 @@ def test_the_gpu_window_refuses_arrays_outside_it():
         await access(ctx, dut, Reg.MLP_LINES, 11)
         await stage(ctx, dut, Op.SNAPSHOT_MLP, 0, 0, 0, 0, 0)
         assert await ring(ctx, dut) == (0, ErrorCode.OUT_OF_WINDOW)
-    run(tb)
+    run(tb, CFG.replace(register_slices=registered))
 
 
 def test_without_the_window_check_its_registers_are_absent():
