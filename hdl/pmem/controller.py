@@ -267,6 +267,14 @@ class PmemController(wiring.Component):
             m.d.comb += ok.eq(p.req.valid & Mux(is_rd, can_read & clear, can_write))
             eligible.append(ok)
         busier = Cat(ok for i, ok in enumerate(eligible) if i not in self._background).any()
+        if registered:
+            # Background ports give way to the engines as they were a cycle before:
+            # the engines' eligibility does not run on into the background's
+            # requests (an engine request that just became eligible may wait one
+            # grant).
+            busier_r = Signal()
+            m.d.sync += busier_r.eq(busier)
+            busier = busier_r
         for i, ok in enumerate(eligible):
             if i not in self._background:
                 m.d.comb += arb.requests[i].eq(ok)
