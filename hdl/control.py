@@ -304,4 +304,3 @@ def _registered(m, value, name):
     r = Signal.like(value, name=f"{name}_r")
     m.d.sync += r.eq(value)
     return r
-

@@ -36,6 +36,10 @@ def test_build_plan_has_every_stage_and_the_clock_constraint(name, tmp_path):
     pnr = rep["plan"][1]["command"]
     assert pnr[pnr.index("--placer") + 1] == BOARDS[name].placer
     assert ("--no-tmdriv" in pnr) == ("--no-tmdriv" in BOARDS[name].nextpnr_opts)
+    # State machines one-hot, and the start-up reset that brings them to their
+    # first state (Yosys drops their initial values).
+    assert 'fsm_encoding "\\"one-hot\\""' in next(tmp_path.glob("*.ys")).read_text()
+    assert "reset_sync" in next(tmp_path.glob("*.il")).read_text()
     timed = build(name, tmp_path / "timed", dry_run=True, timing_driven=True)
     assert "--no-tmdriv" not in timed["plan"][1]["command"]
     assert "--no-tmdriv" not in timed["nextpnr_opts"]
@@ -58,6 +62,7 @@ def test_every_board_synthesizes_and_fits(tmp_path):
         pins = 12 + (39 if cfg.media == "sdram" else 0)
         assert cells.get("TRELLIS_IO") == pins, (name, cells.get("TRELLIS_IO"))
         assert cells.get("ODDRX1F", 0) == (cfg.media == "sdram")
+        assert "Extracting FSM" in next((tmp_path / name).glob("*.rpt")).read_text(), name
 
 
 def test_build_reports_name_blocks_and_worst_paths():
