@@ -9,9 +9,9 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from ..common.arbiter import RoundRobin
-from ..common.onehot import one_hot_select
 from ..common.beats import BeatReceiver, BeatSender
 from ..common.line_port import LineOp, LinePortSignature
+from ..common.onehot import one_hot_select
 from ..common.ram import Ram
 from ..common.rate import RateLimiter
 from ..common.register_slice import through_slice
