@@ -46,11 +46,11 @@ BOARDS = {
     "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
-                   # The oscillator's 25 MHz, which the device with its SDRAM media
-                   # meets with routing for congestion only at seeds 1, 2 and 3
-                   # (29.1, 28.8, 28.5 MHz). Timing-driven placement and routing
-                   # (--timing-driven) made router2 diverge, at 50 MHz and at 25
-                   # (docs/boards.md).
+                   # The oscillator's 25 MHz with routing for congestion only, which
+                   # the device with its SDRAM media met at seeds 1, 2 and 3 (75ffef4).
+                   # The gateware since routes better timing-driven (--timing-driven
+                   # --clock-mhz 30 met at two seeds of three); its default build has
+                   # not been shown to route (docs/boards.md, "The clock of the 85F").
                    placer="static", nextpnr_opts=("--no-tmdriv",)),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
