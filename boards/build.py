@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from .netlist import BLOCK_DEPTH, block_of, logic_levels, utilisation_by_block
+from .routing import HEATMAP, place_and_route
 from .targets import board as find_board
 
 __all__ = ["BuildError", "TOOLS", "toolchain_env", "prepare", "build", "parse_report",
@@ -30,6 +31,10 @@ TOOLS = {
 #: register one) unless told to, and then drops the value: the board tops
 #: reset the ``sync`` domain at start-up (``boards/ulx3s.py``).
 FSM_ONE_HOT = 'setattr -set fsm_encoding "\\"one-hot\\"" w:fsm_state'
+#: A flip-flop whose signal carries ``keep`` (``Signal(attrs={"keep": 1})``) is a
+#: copy made on purpose, to share out a wide fan-out (the PMEM controller's write
+#: select): Yosys would merge such copies into one unless the cells are kept too.
+KEEP_COPIES = "setattr -set keep 1 w:* a:keep %i %ci1:+$dff[Q] c:* %i"
 
 #: The stages of a build, with the environment variable of the tool each runs.
 STAGES = (("synthesis", "YOSYS"), ("place and route", "NEXTPNR_ECP5"), ("packing", "ECPPACK"))
@@ -70,10 +75,11 @@ def prepare(board, out_dir, *, baud=None, seed=None):
     platform = b.platform()
     plan = platform.build(
         b.make_top(baud), name=name, do_build=False,
-        script_after_read=FSM_ONE_HOT,
+        script_after_read="\n".join((FSM_ONE_HOT, KEEP_COPIES)),
         script_after_synth=f"tee -q -o {name}.stat.json stat -json",
         nextpnr_opts=" ".join((f"--report {name}.report.json --seed {seed} --placer {b.placer}",
-                               "--router router2 --timing-allow-fail", *b.nextpnr_opts)))
+                               f"--router router2 --router2-heatmap {HEATMAP} --timing-allow-fail",
+                               *b.nextpnr_opts)))
     plan.extract(str(out_dir))
     commands = _script_commands(Path(out_dir) / f"{plan.script}.sh", env)
     if len(commands) != len(STAGES):
@@ -214,14 +220,23 @@ def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None, timing_driven
                 return result
         log(f"[build] {b.name}: {stage} ({Path(argv[0]).name})")
         t0 = time.monotonic()
-        proc = subprocess.run(argv, cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+        output = out_dir / f"{name}.{stage.replace(' ', '_')}.log"
+        if stage == "place and route":
+            # Stopped if its routing stalls (boards/routing.py), with where it congests.
+            returncode, result["routing"] = place_and_route(argv, out_dir, out_dir / f"{name}.tim",
+                                                            output)
+        else:
+            with open(output, "w") as out:
+                returncode = subprocess.run(argv, cwd=out_dir, stdout=out,
+                                            stderr=subprocess.STDOUT).returncode
         result["seconds"][stage] = round(time.monotonic() - t0, 1)
-        (out_dir / f"{name}.{stage.replace(' ', '_')}.log").write_text(proc.stdout)
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stdout.splitlines()[-15:])
-            raise BuildError(f"{stage} of {b.name} failed (exit {proc.returncode}); log in "
-                             f"{out_dir / (name + '.' + stage.replace(' ', '_') + '.log')}:\n{tail}")
+        if result.get("routing", {}).get("stopped"):
+            result["bitstream"] = None
+            return result
+        if returncode != 0:
+            tail = "\n".join(output.read_text().splitlines()[-15:])
+            raise BuildError(f"{stage} of {b.name} failed (exit {returncode}); log in "
+                             f"{output}:\n{tail}")
         if stage == "synthesis":
             problems = _synthesis_problems(out_dir / f"{name}.rpt")
             if problems:

@@ -20,6 +20,8 @@ __all__ = ["PmemController", "REGIONS"]
 
 #: Regions the line counters tell apart, in the order of ``reads_by_region``.
 REGIONS = ("data", "log", "snapshot")
+#: Bits of a registered write's line selected by one copy of the grant (boards).
+WRITE_SELECT_PART = 64
 
 
 
@@ -370,12 +372,19 @@ class PmemController(wiring.Component):
         # runs into the WPQ's storage, nor its grant into 600 multiplexers.
         if registered:
             w_client = Signal.like(arb.grant)
-            w_sel = Signal.like(sel)
             m.d.sync += w_client.eq(arb.grant)
-            with m.Switch(w_client):
-                for i, p in enumerate(ports):
-                    with m.Case(i):
-                        m.d.comb += w_sel.eq(p.req.payload)
+            # The selection by a one-hot copy of the grant per part of the line:
+            # each copy drives the multiplexers of its part, not all 600 (the
+            # router fails to route a grant that does, next to the SDRAM pins).
+            w_sel = Signal.like(sel)
+            whole = [p.req.payload.as_value() for p in ports]
+            parts = []
+            for lo in range(0, len(w_sel.as_value()), WRITE_SELECT_PART):
+                hi = min(lo + WRITE_SELECT_PART, len(w_sel.as_value()))
+                copy = Signal(n, name=f"w_onehot_{lo // WRITE_SELECT_PART}", attrs={"keep": 1})
+                m.d.sync += copy.eq(arb.onehot)
+                parts.append(one_hot_select(copy, [v[lo:hi] for v in whole]))
+            m.d.comb += w_sel.eq(Cat(*parts))
         else:
             enqueue, w_client, w_sel = issue_write, arb.grant, sel
         m.d.comb += [

@@ -133,6 +133,10 @@ class SdramController(wiring.Component):
 
         # -- the line in progress
         cur = Signal.like(bus.req.payload)
+        # A write's data and byte enables leave in shift registers, a word a beat
+        # from the bottom: no multiplexer of the line by the beat next to the pads.
+        wdata = Signal.like(cur.data)
+        wbe = Signal.like(cur.be)
         addr = cur.addr
         col_line = addr[:col_bits] if col_bits else C(0, 1)
         bank = addr[col_bits:col_bits + bank_bits]
@@ -152,8 +156,9 @@ class SdramController(wiring.Component):
         with m.If(cap_wait != 0):
             m.d.sync += cap_wait.eq(cap_wait - 1)
         with m.Elif(capturing):
-            m.d.sync += [rbuf.word_select(cap_beat[:len(beat)], word_bits).eq(pads.dq_i),
-                         cap_beat.eq(cap_beat + 1)]
+            # Shifted in from the top: each flip-flop takes its neighbour's bit,
+            # with no decoder of the beat next to the pads.
+            m.d.sync += [rbuf.eq(Cat(rbuf[word_bits:], pads.dq_i)), cap_beat.eq(cap_beat + 1)]
             with m.If(cap_beat == words - 1):
                 m.d.sync += [capturing.eq(0), rvalid.eq(1)]
         m.d.comb += [bus.rdata.valid.eq(rvalid), bus.rdata.payload.data.eq(rbuf),
@@ -208,7 +213,7 @@ class SdramController(wiring.Component):
                         m.d.comb += bus.req.ready.eq(1)
                         with m.If(bus.req.valid):
                             p = bus.req.payload
-                            m.d.sync += [cur.eq(p), beat.eq(0)]
+                            m.d.sync += [cur.eq(p), wdata.eq(p.data), wbe.eq(p.be), beat.eq(0)]
                             p_row = p.addr[col_bits + bank_bits:]
                             issue(Command.ACTIVE, bank=p.addr[col_bits:col_bits + bank_bits],
                                   addr=p_row)
@@ -231,8 +236,8 @@ class SdramController(wiring.Component):
                                              capturing.eq(1), cap_beat.eq(0), rtag.eq(cur.tag)]
                     with m.If(write):
                         m.d.sync += [
-                            dq_o.eq(cur.data.word_select(beat, word_bits)), dq_oe.eq(1),
-                            dqm.eq(~cur.be.word_select(beat, word_bytes)),
+                            dq_o.eq(wdata[:word_bits]), dq_oe.eq(1), dqm.eq(~wbe[:word_bytes]),
+                            wdata.eq(wdata >> word_bits), wbe.eq(wbe >> word_bytes),
                         ]
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(beat == words - 1):

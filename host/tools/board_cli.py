@@ -175,6 +175,7 @@ def _train_on_board(args, b, failures, k):
 # -- trainingcxl build ---------------------------------------------------------------------
 
 def add_build_command(sub):
+    from trainingcxl.boards.routing import STALL_PASSES
     from trainingcxl.boards.targets import BOARDS
     sp = sub.add_parser(
         "build", help="build a bitstream for an FPGA board with the YoWASP tools",
@@ -184,7 +185,9 @@ def add_build_command(sub):
                     "the bitstream path, the device, LUT/FF/block-RAM/DSP use in all and by block, "
                     "the maximum frequency nextpnr reached for each clock and its worst paths. A "
                     "build that misses its clock still reports, hands out no bitstream and exits "
-                    "with 1. Boards: "
+                    "with 1; so does one whose routing stops converging (router2 is stopped after "
+                    f"{STALL_PASSES} passes without progress and the report names the blocks "
+                    "whose wires it could not share out). Boards: "
                     + "; ".join(f"{b.name}: {b.description}" for b in BOARDS.values()))
     sp.add_argument("--board", choices=tuple(BOARDS), required=True, help="the board")
     sp.add_argument("--out", metavar="DIR", default=None,
@@ -217,6 +220,7 @@ BLOCKS_SHOWN = 14
 
 def cmd_build(args):
     from trainingcxl.boards.build import BuildError, build
+    from trainingcxl.boards.routing import STALL_PASSES
     out = Path(args.out or Path("build") / args.board)
     try:
         rep = build(args.board, out, baud=args.baud, seed=args.seed, clock_mhz=args.clock_mhz,
@@ -244,7 +248,18 @@ def cmd_build(args):
             print(f"    {p['levels']:3d} levels: {p['start_block']} -> {p['end_block']}")
             print(f"              from {p['start']}")
             print(f"              to   {p['end']}")
-    if not (args.dry_run or args.synth_only):
+    routing = rep.get("routing", {})
+    if routing.get("stopped"):
+        print(f"  routing          NOT CONVERGED: router2 stopped at pass {routing['passes']} with "
+              f"{routing['overused']:,} overused wires, its lowest {routing['lowest_overused']:,} "
+              f"at pass {routing['lowest_at_pass']} ({STALL_PASSES} passes without a new low)")
+        print("  congested blocks (overuse of the wires of their nets, at the last whole pass)")
+        for c in routing["congested_blocks"]:
+            print(f"    {c['block']:<44} {c['overuse']:>7,}")
+        print("  bitstream        none: routing did not converge (another --seed may)")
+    elif not (args.dry_run or args.synth_only):
+        if routing:
+            print(f"  routing          converged at router2's pass {routing['passes']}")
         for key, label in (("luts", "LUTs"), ("ffs", "flip-flops"), ("lutram", "LUT RAM"),
                            ("block_ram", "block RAM"), ("dsp", "DSP")):
             u = rep[key]
@@ -271,6 +286,6 @@ def cmd_build(args):
     if args.json:
         Path(args.json).write_text(json.dumps(rep, indent=2))
         print(f"  JSON             {args.json}")
-    if not args.dry_run and not args.synth_only and not all(f["met"] for f in rep["fmax"].values()):
+    if not args.dry_run and not args.synth_only and rep["bitstream"] is None:
         return 1
     return 0

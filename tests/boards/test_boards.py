@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from trainingcxl.boards.build import (_synthesis_problems, build, logic_levels, parse_report,
-                                      utilisation_by_block, worst_paths)
+from trainingcxl.boards.build import (KEEP_COPIES, _synthesis_problems, build, logic_levels,
+                                      parse_report, utilisation_by_block, worst_paths)
 from trainingcxl.boards.targets import BOARDS
 from trainingcxl.spec.config import BOARD_CLOCK_MHZ
 
@@ -38,8 +38,11 @@ def test_build_plan_has_every_stage_and_the_clock_constraint(name, tmp_path):
     assert ("--no-tmdriv" in pnr) == ("--no-tmdriv" in BOARDS[name].nextpnr_opts)
     # State machines one-hot, and the start-up reset that brings them to their
     # first state (Yosys drops their initial values).
-    assert 'fsm_encoding "\\"one-hot\\""' in next(tmp_path.glob("*.ys")).read_text()
+    script = next(tmp_path.glob("*.ys")).read_text()
+    assert 'fsm_encoding "\\"one-hot\\""' in script and KEEP_COPIES in script
     assert "reset_sync" in next(tmp_path.glob("*.il")).read_text()
+    # router2 writes the congestion reports the build's watch reads (boards/routing.py).
+    assert pnr[pnr.index("--router2-heatmap") + 1] == "congestion"
     timed = build(name, tmp_path / "timed", dry_run=True, timing_driven=True)
     assert "--no-tmdriv" not in timed["plan"][1]["command"]
     assert "--no-tmdriv" not in timed["nextpnr_opts"]
@@ -63,6 +66,12 @@ def test_every_board_synthesizes_and_fits(tmp_path):
         assert cells.get("TRELLIS_IO") == pins, (name, cells.get("TRELLIS_IO"))
         assert cells.get("ODDRX1F", 0) == (cfg.media == "sdram")
         assert "Extracting FSM" in next((tmp_path / name).glob("*.rpt")).read_text(), name
+        if cfg.register_slices:
+            # The PMEM controller's copies of its write grant stay apart (KEEP_COPIES).
+            netlist = json.loads((tmp_path / name / f"trainingcxl_{name.replace('-', '_')}.json").read_text())
+            ffs = [c for m in netlist["modules"].values() for c, cell in m["cells"].items()
+                   if "w_onehot_" in c and cell["type"] == "TRELLIS_FF"]
+            assert len({c.split("w_onehot_")[1].split("_")[0] for c in ffs}) > 1, ffs[:3]
 
 
 def test_build_reports_name_blocks_and_worst_paths():
@@ -174,3 +183,19 @@ def test_build_summary_prints_blocks_and_paths_and_fails_a_missed_clock(monkeypa
     assert "NOT MET" in out and "none: the clock was not met" in out
     assert "system.device.lookup -> system.device.update" in out and "28.3 routing" in out
     assert "system.device.ckpt" in out and "8,305" in out
+
+
+def test_build_summary_names_the_congested_blocks_of_a_stalled_router(monkeypatch, capsys):
+    import trainingcxl.boards.build as build_module
+    from trainingcxl.host.cli import main
+    report = {"board": "ulx3s", "device": "LFE5U-85F", "package": "CABGA381", "preset": "ulx3s",
+              "clock_mhz": 25.0, "baud": 1_000_000, "bitstream": None,
+              "routing": {"passes": 190, "stopped": True, "converged": False, "overused": 97,
+                          "lowest_overused": 39, "lowest_at_pass": 88,
+                          "congested_blocks": [{"block": "system.device.pmem.core", "overuse": 116},
+                                               {"block": "system.sdram", "overuse": 30}]}}
+    monkeypatch.setattr(build_module, "build", lambda *a, **k: report)
+    assert main(["build", "--board", "ulx3s"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT CONVERGED" in out and "pass 190" in out and "39 at pass 88" in out
+    assert "system.device.pmem.core" in out and "116" in out

@@ -1,0 +1,119 @@
+"""Watching nextpnr's router2 as it routes: its progress, when it no longer converges,
+and which blocks own the wires it cannot share out.
+
+router2 routes every net, then reroutes those on overused wires, pass after pass,
+until no wire is used twice; it has no limit of its own. On a congested design the
+count of overused wires falls, then turns and rises for hundreds of passes. A build
+therefore stops the router once the count has not reached a new low for
+:data:`STALL_PASSES` passes, and reports where the congestion is, from router2's
+own congestion report (``--router2-heatmap``), by block.
+"""
+
+import re
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from .netlist import BLOCK_DEPTH, block_of
+
+__all__ = ["STALL_PASSES", "HEATMAP", "router_passes", "stalled", "congestion_by_block",
+           "place_and_route"]
+
+#: Passes without a new low of overused wires after which the router is stopped.
+#: Builds of the 85F that converged did so within 160 passes, with new lows all
+#: along; those that did not had their lowest count 50 to 150 passes before.
+STALL_PASSES = 100
+#: Prefix of router2's congestion reports in the build folder (``--router2-heatmap``);
+#: it writes four files a pass, of which the build keeps the last two passes'.
+HEATMAP = "congestion"
+#: Blocks the routing report names, most overused first.
+BLOCKS_REPORTED = 10
+
+_PASS = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
+_REPORT = re.compile(rf"{HEATMAP}_(\w+?)_(\d+)\.csv$")
+
+
+def router_passes(log):
+    """``[(pass, overused wires), ...]`` from the text of nextpnr's log."""
+    return [(int(p), int(o)) for p, o in _PASS.findall(log)]
+
+
+def stalled(passes, patience=STALL_PASSES):
+    """Whether routing with these ``passes`` no longer converges: its lowest count of
+    overused wires (not zero) was reached ``patience`` passes or more ago."""
+    if not passes:
+        return False
+    best_pass, best = min(passes, key=lambda p: (p[1], p[0]))
+    return best > 0 and passes[-1][0] - best_pass >= patience
+
+
+def congestion_by_block(csv_text, depth=BLOCK_DEPTH):
+    """``[(block, overuse), ...]``, most first, from router2's congestion report by net
+    (lines ``net,overuse``): the overuse of each net counted toward its block."""
+    counts = Counter()
+    for line in csv_text.splitlines():
+        net, _, value = line.rpartition(",")
+        value = value.strip()
+        if net and value.isdigit() and int(value) > 0:
+            counts[block_of(net.split("[")[0], depth)] += int(value)
+    return counts.most_common()
+
+
+def _reports(out_dir):
+    """``{pass: [paths]}`` of the congestion reports in ``out_dir``."""
+    found = {}
+    for path in Path(out_dir).glob(f"{HEATMAP}_*.csv"):
+        match = _REPORT.search(path.name)
+        if match:
+            found.setdefault(int(match.group(2)), []).append(path)
+    return found
+
+
+def _prune(out_dir, keep=2):
+    """Delete the congestion reports of all but the last ``keep`` passes; returns those kept."""
+    found = _reports(out_dir)
+    for done in sorted(found)[:-keep]:
+        for path in found.pop(done):
+            path.unlink(missing_ok=True)
+    return found
+
+
+def place_and_route(argv, out_dir, log_path, output_path, *, patience=STALL_PASSES, poll=5.0):
+    """Run nextpnr (``argv``, in ``out_dir``, with ``--log log_path`` and
+    ``--router2-heatmap`` among its options; its output into ``output_path``), and stop
+    it when its routing has stalled.
+
+    Returns ``(returncode, routing)``: ``routing`` says the passes, the overused wires at
+    the last and at the lowest, whether the router converged or was stopped, and the
+    blocks most overused at the last pass reported.
+    """
+    log_path = Path(log_path)
+    with open(output_path, "w") as output:
+        proc = subprocess.Popen(argv, cwd=out_dir, stdout=output, stderr=subprocess.STDOUT)
+        stopped = False
+        while proc.poll() is None:
+            time.sleep(poll)
+            _prune(out_dir)
+            passes = router_passes(log_path.read_text() if log_path.exists() else "")
+            if stalled(passes, patience):
+                proc.terminate()
+                proc.wait()
+                stopped = True
+    passes = router_passes(log_path.read_text() if log_path.exists() else "")
+    kept = _prune(out_dir)
+    routing = {"passes": passes[-1][0] if passes else 0, "stopped": stopped,
+               "converged": not stopped and proc.returncode == 0}
+    if passes:
+        best_pass, best = min(passes, key=lambda p: (p[1], p[0]))
+        routing.update(overused=passes[-1][1], lowest_overused=best, lowest_at_pass=best_pass)
+    routing["congested_blocks"] = []
+    if stopped and kept:
+        # The report of the last pass may be half written: the one before is whole.
+        whole = kept[sorted(kept)[-2:][0]]
+        by_net = [p for p in whole if "_by_net_" in p.name]
+        if by_net:
+            routing["congested_blocks"] = [
+                {"block": b, "overuse": v}
+                for b, v in congestion_by_block(by_net[0].read_text())[:BLOCKS_REPORTED]]
+    return proc.returncode, routing

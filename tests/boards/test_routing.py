@@ -1,0 +1,63 @@
+"""The build's watch over router2: progress, stall, and the congested blocks it names."""
+
+import sys
+import textwrap
+
+from trainingcxl.boards.routing import (congestion_by_block, place_and_route, router_passes,
+                                        stalled)
+
+LOG = """Info: Running main router loop...
+Info:     iter=1 wires=1044364 overused=70404 overuse=84418 archfail=NA
+Info:     iter=2 wires=1076633 overused=44386 overuse=48196 archfail=NA
+Info:     iter=3 wires=1097417 overused=0 overuse=0 archfail=0
+"""
+
+
+def test_router_passes_and_when_they_stall():
+    assert router_passes(LOG) == [(1, 70404), (2, 44386), (3, 0)]
+    falling = [(k, 1000 - k) for k in range(1, 200)]
+    assert not stalled(falling, patience=10)
+    # The lowest count 10 passes ago, then higher: stalled; not at 9 passes.
+    turned = [(k, 100 - k) for k in range(1, 51)] + [(k, 60) for k in range(51, 61)]
+    assert stalled(turned, patience=10) and not stalled(turned[:-1], patience=10)
+    # A count that came down to zero has converged, however long ago.
+    assert not stalled([(1, 5), (2, 0)] + [(k, 3) for k in range(3, 50)], patience=10)
+    assert not stalled([], patience=10)
+
+
+def test_congestion_by_block_adds_up_nets_of_a_block():
+    report = ("system.device.device.pmem.core.w_client_LUT4_D_3_Z[3],9\n"
+              "system.device.pmem.core.w_data[320],3\n"
+              "system.sdram.beat[0],5\n"
+              "leds[0],0\n")
+    assert congestion_by_block(report) == [("system.device.pmem.core", 12), ("system.sdram", 5)]
+
+
+#: A stand-in for nextpnr whose routing turns after pass 20 and never converges: it
+#: writes router2's log lines and congestion reports, for 400 passes at most.
+FAKE_ROUTER = textwrap.dedent('''
+    import sys, time
+    with open("fake.tim", "w") as log:
+        for k in range(1, 401):
+            with open(f"congestion_congestion_by_net_{k}.csv", "w") as f:
+                f.write("system.device.device.pmem.core.w_client_LUT4_Z[2],7\\nsystem.sdram.beat[0],3\\n")
+            open(f"congestion_congestion_by_coordinate_{k}.csv", "w").write("0,1,\\n")
+            log.write(f"Info:     iter={k} wires=100 overused={abs(k - 20) + 5} overuse=1 archfail=NA\\n")
+            log.flush()
+            time.sleep(0.01)
+''')
+
+
+def test_a_stalled_router_is_stopped_and_its_congested_blocks_named(tmp_path):
+    (tmp_path / "fake_router.py").write_text(FAKE_ROUTER)
+    code, routing = place_and_route([sys.executable, "fake_router.py"], tmp_path,
+                                    tmp_path / "fake.tim", tmp_path / "out.log",
+                                    patience=15, poll=0.02)
+    assert routing["stopped"] and not routing["converged"]
+    assert routing["lowest_overused"] == 5 and routing["lowest_at_pass"] == 20
+    assert 35 <= routing["passes"] < 400
+    assert routing["congested_blocks"][0] == {"block": "system.device.pmem.core", "overuse": 7}
+    assert [b["block"] for b in routing["congested_blocks"]] == ["system.device.pmem.core",
+                                                                   "system.sdram"]
+    # Only the last two passes' reports are kept.
+    assert len({p.name.rsplit("_", 1)[1] for p in tmp_path.glob("congestion_*.csv")}) <= 2
