@@ -31,10 +31,6 @@ TOOLS = {
 #: register one) unless told to, and then drops the value: the board tops
 #: reset the ``sync`` domain at start-up (``boards/ulx3s.py``).
 FSM_ONE_HOT = 'setattr -set fsm_encoding "\\"one-hot\\"" w:fsm_state'
-#: A flip-flop whose signal carries ``keep`` (``Signal(attrs={"keep": 1})``) is a
-#: copy made on purpose, to share out a wide fan-out (the PMEM controller's write
-#: select): Yosys would merge such copies into one unless the cells are kept too.
-KEEP_COPIES = "setattr -set keep 1 w:* a:keep %i %ci1:+$dff[Q] c:* %i"
 
 #: The stages of a build, with the environment variable of the tool each runs.
 STAGES = (("synthesis", "YOSYS"), ("place and route", "NEXTPNR_ECP5"), ("packing", "ECPPACK"))
@@ -75,7 +71,7 @@ def prepare(board, out_dir, *, baud=None, seed=None):
     platform = b.platform()
     plan = platform.build(
         b.make_top(baud), name=name, do_build=False,
-        script_after_read="\n".join((FSM_ONE_HOT, KEEP_COPIES)),
+        script_after_read=FSM_ONE_HOT,
         script_after_synth=f"tee -q -o {name}.stat.json stat -json",
         nextpnr_opts=" ".join((f"--report {name}.report.json --seed {seed} --placer {b.placer}",
                                f"--router router2 --router2-heatmap {HEATMAP} --timing-allow-fail",

@@ -20,8 +20,6 @@ __all__ = ["PmemController", "REGIONS"]
 
 #: Regions the line counters tell apart, in the order of ``reads_by_region``.
 REGIONS = ("data", "log", "snapshot")
-#: Bits of a registered write's line selected by one copy of the grant (boards).
-WRITE_SELECT_PART = 64
 
 
 
@@ -373,18 +371,14 @@ class PmemController(wiring.Component):
         if registered:
             w_client = Signal.like(arb.grant)
             m.d.sync += w_client.eq(arb.grant)
-            # The selection by a one-hot copy of the grant per part of the line:
-            # each copy drives the multiplexers of its part, not all 600 (the
-            # router fails to route a grant that does, next to the SDRAM pins).
+            # Selected by a register of the one-hot grant (an OR of masked
+            # requests): no decoder of the binary grant whose outputs each drive
+            # 600 multiplexers, next to the SDRAM pins where router2 found the
+            # fewest free wires (docs/boards.md, "When routing does not converge").
+            w_onehot = Signal.like(arb.onehot)
+            m.d.sync += w_onehot.eq(arb.onehot)
             w_sel = Signal.like(sel)
-            whole = [p.req.payload.as_value() for p in ports]
-            parts = []
-            for lo in range(0, len(w_sel.as_value()), WRITE_SELECT_PART):
-                hi = min(lo + WRITE_SELECT_PART, len(w_sel.as_value()))
-                copy = Signal(n, name=f"w_onehot_{lo // WRITE_SELECT_PART}", attrs={"keep": 1})
-                m.d.sync += copy.eq(arb.onehot)
-                parts.append(one_hot_select(copy, [v[lo:hi] for v in whole]))
-            m.d.comb += w_sel.eq(Cat(*parts))
+            m.d.comb += w_sel.eq(one_hot_select(w_onehot, [p.req.payload for p in ports]))
         else:
             enqueue, w_client, w_sel = issue_write, arb.grant, sel
         m.d.comb += [
