@@ -46,12 +46,12 @@ BOARDS = {
     "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
-                   # The oscillator's 25 MHz with routing for congestion only: met at
-                   # seed 1 by the gateware now (35.9 MHz), after the SDRAM and PMEM
-                   # write path were thinned out next to the SDRAM pins, where
-                   # router2 could not route the gateware before (docs/boards.md,
-                   # "The clock of the 85F"). Timing-driven routing against 30 MHz met
-                   # 43.3 and 49.2 MHz at seeds 2 and 3 with the gateware of 8706a00.
+                   # The oscillator's 25 MHz with routing for congestion only. Its
+                   # routing is marginal: a netlist of the logic now met 35.9 MHz at
+                   # seed 1, the committed netlist of the same logic did not converge
+                   # there (docs/boards.md, "The clock of the 85F"). Timing-driven
+                   # routing against 30 MHz met 43.3 and 49.2 MHz at seeds 2 and 3
+                   # with the gateware of 8706a00.
                    placer="static", nextpnr_opts=("--no-tmdriv",)),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
