@@ -60,6 +60,12 @@ def congestion_by_block(csv_text, depth=BLOCK_DEPTH):
     return counts.most_common()
 
 
+def _passes_so_far(log_path):
+    """The router's passes in nextpnr's log at ``log_path`` (none before it exists)."""
+    log_path = Path(log_path)
+    return router_passes(log_path.read_text() if log_path.exists() else "")
+
+
 def _reports(out_dir):
     """``{pass: [paths]}`` of the congestion reports in ``out_dir``."""
     found = {}
@@ -88,19 +94,17 @@ def place_and_route(argv, out_dir, log_path, output_path, *, patience=STALL_PASS
     the last and at the lowest, whether the router converged or was stopped, and the
     blocks most overused at the last pass reported.
     """
-    log_path = Path(log_path)
     with open(output_path, "w") as output:
         proc = subprocess.Popen(argv, cwd=out_dir, stdout=output, stderr=subprocess.STDOUT)
         stopped = False
         while proc.poll() is None:
             time.sleep(poll)
             _prune(out_dir)
-            passes = router_passes(log_path.read_text() if log_path.exists() else "")
-            if stalled(passes, patience):
+            if stalled(_passes_so_far(log_path), patience):
                 proc.terminate()
                 proc.wait()
                 stopped = True
-    passes = router_passes(log_path.read_text() if log_path.exists() else "")
+    passes = _passes_so_far(log_path)
     kept = _prune(out_dir)
     routing = {"passes": passes[-1][0] if passes else 0, "stopped": stopped,
                "converged": not stopped and proc.returncode == 0}
