@@ -229,21 +229,6 @@ class CheckpointEngine(wiring.Component):
         m.d.comb += [self.done.payload.batch.eq(desc.batch), self.done.payload.op.eq(desc.op),
                      self.done.payload.error.eq(error)]
 
-        # Registered (boards), a commit line's checksum passes a register: the
-        # header's CRC network does not run on into the beats of the PMEM port.
-        # Its state offers the line from its second cycle, when the register
-        # holds the line of the values in force.
-        settled = Signal()
-        m.d.sync += settled.eq(0)
-
-        def sealed(name, **fields):
-            line = sealed_header(m, **fields)
-            if not cfg.register_slices:
-                return line, C(1)
-            held = Signal.like(line, name=name)
-            m.d.sync += [held.eq(line), settled.eq(1)]
-            return held, settled
-
         def write_line(addr, line):
             m.d.comb += [port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
                          port.req.payload.addr.eq(addr), port.req.payload.data.eq(line)]
@@ -409,8 +394,36 @@ class CheckpointEngine(wiring.Component):
         # would have alone (spec/records.py), is the one its group line holds.
         entry = v_entry
         off = (v_crc ^ CRC_XOR) ^ v_hdr.csum
-        record_off = sealed_header(m, magic=UNDO, gen=group.gen, batch=group.batch,
-                                   a=v_lsn, b=entry.addr, crc=v_crc)[CSUM] ^ entry.csum
+        # One header network checks the walk's records and seals the commit
+        # records: a commit (COMMIT) and a recovery's seal (R_SEAL) never run
+        # during a walk. While ``sealing`` it takes the commit record's fields,
+        # set as each starts. (Three networks of 160 inputs were the largest
+        # XOR logic of a board's device, and its most congested wiring.)
+        sealing = Signal()
+        c_gen = Signal(16)
+        c_batch = Signal(32)
+        c_k = Signal(8)
+        header = sealed_header(m, magic=Mux(sealing, COMMIT, UNDO),
+                               gen=Mux(sealing, c_gen, group.gen),
+                               batch=Mux(sealing, c_batch, group.batch),
+                               a=Mux(sealing, c_k, v_lsn), b=Mux(sealing, 0, entry.addr),
+                               crc=Mux(sealing, CRC_INIT, v_crc))
+        record_off = header[CSUM] ^ entry.csum
+        # Registered (boards), a commit line passes a register: the network
+        # does not run on into the beats of the PMEM port. The sealing states
+        # offer the line from their second cycle, when the register holds it.
+        settled = Signal()
+        m.d.sync += settled.eq(0)
+        if cfg.register_slices:
+            commit_line = Signal.like(header)
+            m.d.sync += commit_line.eq(header)
+
+        def sealed():
+            m.d.comb += sealing.eq(1)
+            if not cfg.register_slices:
+                return header, C(1)
+            m.d.sync += settled.eq(1)
+            return commit_line, settled
         if cfg.register_slices:
             # The checksums' differences pass a register too, and their zero tests
             # and the decisions below start from it. A rollback decision starts
@@ -488,7 +501,8 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
                     d = self.desc.payload
-                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE)]
+                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE),
+                                 c_gen.eq(gen), c_batch.eq(d.batch), c_k.eq(k_eff)]
                     with m.Switch(d.op):
                         with m.Case(Op.COMMIT):
                             with m.If(~ready):
@@ -521,8 +535,7 @@ class CheckpointEngine(wiring.Component):
                             m.d.sync += error.eq(ErrorCode.BAD_OP)
                             m.next = "COMPLETE"
             with m.State("COMMIT"):
-                line, ready_line = sealed("commit_line", magic=COMMIT, gen=gen,
-                                          batch=desc.batch, a=k_eff)
+                line, ready_line = sealed()
                 with m.If(ready_line):
                     write_line(cfg.commit_base + commit_next, line)
                     with m.If(port.req.ready):
@@ -640,14 +653,14 @@ class CheckpointEngine(wiring.Component):
             with m.State("R_DRAIN"):
                 m.d.comb += recovering.eq(1)
                 with m.If(outstanding == 0):
-                    m.d.sync += seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
-                                                 best_slot + 1))
+                    m.d.sync += [seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
+                                                  best_slot + 1)),
+                                 c_gen.eq(best_gen + 1), c_batch.eq(d_batch), c_k.eq(best_k)]
                     m.next = "R_SEAL"
             with m.State("R_SEAL"):
                 # Everything rolled back is persistent: start generation g + 1 at D.
                 m.d.comb += recovering.eq(1)
-                line, ready_line = sealed("seal_line", magic=COMMIT, gen=best_gen + 1,
-                                          batch=d_batch, a=best_k)
+                line, ready_line = sealed()
                 with m.If(ready_line):
                     write_line(cfg.commit_base + seal_slot, line)
                     with m.If(port.req.ready):
