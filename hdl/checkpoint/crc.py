@@ -86,18 +86,27 @@ def crc_line(m, state, line):
     return net.crc
 
 
-def crc_part(m, state, line, index, folds):
+def crc_part(m, state, line, index, folds, advance):
     """The CRC register after part ``index`` (a signal, 0 first) of ``line`` cut into
     ``folds`` parts, most significant first, from ``state``: a network added to
-    ``m``. Feeding parts ``0 .. folds - 1`` in turn gives :func:`crc_line`."""
+    ``m``. Feeding parts ``0 .. folds - 1`` in turn gives :func:`crc_line`.
+
+    ``advance`` (a signal) says that ``index`` moves on after this cycle; the
+    line must hold still until the last part. Part 0 comes straight from the
+    line, and the later parts from a shift register loaded with the rest of the
+    line as part 0 is taken, so that no multiplexer of the parts stands in
+    front of the network."""
     if folds == 1:
         return crc_line(m, state, line)
     width = LINE_BITS // folds
     line = Value.cast(line)
     if len(line) < LINE_BITS:
         line = Cat(line, C(0, LINE_BITS - len(line)))
-    parts = Array(line[(folds - 1 - k) * width:(folds - k) * width] for k in range(folds))
+    rest = Signal(LINE_BITS - width, name="crc_rest")     # the parts after, the next at the top
+    first = index == 0
+    with m.If(advance):
+        m.d.sync += rest.eq(Mux(first, line[:-width], Cat(C(0, width), rest[:-width])))
     net = CrcNetwork(width)
     m.submodules += net
-    m.d.comb += [net.state.eq(state), net.data.eq(parts[index])]
+    m.d.comb += [net.state.eq(state), net.data.eq(Mux(first, line[-width:], rest[-width:]))]
     return net.crc

@@ -288,7 +288,13 @@ class CheckpointEngine(wiring.Component):
         r_group = Signal()              # the next line received is a group line
         r_i = Signal(range(GROUP_RECORDS))      # record of the next data line received
         r_j = Signal(range(max(2, lpr)))        # its line
-        prev_slot = Mux(w_slot == cfg.log_base, last_slot, w_slot - cfg.group_lines)
+        # The group before and whether the walk may read it, from registers that
+        # follow ``w_slot`` and ``w_left`` a cycle late: a whole slot of reads
+        # lies between a move of the walk and the next.
+        prev_slot = Signal(abits)
+        w_more = Signal()
+        m.d.sync += [prev_slot.eq(Mux(w_slot == cfg.log_base, last_slot, w_slot - cfg.group_lines)),
+                     w_more.eq(w_left > 1)]
 
         # Issue: sequential, except for the walk.
         m.d.comb += [port.req.payload.tag.eq(0)]
@@ -316,7 +322,7 @@ class CheckpointEngine(wiring.Component):
                     with m.If(iss_j == lpr - 1):
                         # Line 0 of the record before; after record 0, the group before.
                         m.d.sync += [iss_j.eq(0), iss_addr.eq(iss_addr - (2 * lpr - 1))]
-                        with m.If((iss_left == 1) & (w_left > 1) & ~stopped):
+                        with m.If((iss_left == 1) & w_more & ~stopped):
                             m.d.sync += [w_slot.eq(prev_slot), w_left.eq(w_left - 1),
                                          iss_group.eq(1)]
                     with m.Else():
@@ -340,10 +346,11 @@ class CheckpointEngine(wiring.Component):
         last_fold = fold == cfg.crc_folds - 1
         crc_in = Mux((single | (r_j == 0)) & (fold == 0), CRC_INIT, crc)
         crc_next = Signal(32)
-        m.d.comb += crc_next.eq(crc_part(m, crc_in, zeroed, fold, cfg.crc_folds))
+        advance = port.rdata.valid & reading & ~writing & ~last_fold
+        m.d.comb += crc_next.eq(crc_part(m, crc_in, zeroed, fold, cfg.crc_folds, advance))
 
         m.d.comb += port.rdata.ready.eq(reading & ~writing & last_fold & ~hold)
-        with m.If(port.rdata.valid & reading & ~writing & ~last_fold):
+        with m.If(advance):
             m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
         rcv = port.rdata.valid & port.rdata.ready
         m.d.sync += inflight.eq(inflight + rfire - rcv)
@@ -397,8 +404,9 @@ class CheckpointEngine(wiring.Component):
         # One header network checks the walk's records and seals the commit
         # records: a commit (COMMIT) and a recovery's seal (R_SEAL) never run
         # during a walk. While ``sealing`` it takes the commit record's fields,
-        # set as each starts. (Three networks of 160 inputs were the largest
-        # XOR logic of a board's device, and its most congested wiring.)
+        # set as each starts, with ``sealing`` itself. (Three networks of 160
+        # inputs were the largest XOR logic of a board's device, and its most
+        # congested wiring.)
         sealing = Signal()
         c_gen = Signal(16)
         c_batch = Signal(32)
@@ -418,8 +426,10 @@ class CheckpointEngine(wiring.Component):
             commit_line = Signal.like(header)
             m.d.sync += commit_line.eq(header)
 
+        def seal(gen, batch, k):
+            m.d.sync += [sealing.eq(1), c_gen.eq(gen), c_batch.eq(batch), c_k.eq(k)]
+
         def sealed():
-            m.d.comb += sealing.eq(1)
             if not cfg.register_slices:
                 return header, C(1)
             m.d.sync += settled.eq(1)
@@ -493,7 +503,8 @@ class CheckpointEngine(wiring.Component):
                          rcv_left.eq(lines), reading.eq(1)]
 
         with m.FSM() as fsm:
-            states = ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_RING", "R_DECIDE", "R_CHOOSE",
+            states = ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_RING", "R_DECIDE",
+                      *("R_WEIGH",) * cfg.register_slices, "R_CHOOSE",
                       "R_PLAN", *("R_START",) * cfg.register_slices, "R_ROLLBACK", "R_DRAIN",
                       "R_SEAL", "R_SEALED")
             m.d.comb += self.recovering.eq(Cat(fsm.ongoing(state) for state in states).any())
@@ -501,8 +512,7 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
                     d = self.desc.payload
-                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE),
-                                 c_gen.eq(gen), c_batch.eq(d.batch), c_k.eq(k_eff)]
+                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE)]
                     with m.Switch(d.op):
                         with m.Case(Op.COMMIT):
                             with m.If(~ready):
@@ -512,6 +522,7 @@ class CheckpointEngine(wiring.Component):
                                 m.d.sync += error.eq(ErrorCode.BAD_BATCH)
                                 m.next = "COMPLETE"
                             with m.Else():
+                                seal(gen, d.batch, k_eff)
                                 m.next = "COMMIT"
                         with m.Case(Op.SNAPSHOT_MLP):
                             with m.If(~ready):
@@ -539,6 +550,7 @@ class CheckpointEngine(wiring.Component):
                 with m.If(ready_line):
                     write_line(cfg.commit_base + commit_next, line)
                     with m.If(port.req.ready):
+                        m.d.sync += sealing.eq(0)
                         m.next = "COMMIT_WAIT"
             with m.State("COMMIT_WAIT"):
                 with m.If(outstanding == 0):
@@ -582,22 +594,17 @@ class CheckpointEngine(wiring.Component):
                 with m.If(received):
                     m.d.sync += reading.eq(0)
                     m.next = "R_DECIDE"
-            with m.State("R_DECIDE"):
-                m.d.comb += recovering.eq(1)
-                # The newest intact snapshot not after the newest commit, and the
-                # newest batch it may restart from, into registers: the choice
-                # below starts from them (a recovery takes a cycle more).
-                usable = Signal(2)
-                m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= best_batch),
-                                          rsv[1] & (rsb[1] <= best_batch)))
+            # The newest intact snapshot not after the newest commit, and the
+            # newest batch it may restart from, into registers: the choice in
+            # R_CHOOSE starts from them. Registered, the compares are taken into
+            # registers first (R_DECIDE) and the picks made from them (R_WEIGH).
+            def weigh(usable, first, k1):
                 # Both sums are made beside the compares, not after the choice.
-                first = usable[0] & (~usable[1] | (rsb[0] >= rsb[1]))
                 m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1]),
                              m_batch.eq(Mux(first, rsb[0], rsb[1])),
                              mk.eq(Mux(first, rsb[0] + best_k, rsb[1] + best_k))]
                 # The ring header of generation g that says the most records: where
                 # the walk would start.
-                k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))
                 e = Mux(k1, rh_next[1], rh_next[0])
                 nxt = Mux(k1, rh_slot[1], rh_slot[0])
                 m.d.sync += [walk.any.eq(rhv.any() & (e != 0)), walk.end.eq(e),
@@ -606,6 +613,24 @@ class CheckpointEngine(wiring.Component):
                                               nxt - cfg.group_lines)),
                              walk.groups.eq(Mux(e >= groups, groups, e))]
                 m.next = "R_CHOOSE"
+
+            with m.State("R_DECIDE"):
+                m.d.comb += recovering.eq(1)
+                usable = Signal(2)
+                m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= best_batch),
+                                          rsv[1] & (rsb[1] <= best_batch)))
+                first = usable[0] & (~usable[1] | (rsb[0] >= rsb[1]))
+                k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))
+                if cfg.register_slices:
+                    picks = Signal(4)
+                    m.d.sync += picks.eq(Cat(usable, first, k1))
+                    m.next = "R_WEIGH"
+                else:
+                    weigh(usable, first, k1)
+            if cfg.register_slices:
+                with m.State("R_WEIGH"):
+                    m.d.comb += recovering.eq(1)
+                    weigh(picks[:2], picks[2], picks[3])
             with m.State("R_CHOOSE"):
                 m.d.comb += recovering.eq(1)
                 with m.If(~found | (sv == 0)):
@@ -653,9 +678,9 @@ class CheckpointEngine(wiring.Component):
             with m.State("R_DRAIN"):
                 m.d.comb += recovering.eq(1)
                 with m.If(outstanding == 0):
-                    m.d.sync += [seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
-                                                  best_slot + 1)),
-                                 c_gen.eq(best_gen + 1), c_batch.eq(d_batch), c_k.eq(best_k)]
+                    m.d.sync += seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
+                                                 best_slot + 1))
+                    seal(best_gen + 1, d_batch, best_k)
                     m.next = "R_SEAL"
             with m.State("R_SEAL"):
                 # Everything rolled back is persistent: start generation g + 1 at D.
@@ -664,6 +689,7 @@ class CheckpointEngine(wiring.Component):
                 with m.If(ready_line):
                     write_line(cfg.commit_base + seal_slot, line)
                     with m.If(port.req.ready):
+                        m.d.sync += sealing.eq(0)
                         m.next = "R_SEALED"
             with m.State("R_SEALED"):
                 m.d.comb += recovering.eq(1)

@@ -351,8 +351,9 @@ class UndoLogger(wiring.Component):
                     self.pmem.req.payload.data.eq(buf.r_data),
                     buf.r_en.eq(self.pmem.req.ready & last_fold),
                 ]
-                crc_next = crc_part(m, crc, buf.r_data, fold, cfg.crc_folds)
-                with m.If(buf.r_rdy & ~last_fold):
+                advance = buf.r_rdy & ~last_fold
+                crc_next = crc_part(m, crc, buf.r_data, fold, cfg.crc_folds, advance)
+                with m.If(advance):
                     m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
                 with m.If(wfire):
                     m.d.sync += [crc.eq(crc_next), fold.eq(0), j.eq(j + 1), w_addr.eq(w_addr + 1)]

@@ -120,8 +120,9 @@ class SnapshotPuller(wiring.Component):
                     self.pmem.req.payload.data.eq(reader.lines.payload),
                     reader.lines.ready.eq(self.pmem.req.ready & ~reader.error & last_fold),
                 ]
-                crc_next = crc_part(m, crc, reader.lines.payload, fold, cfg.crc_folds)
-                with m.If(line_in & ~last_fold):
+                advance = line_in & ~last_fold
+                crc_next = crc_part(m, crc, reader.lines.payload, fold, cfg.crc_folds, advance)
+                with m.If(advance):
                     m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
                 with m.If(wfire):
                     m.d.sync += [at.eq(at + 1), crc.eq(crc_next), fold.eq(0),
