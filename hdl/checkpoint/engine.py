@@ -354,7 +354,7 @@ class CheckpointEngine(wiring.Component):
             m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
         rcv = port.rdata.valid & port.rdata.ready
         m.d.sync += inflight.eq(inflight + rfire - rcv)
-        with m.If(recovering & rfire):
+        with m.If(rfire):               # reads are issued only while recovering
             m.d.sync += self.recover_lines.eq(self.recover_lines + 1)
         # A record's last line, of a record the group holds (the lines of the others
         # are dropped).

@@ -294,17 +294,20 @@ class UndoLogger(wiring.Component):
         m.d.comb += self.pmem.req.payload.be.eq((1 << LINE_BYTES) - 1)
         m.d.comb += self.pmem.req.payload.op.eq(LineOp.WRITE)
 
-        # A record's checksum: its data lines, then the header it would have alone.
-        rec_csum = sealed_header(m, magic=UNDO, gen=self.gen, batch=cur.batch, a=head,
-                                 b=cur.addr, crc=crc)[CSUM]
+        # One header network gives a record's checksum (its data lines, then the
+        # header it would have alone; state ENTRY) and seals the ring header
+        # (state RING, while ``ringing``).
+        ringing = Signal()
+        header = sealed_header(m, magic=Mux(ringing, RING, UNDO), gen=self.gen,
+                               batch=Mux(ringing, w_group.batch, cur.batch), a=head,
+                               b=Mux(ringing, g_slot, cur.addr), crc=Mux(ringing, CRC_INIT, crc))
+        rec_csum = header[CSUM]
         group_line = Signal(group_layout)
         m.d.comb += [group_line.eq(w_group), group_line.magic.eq(UNDO_GROUP),
                      group_line.gen.eq(self.gen)]
         # The ring header: how far the ring is persistent (see the class docstring).
         hdr_end = Signal(32)            # the LSN the last ring header written says comes next
         hdr_sel = Signal(range(RING_HEADERS))
-        ring_line = sealed_header(m, magic=RING, gen=self.gen, batch=w_group.batch, a=head,
-                                  b=g_slot)
         quiet = Signal()                # nothing taken is waiting or in flight
         m.d.comb += quiet.eq(idle & (row_q.level == 0) & (buf.level == 0) & (outstanding == 0)
                              & ~tap.take & ~lines.valid)
@@ -342,6 +345,7 @@ class UndoLogger(wiring.Component):
                 with m.Elif(closing):
                     m.next = "CLOSE"
                 with m.Elif(quiet & ~w_open & (hdr_end != head)):
+                    m.d.sync += ringing.eq(1)
                     m.next = "RING"
             with m.State("DATA"):
                 # The line is written once its checksum has taken all its parts.
@@ -392,7 +396,7 @@ class UndoLogger(wiring.Component):
                 m.d.comb += [
                     self.pmem.req.valid.eq(1),
                     self.pmem.req.payload.addr.eq(cfg.ring_base + hdr_sel),
-                    self.pmem.req.payload.data.eq(ring_line),
+                    self.pmem.req.payload.data.eq(header),
                 ]
                 with m.If(wfire):
                     m.d.sync += [hdr_end.eq(head),
@@ -400,6 +404,8 @@ class UndoLogger(wiring.Component):
                     m.next = "IDLE"
                 with m.If(self.restart):
                     m.next = "IDLE"
+                with m.If(wfire | self.restart):
+                    m.d.sync += ringing.eq(0)
 
         # No lookup runs and no row waits: close the open group. Rows taken from now on
         # start a new group (see ``joins``), so this must not depend on ``tap.take``.
@@ -421,19 +427,32 @@ class UndoLogger(wiring.Component):
         with m.If(pop):
             m.d.sync += [tail.eq(Mux(bnd_n > 1, bnd_group[1], g_head - w_open)),
                          tail_lsn.eq(Mux(bnd_n > 1, bnd_lsn[1], Mux(w_open, w_group.lsn, head)))]
+        # The boundary a row opens: with register slices it enters a cycle after
+        # the take, from registers, so that the take's decision does not run
+        # on into the boundaries' enables. The row's lines take longer than
+        # that before the next row is looked at; the writer is busy with them,
+        # so a reclaim meanwhile sees the same boundaries as before.
+        if cfg.register_slices:
+            pushed = Signal()
+            p_batch, p_group, p_lsn = Signal(32), Signal(32), Signal(32)
+            m.d.sync += pushed.eq(push)
+            with m.If(push):
+                m.d.sync += [p_batch.eq(row.batch), p_group.eq(g_head), p_lsn.eq(head)]
+        else:
+            pushed, p_batch, p_group, p_lsn = push, row.batch, g_head, head
         n_after_pop = Signal.like(bnd_n)
         m.d.comb += n_after_pop.eq(bnd_n - pop)
         for k in range(_BOUNDARIES):
             nxt = min(k + 1, _BOUNDARIES - 1)
-            with m.If(push & (n_after_pop == k)):
-                m.d.sync += [bnd_batch[k].eq(row.batch), bnd_group[k].eq(g_head),
-                             bnd_lsn[k].eq(head)]
+            with m.If(pushed & (n_after_pop == k)):
+                m.d.sync += [bnd_batch[k].eq(p_batch), bnd_group[k].eq(p_group),
+                             bnd_lsn[k].eq(p_lsn)]
             with m.Elif(pop):
                 m.d.sync += [bnd_batch[k].eq(bnd_batch[nxt]), bnd_group[k].eq(bnd_group[nxt]),
                              bnd_lsn[k].eq(bnd_lsn[nxt])]
-        m.d.sync += bnd_n.eq(n_after_pop + push)
-        with m.If(push):
-            m.d.sync += bnd_last.eq(row.batch)
+        m.d.sync += bnd_n.eq(n_after_pop + pushed)
+        with m.If(pushed):
+            m.d.sync += bnd_last.eq(p_batch)
 
         # ``drained`` is registered: it says what held a cycle ago, so it does not
         # hang on the stamp read behind ``take`` (the 85F's longest path). A row
