@@ -17,13 +17,18 @@ from pathlib import Path
 
 from .netlist import BLOCK_DEPTH, block_of
 
-__all__ = ["STALL_PASSES", "HEATMAP", "router_passes", "stalled", "congestion_by_block",
-           "place_and_route"]
+__all__ = ["STALL_PASSES", "NEAR_WIRES", "NEAR_STALL_PASSES", "HEATMAP", "router_passes",
+           "stalled", "congestion_by_block", "place_and_route"]
 
 #: Passes without a new low of overused wires after which the router is stopped.
 #: A build of the 85F that converged (at pass 110) reached a new low at least every
 #: 15 passes; those that turned stayed above their lowest for 70 passes and more.
 STALL_PASSES = 100
+#: A router whose last pass left at most this many wires overused is near the end,
+#: and is stopped only after :data:`NEAR_STALL_PASSES` passes without a new low: a
+#: build of the 85F hovered between 2 and 19 for a hundred passes after pass 97.
+NEAR_WIRES = 50
+NEAR_STALL_PASSES = 4 * STALL_PASSES
 #: Prefix of router2's congestion reports in the build folder (``--router2-heatmap``);
 #: it writes four files a pass, of which the build keeps the last two passes'.
 HEATMAP = "congestion"
@@ -39,13 +44,15 @@ def router_passes(log):
     return [(int(p), int(o)) for p, o in _PASS.findall(log)]
 
 
-def stalled(passes, patience=STALL_PASSES):
+def stalled(passes, patience=STALL_PASSES, near_patience=NEAR_STALL_PASSES):
     """Whether routing with these ``passes`` no longer converges: its lowest count of
-    overused wires (not zero) was reached ``patience`` passes or more ago."""
+    overused wires (not zero) was reached ``patience`` passes or more ago, or
+    ``near_patience`` passes ago if the last pass left :data:`NEAR_WIRES` or fewer."""
     if not passes:
         return False
     best_pass, best = min(passes, key=lambda p: (p[1], p[0]))
-    return best > 0 and passes[-1][0] - best_pass >= patience
+    near = passes[-1][1] <= NEAR_WIRES
+    return best > 0 and passes[-1][0] - best_pass >= (near_patience if near else patience)
 
 
 def congestion_by_block(csv_text, depth=BLOCK_DEPTH):
@@ -85,7 +92,8 @@ def _prune(out_dir, keep=2):
     return found
 
 
-def place_and_route(argv, out_dir, log_path, output_path, *, patience=STALL_PASSES, poll=5.0):
+def place_and_route(argv, out_dir, log_path, output_path, *, patience=STALL_PASSES,
+                    near_patience=NEAR_STALL_PASSES, poll=5.0):
     """Run nextpnr (``argv``, in ``out_dir``, with ``--log log_path`` and
     ``--router2-heatmap`` among its options; its output into ``output_path``), and stop
     it when its routing has stalled.
@@ -100,7 +108,7 @@ def place_and_route(argv, out_dir, log_path, output_path, *, patience=STALL_PASS
         while proc.poll() is None:
             time.sleep(poll)
             _prune(out_dir)
-            if stalled(_passes_so_far(log_path), patience):
+            if stalled(_passes_so_far(log_path), patience, near_patience):
                 proc.terminate()
                 proc.wait()
                 stopped = True

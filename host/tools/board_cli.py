@@ -175,7 +175,7 @@ def _train_on_board(args, b, failures, k):
 # -- trainingcxl build ---------------------------------------------------------------------
 
 def add_build_command(sub):
-    from trainingcxl.boards.routing import STALL_PASSES
+    from trainingcxl.boards.routing import NEAR_STALL_PASSES, NEAR_WIRES, STALL_PASSES
     from trainingcxl.boards.targets import BOARDS
     sp = sub.add_parser(
         "build", help="build a bitstream for an FPGA board with the YoWASP tools",
@@ -186,7 +186,8 @@ def add_build_command(sub):
                     "the maximum frequency nextpnr reached for each clock and its worst paths. A "
                     "build that misses its clock still reports, hands out no bitstream and exits "
                     "with 1; so does one whose routing stops converging (router2 is stopped after "
-                    f"{STALL_PASSES} passes without progress and the report names the blocks "
+                    f"{STALL_PASSES} passes without progress, {NEAR_STALL_PASSES} when it has "
+                    f"{NEAR_WIRES} overused wires or fewer left, and the report names the blocks "
                     "whose wires it could not share out). Boards: "
                     + "; ".join(f"{b.name}: {b.description}" for b in BOARDS.values()))
     sp.add_argument("--board", choices=tuple(BOARDS), required=True, help="the board")
@@ -220,7 +221,6 @@ BLOCKS_SHOWN = 14
 
 def cmd_build(args):
     from trainingcxl.boards.build import BuildError, build
-    from trainingcxl.boards.routing import STALL_PASSES
     out = Path(args.out or Path("build") / args.board)
     try:
         rep = build(args.board, out, baud=args.baud, seed=args.seed, clock_mhz=args.clock_mhz,
@@ -252,7 +252,8 @@ def cmd_build(args):
     if routing.get("stopped"):
         print(f"  routing          NOT CONVERGED: router2 stopped at pass {routing['passes']} with "
               f"{routing['overused']:,} overused wires, its lowest {routing['lowest_overused']:,} "
-              f"at pass {routing['lowest_at_pass']} ({STALL_PASSES} passes without a new low)")
+              f"at pass {routing['lowest_at_pass']} "
+              f"({routing['passes'] - routing['lowest_at_pass']} passes without a new low)")
         print("  congested blocks (overuse of the wires of their nets, at the last whole pass)")
         for c in routing["congested_blocks"]:
             print(f"    {c['block']:<44} {c['overuse']:>7,}")

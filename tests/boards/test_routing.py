@@ -20,6 +20,10 @@ def test_router_passes_and_when_they_stall():
     # The lowest count 10 passes ago, then higher: stalled; not at 9 passes.
     turned = [(k, 100 - k) for k in range(1, 51)] + [(k, 60) for k in range(51, 61)]
     assert stalled(turned, patience=10) and not stalled(turned[:-1], patience=10)
+    # Near the end (few wires overused), the router gets longer.
+    hovering = [(k, 100 - k) for k in range(1, 98)] + [(k, 3 + k % 7) for k in range(98, 200)]
+    assert not stalled(hovering, patience=10, near_patience=200)
+    assert stalled(hovering, patience=10, near_patience=100)
     # A count that came down to zero has converged, however long ago.
     assert not stalled([(1, 5), (2, 0)] + [(k, 3) for k in range(3, 50)], patience=10)
     assert not stalled([], patience=10)
