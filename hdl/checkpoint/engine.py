@@ -168,9 +168,14 @@ class CheckpointEngine(wiring.Component):
             m.d.comb += [newest.eq(sb[1]), newest_valid.eq(1)]
         reach = Signal(33)
         m.d.comb += [reach.eq(newest + k_eff), self.staleness_in_force.eq(k_eff)]
+        # Registered (boards), ``logging`` rises a cycle late: it rises only as
+        # a descriptor ends or the host writes ``CKPT_CTRL``, and the next
+        # descriptor or register access comes later than that. It falls with
+        # ``ready`` as a ``RECOVER`` leaves R_WAIT (below).
+        late = m.d.sync if cfg.register_slices else m.d.comb
+        late += self.logging.eq(ready & self.enable & committed_valid)
         m.d.comb += [
             self.ready.eq(ready), self.gen.eq(gen),
-            self.logging.eq(ready & self.enable & committed_valid),
             self.committed.eq(committed), self.committed_valid.eq(committed_valid),
             self.snapshot.eq(newest), self.snapshot_valid.eq(newest_valid),
             self.hold_lookup.eq(self.logging & committed_valid
@@ -196,8 +201,7 @@ class CheckpointEngine(wiring.Component):
         # point reached a cycle later, since it only grows within a generation.
         durable = Mux(reach < committed, reach, committed)
         durable_valid = committed_valid & newest_valid
-        domain = m.d.sync if cfg.register_slices else m.d.comb
-        domain += [self.durable.eq(durable), self.durable_valid.eq(durable_valid)]
+        late += [self.durable.eq(durable), self.durable_valid.eq(durable_valid)]
 
         # -- snapshot pull
         m.submodules.puller = puller = SnapshotPuller(cfg)
@@ -404,7 +408,7 @@ class CheckpointEngine(wiring.Component):
         # One header network checks the walk's records and seals the commit
         # records: a commit (COMMIT) and a recovery's seal (R_SEAL) never run
         # during a walk. While ``sealing`` it takes the commit record's fields,
-        # set as each starts, with ``sealing`` itself. (Three networks of 160
+        # set as each starts. (Three networks of 160
         # inputs were the largest XOR logic of a board's device, and its most
         # congested wiring.)
         sealing = Signal()
@@ -425,9 +429,6 @@ class CheckpointEngine(wiring.Component):
         if cfg.register_slices:
             commit_line = Signal.like(header)
             m.d.sync += commit_line.eq(header)
-
-        def seal(gen, batch, k):
-            m.d.sync += [sealing.eq(1), c_gen.eq(gen), c_batch.eq(batch), c_k.eq(k)]
 
         def sealed():
             if not cfg.register_slices:
@@ -512,7 +513,10 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
                     d = self.desc.payload
-                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE)]
+                    # A commit's fields, taken with every descriptor: its checks
+                    # below do not run on into them.
+                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE),
+                                 c_gen.eq(gen), c_batch.eq(d.batch), c_k.eq(k_eff)]
                     with m.Switch(d.op):
                         with m.Case(Op.COMMIT):
                             with m.If(~ready):
@@ -522,7 +526,7 @@ class CheckpointEngine(wiring.Component):
                                 m.d.sync += error.eq(ErrorCode.BAD_BATCH)
                                 m.next = "COMPLETE"
                             with m.Else():
-                                seal(gen, d.batch, k_eff)
+                                m.d.sync += sealing.eq(1)
                                 m.next = "COMMIT"
                         with m.Case(Op.SNAPSHOT_MLP):
                             with m.If(~ready):
@@ -577,6 +581,8 @@ class CheckpointEngine(wiring.Component):
                                  g_new.eq(0), iss_group.eq(0),
                                  rolled.eq(0), self.recovered_flags.eq(0),
                                  self.recover_lines.eq(0)]
+                    if cfg.register_slices:
+                        m.d.sync += self.logging.eq(0)
                     begin(0, cfg.commit_base, cfg.commit_lines)
                     m.next = "R_COMMITS"
             with m.State("R_COMMITS"):
@@ -680,7 +686,8 @@ class CheckpointEngine(wiring.Component):
                 with m.If(outstanding == 0):
                     m.d.sync += seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
                                                  best_slot + 1))
-                    seal(best_gen + 1, d_batch, best_k)
+                    m.d.sync += [sealing.eq(1), c_gen.eq(best_gen + 1), c_batch.eq(d_batch),
+                                 c_k.eq(best_k)]
                     m.next = "R_SEAL"
             with m.State("R_SEAL"):
                 # Everything rolled back is persistent: start generation g + 1 at D.

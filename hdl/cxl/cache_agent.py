@@ -167,7 +167,10 @@ class CacheAgent(wiring.Component):
 
         # -- read data: route by CQID to the client. The answer (the host's data,
         # or ``err`` for a timed-out read) is one stream; on a board it is
-        # registered, so the CQID lookup and the client's logic are two paths.
+        # registered, so the CQID lookup and the client's logic are two paths,
+        # and the slice cuts ``ready`` (a line every other cycle, far more than
+        # the host window brings), so the client's ``ready`` does not run on
+        # into the CQID bookkeeping.
         rd_cqid = cache.h2d_data.payload.cqid
         rd_info = info[rd_cqid[:id_bits]]
         rd_known = known(rd_cqid, 0)
@@ -183,7 +186,7 @@ class CacheAgent(wiring.Component):
         ]
         to_client = answer
         if self._config.register_slices:
-            to_client = through_slice(m, "answer", answer)
+            to_client = through_slice(m, "answer", answer, cut_ready=True)
         for i, p in enumerate(ports):
             m.d.comb += [
                 p.rdata.valid.eq(to_client.valid & (to_client.payload.client == i)),
