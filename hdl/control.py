@@ -8,6 +8,7 @@ from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from trainingcxl.spec.registers import REG, REGISTERS, Access, Kind, Reg, constants, register
 from .common.onehot import one_hot_select
+from .common.register_slice import a_cycle_later
 
 __all__ = ["ControlBusSignature", "ControlWindow"]
 
@@ -178,9 +179,9 @@ class ControlWindow(wiring.Component):
             # request after the doorbell is taken two cycles later at the
             # earliest, so it reads the error.
             door_seen, done_seen, clear_seen = (
-                _registered(m, s, name) for s, name in ((door_error, "door_error"),
-                                                        (done_error, "done_error"),
-                                                        (clear_errors, "clear_errors")))
+                a_cycle_later(m, s, f"{name}_r")
+                for s, name in ((door_error, "door_error"), (done_error, "done_error"),
+                                (clear_errors, "clear_errors")))
         kept_first = Mux(clear_seen, ErrorCode.NONE, first_error)
         m.d.sync += error_count.eq(Mux(clear_seen, 0, error_count)
                                    + (door_seen != ErrorCode.NONE)
@@ -298,9 +299,3 @@ class ControlWindow(wiring.Component):
                              rsp_err.eq(read_bad)]
         return m
 
-
-def _registered(m, value, name):
-    """``value`` a cycle later."""
-    r = Signal.like(value, name=f"{name}_r")
-    m.d.sync += r.eq(value)
-    return r

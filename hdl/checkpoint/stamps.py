@@ -7,6 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.ram import Ram
+from ..common.register_slice import a_cycle_later
 
 __all__ = ["RowStamps", "SCRUB_AGE", "sweep_epochs"]
 
@@ -140,11 +141,7 @@ class RowStamps(wiring.Component):
 
         def later(value, name):
             """``value``, a cycle later when the word read is registered."""
-            if not late:
-                return value
-            held = Signal.like(value, name=name)
-            m.d.sync += held.eq(value)
-            return held
+            return a_cycle_later(m, value, name) if late else value
 
         def query_word(addr):
             """The word the query port read at ``addr`` the cycle before (a cycle

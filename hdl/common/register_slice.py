@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .line_port import LinePortSignature
 
-__all__ = ["RegisterSlice", "LinePortSlice", "through_slice", "on_entry"]
+__all__ = ["RegisterSlice", "LinePortSlice", "through_slice", "on_entry", "a_cycle_later"]
 
 
 class RegisterSlice(wiring.Component):
@@ -66,6 +66,13 @@ def through_slice(m, name, source, *, cut_ready=False, reset=None):
     m.submodules[name] = cut if reset is None else ResetInserter(reset)(cut)
     wiring.connect(m, source, cut.i)
     return cut.o
+
+
+def a_cycle_later(m, value, name):
+    """``value`` a cycle later, from a register ``name`` added to ``m``."""
+    held = Signal.like(value, name=name)
+    m.d.sync += held.eq(value)
+    return held
 
 
 def on_entry(m, out, value):
