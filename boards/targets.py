@@ -47,9 +47,9 @@ BOARDS = {
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
                    # The oscillator's 25 MHz with routing for congestion only. Its
-                   # routing is marginal: a netlist of the logic now met 35.9 MHz at
-                   # seed 1, the committed netlist of the same logic did not converge
-                   # there (docs/boards.md, "The clock of the 85F"). Timing-driven
+                   # routing is marginal: a netlist of the logic met 35.9 MHz at
+                   # seed 1, the committed netlists since did not converge at seeds
+                   # 1 and 2 (docs/boards.md, "The clock of the 85F"). Timing-driven
                    # routing against 30 MHz met 43.3 and 49.2 MHz at seeds 2 and 3
                    # with the gateware of 8706a00.
                    placer="static", nextpnr_opts=("--no-tmdriv",)),
