@@ -47,12 +47,11 @@ BOARDS = {
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
                    # The oscillator's 25 MHz with routing for congestion only. Its
-                   # routing is marginal: a netlist of the logic met 35.9 MHz at
-                   # seed 1, the committed netlists since did not converge at seeds
-                   # 1 and 2 (docs/boards.md, "The clock of the 85F"). Timing-driven
-                   # routing against 30 MHz met 43.3 and 49.2 MHz at seeds 2 and 3
-                   # with the gateware of 8706a00.
-                   placer="static", nextpnr_opts=("--no-tmdriv",)),
+                   # routing is marginal: the gateware now routes at seed 3 (36.4
+                   # MHz), not at seeds 1 and 2 (docs/boards.md, "The clock of the
+                   # 85F"). Timing-driven routing against 30 MHz met 43.3 and 49.2
+                   # MHz at seeds 2 and 3 with the gateware of 8706a00.
+                   placer="static", nextpnr_opts=("--no-tmdriv",), seed=3),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
                        "no update or checkpoint engine; tables of 16 and 24 rows)",
