@@ -14,7 +14,7 @@ from ..common.line_port import LineOp, LinePortSignature
 from ..common.onehot import one_hot_select
 from ..common.ram import Ram
 from ..common.rate import RateLimiter
-from ..common.register_slice import through_slice
+from ..common.register_slice import a_cycle_later, through_slice
 
 __all__ = ["PmemController", "REGIONS"]
 
@@ -375,8 +375,7 @@ class PmemController(wiring.Component):
             # requests): no decoder of the binary grant whose outputs each drive
             # 600 multiplexers, next to the SDRAM pins where router2 found the
             # fewest free wires (docs/boards.md, "When routing does not converge").
-            w_onehot = Signal.like(arb.onehot)
-            m.d.sync += w_onehot.eq(arb.onehot)
+            w_onehot = a_cycle_later(m, arb.onehot, "w_onehot")
             w_sel = Signal.like(sel)
             m.d.comb += w_sel.eq(one_hot_select(w_onehot, [p.req.payload for p in ports]))
         else:
