@@ -737,8 +737,13 @@ class Config:
     def min_write_latency(self):
         """The fewest cycles a PMEM write can spend before it is persistent: two
         cycles of ageing after the port's slice and take (2 with
-        :attr:`register_slices`) and the request's beat (:attr:`request_beat_cycles`)."""
-        return max(4, 2 + 2 * self.register_slices + self.request_beat_cycles)
+        :attr:`register_slices`) and the request's beat (:attr:`request_beat_cycles`);
+        in beats, its line must be in the write-pending queue, a beat a cycle
+        after the take, before it may leave."""
+        floor = 2 + 2 * self.register_slices + self.request_beat_cycles
+        if self.line_beats > 1:
+            floor = max(floor, 2 + self.request_beat_cycles + self.line_beats)
+        return max(4, floor)
 
     @property
     def request_beat_cycles(self):

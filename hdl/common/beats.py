@@ -88,28 +88,55 @@ class BeatReceiver(wiring.Component):
     taken, which costs a cycle per word and keeps the consumer's ``ready`` off
     the bus.
 
+    With ``unload``, a word taken while ``unload`` is high leaves again in
+    beats through the same shift register: in each of the ``beats`` cycles
+    after the take, ``tail`` is its next slice, least significant first, and
+    no beat is taken meanwhile. A consumer that wants only the word's ``meta``
+    at once then moves its data on a bus of one beat.
+
     Members
     -------
     i : In(stream.Signature(beat_layout(width, beats, meta)))
     o : Out(stream.Signature(StructLayout({"data": width, "meta": meta})))
+    unload : In(1), tail : Out(width // beats)
+        With ``unload`` only.
     """
 
-    def __init__(self, *, width, beats, meta):
+    def __init__(self, *, width, beats, meta, unload=False):
         _check(width, beats)
-        super().__init__({
+        self._beats = beats
+        self._unload = unload
+        members = {
             "i": In(stream.Signature(beat_layout(width, beats, meta))),
             "o": Out(stream.Signature(data.StructLayout({"data": width, "meta": meta}))),
-        })
+        }
+        if unload:
+            members.update({"unload": In(1), "tail": Out(width // beats)})
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         step = len(self.i.payload.data)
         word = self.o.payload.data
-        m.d.comb += self.i.ready.eq(~self.o.valid)
-        with m.If(self.i.valid & self.i.ready):
+        if self._unload:
+            # One bit per beat still to leave: the shift needs no counter compare.
+            left = Signal(self._beats)
+            with m.If(self.o.valid & self.o.ready & self.unload):
+                m.d.sync += left.eq(-1)
+            with m.Else():
+                m.d.sync += left.eq(left >> 1)
+            unloading = left[0]
+            m.d.comb += [self.i.ready.eq(~self.o.valid & ~unloading), self.tail.eq(word[:step])]
+        else:
+            unloading = C(0)
+            m.d.comb += self.i.ready.eq(~self.o.valid)
+        # Unloading, whatever is on the bus shifts in behind the word's slices;
+        # the next word's beats push it out again.
+        take = self.i.valid & self.i.ready
+        with m.If(take | unloading):
             m.d.sync += word.eq(Cat(word[step:], self.i.payload.data))
-            with m.If(self.i.payload.last):
-                m.d.sync += [self.o.valid.eq(1), self.o.payload.meta.eq(self.i.payload.meta)]
+        with m.If(take & self.i.payload.last):
+            m.d.sync += [self.o.valid.eq(1), self.o.payload.meta.eq(self.i.payload.meta)]
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         return m

@@ -45,7 +45,7 @@ def _beat_sender():
 
 
 def _beat_receiver():
-    return StreamContract(BeatReceiver(width=16, beats=4, meta=4))
+    return StreamContract(BeatReceiver(width=16, beats=4, meta=4, unload=True))
 
 
 def _merge():
@@ -91,7 +91,8 @@ PROOFS = {
                      _merge, 12),
     "beat-sender": ("BeatSender (4 beats) keeps each beat stable until ready",
                     _beat_sender, 12),
-    "beat-receiver": ("BeatReceiver (4 beats) keeps each word stable until ready",
+    "beat-receiver": ("BeatReceiver (4 beats, words unloaded again at will) keeps each "
+                      "word stable until ready",
                       _beat_receiver, 12),
     "pmem-streams": ("PmemController (3 ports, one in the background): every response "
                      "stream stable until ready, power failures included", _pmem_streams, 8),

@@ -151,6 +151,8 @@ class PmemController(wiring.Component):
         n = self._n_ports
         abits = self._config.media_addr_bits
         registered = self._config.register_slices
+        # Lines in beats: a write's line reaches the WPQ a beat a cycle after its take.
+        in_beats = self._config.line_beats > 1
         ports = self.ports
         if registered:
             # Requests enter through a slice each that cuts ``ready`` too (or,
@@ -160,11 +162,12 @@ class PmemController(wiring.Component):
             # one only once empty), which the write into the WPQ relies on.
             inner = []
             for i, p in enumerate(ports):
-                if self._config.line_beats > 1:
-                    req = self._request_in_beats(m, i, p.req)
+                if in_beats:
+                    req, recv = self._request_in_beats(m, i, p.req)
                 else:
-                    req = through_slice(m, f"slice{i}", wiring.flipped(p.req), cut_ready=True)
-                inner.append(SimpleNamespace(req=req, rdata=p.rdata, wack=p.wack))
+                    req, recv = through_slice(m, f"slice{i}", wiring.flipped(p.req),
+                                              cut_ready=True), None
+                inner.append(SimpleNamespace(req=req, rdata=p.rdata, wack=p.wack, recv=recv))
             ports = inner
         client_bits = max(1, (n - 1).bit_length())
 
@@ -181,10 +184,10 @@ class PmemController(wiring.Component):
         m.submodules.write_rate = write_rate = RateLimiter(*cfg.write_rate)
 
         # -- write-pending queue: payload in a FIFO, addresses mirrored for hazard checks
-        wpq_layout = data.StructLayout({
-            "addr": abits, "data": LINE_BITS, "be": LINE_BYTES,
-            "tag": self._tag_bits, "client": client_bits,
-        })
+        wpq_fields = {"addr": abits, "tag": self._tag_bits, "client": client_bits}
+        if not in_beats:
+            wpq_fields.update({"data": LINE_BITS, "be": LINE_BYTES})
+        wpq_layout = data.StructLayout(wpq_fields)
         # Registered, the room for a write is counted in hazard slots, not by the
         # FIFO: one entry more is a margin for the buffered FIFO's output register.
         m.submodules.wpq = wpq = fifo.SyncFIFOBuffered(width=wpq_layout.size,
@@ -221,6 +224,7 @@ class PmemController(wiring.Component):
                                           "client": client_bits})
         iss = Signal(issue_layout)
         issue_read = iss.valid
+        issue_write = Signal()              # a write taken this cycle
 
         # ``inflight < read_depth``, kept in a register of its own (compared
         # with the next count) so that the arbitration starts at flip-flops.
@@ -241,6 +245,13 @@ class PmemController(wiring.Component):
             write_free = Signal()
             m.d.sync += write_free.eq(~pend_valid.bit_select(wp, 1))
             can_write = write_free & ~wrote
+            if in_beats:
+                # One line at a time moves into the WPQ's lines: the next write is
+                # taken in the cycle the last beat of this one's is written.
+                lane = Signal(self._config.line_beats)
+                quiet = Signal(init=1)
+                m.d.sync += quiet.eq(~issue_write & ~lane[:-2].any())
+                can_write &= quiet
         else:
             can_write = wpq.w_rdy
         m.submodules.arb = arb = RoundRobin(n, late_mask=registered)
@@ -291,7 +302,8 @@ class PmemController(wiring.Component):
         for i, p in enumerate(ports):
             m.d.comb += p.req.ready.eq(arb.onehot[i])
 
-        issue_write = Cat(p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports).any()
+        writes = [p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports]
+        m.d.comb += issue_write.eq(Cat(writes).any())
         taken = Signal.like(iss)
         m.d.comb += [taken.valid.eq(accept & (sel.op == LineOp.READ)),
                      taken.addr.eq(sel.addr[:abits]), taken.tag.eq(sel.tag),
@@ -381,10 +393,14 @@ class PmemController(wiring.Component):
         else:
             enqueue, w_client, w_sel = issue_write, arb.grant, sel
         m.d.comb += [
-            wpq_in.addr.eq(w_sel.addr[:abits]), wpq_in.data.eq(w_sel.data),
-            wpq_in.be.eq(w_sel.be), wpq_in.tag.eq(w_sel.tag), wpq_in.client.eq(w_client),
-            wpq.w_en.eq(enqueue),
+            wpq_in.addr.eq(w_sel.addr[:abits]), wpq_in.tag.eq(w_sel.tag),
+            wpq_in.client.eq(w_client), wpq.w_en.eq(enqueue),
         ]
+        if in_beats:
+            head_data, head_be = self._lines_in_beats(m, ports, writes, lane, rp)
+        else:
+            m.d.comb += [wpq_in.data.eq(w_sel.data), wpq_in.be.eq(w_sel.be)]
+            head_data, head_be = wpq_head.data, wpq_head.be
         with m.If(enqueue):
             m.d.sync += [pend_addr[wp].eq(w_sel.addr[:abits]), wp.eq(wp + 1)]
 
@@ -422,8 +438,8 @@ class PmemController(wiring.Component):
             write_rate.take.eq(drain),
             wpq.r_en.eq(drain),
             wr.addr.eq(wpq_head.addr),
-            wr.data.eq(wpq_head.data),
-            wr.en.eq(Mux(drain, wpq_head.be & Mux(self.power_fail, survive, -1), 0)),
+            wr.data.eq(head_data),
+            wr.en.eq(Mux(drain, head_be & Mux(self.power_fail, survive, -1), 0)),
         ]
         for i, p in enumerate(ports):
             m.d.comb += [
@@ -468,9 +484,10 @@ class PmemController(wiring.Component):
         return outside
 
     def _request_in_beats(self, m, i, req):
-        """Port ``i``'s requests, taken in beats next to the engine and put together
-        here: a read in one beat, a write with its data and byte enables in
-        ``Config.line_beats``. Returns the stream of whole requests."""
+        """Port ``i``'s requests, taken in beats next to the engine: a read in one
+        beat, a write with its data and byte enables in ``Config.line_beats``.
+        Returns the stream of requests (their op, address and tag; a write's line
+        stays in the receiver, which unloads it when it is taken) and the receiver."""
         layout = req.payload.shape()
         meta = data.StructLayout({"op": LineOp, "addr": len(req.payload.addr),
                                   "tag": self._tag_bits})
@@ -478,7 +495,8 @@ class PmemController(wiring.Component):
         beats = self._config.line_beats
         m.submodules[f"request_beats{i}"] = send = BeatSender(width=width, beats=beats, meta=meta,
                                                                short=True)
-        m.submodules[f"slice{i}"] = recv = BeatReceiver(width=width, beats=beats, meta=meta)
+        m.submodules[f"slice{i}"] = recv = BeatReceiver(width=width, beats=beats, meta=meta,
+                                                         unload=True)
         whole = stream.Signature(layout).create(path=(f"request{i}",))
         m.d.comb += [
             send.i.valid.eq(req.valid), req.ready.eq(send.i.ready),
@@ -490,10 +508,37 @@ class PmemController(wiring.Component):
             whole.payload.op.eq(recv.o.payload.meta.op),
             whole.payload.addr.eq(recv.o.payload.meta.addr),
             whole.payload.tag.eq(recv.o.payload.meta.tag),
-            Cat(whole.payload.data, whole.payload.be).eq(recv.o.payload.data),
         ]
         wiring.connect(m, send.o, recv.i)
-        return whole
+        return whole, recv
+
+    def _lines_in_beats(self, m, ports, writes, lane, rp):
+        """The WPQ's lines, written a beat a cycle from the receiver of the port
+        whose write was taken (``writes``: one per port, the take), one line at a
+        time; ``lane`` is driven here, one-hot, the beat written. Returns the data
+        and byte enables of the line in WPQ slot ``rp``.
+
+        The ports' whole lines then never meet: one 72-bit bus per port does, in
+        front of a LUT RAM whose write enable picks the beat."""
+        beats = self._config.line_beats
+        width = LINE_BITS + LINE_BYTES
+        m.submodules.wpq_lines = lines = Ram(shape=width, depth=self._config.pmem.wpq_depth)
+        write = lines.write_port(granularity=width // beats)
+        head = lines.read_port(domain="comb")
+        source = Signal(len(ports))         # one-hot: the port whose line is moving
+        slot = Signal.like(rp)              # the WPQ slot it moves into
+        took = Cat(writes)
+        m.d.sync += lane.eq(Mux(took.any(), 1, lane << 1))
+        with m.If(took.any()):
+            m.d.sync += source.eq(took)
+        with m.If(lane[-1]):
+            m.d.sync += slot.eq(slot + 1)
+        for p, w in zip(ports, writes):
+            m.d.comb += p.recv.unload.eq(w)
+        beat = one_hot_select(source, [p.recv.tail for p in ports])
+        m.d.comb += [write.addr.eq(slot), write.data.eq(beat.replicate(beats)),
+                     write.en.eq(lane), head.addr.eq(rp)]
+        return head.data[:LINE_BITS], head.data[LINE_BITS:]
 
     def _read_in_beats(self, m, ports, head, due, pop):
         """The read queue's head leaves in beats on one narrow bus to all ports,

@@ -69,3 +69,52 @@ def test_a_word_every_beats_plus_one_cycles_when_taken_at_once():
     simulate(dut, consumer, background=[producer])
     assert len(times) == 10
     assert {b - a for a, b in zip(times, times[1:])} == {5}
+
+
+def test_a_word_unloaded_leaves_in_beats_and_the_next_word_is_whole():
+    """Every other word is taken with ``unload``: its slices leave on ``tail`` in the
+    beats cycles after the take, and the words after it still arrive whole (the beats
+    the bus shifted in behind are pushed out)."""
+    beats, width = 4, 64
+    send = BeatSender(width=width, beats=beats, meta=8)
+    recv = BeatReceiver(width=width, beats=beats, meta=8, unload=True)
+
+    class Top(wiring.Component):
+        def __init__(self):
+            super().__init__({"i": wiring.In(send.i.signature.flip()),
+                              "o": wiring.Out(recv.o.signature),
+                              "unload": wiring.In(1), "tail": wiring.Out(width // beats)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.send, m.submodules.recv = send, recv
+            wiring.connect(m, wiring.flipped(self.i), send.i)
+            wiring.connect(m, send.o, recv.i)
+            wiring.connect(m, recv.o, wiring.flipped(self.o))
+            m.d.comb += [recv.unload.eq(self.unload), self.tail.eq(recv.tail)]
+            return m
+
+    dut = Top()
+    rng = random.Random(3)
+    words = [rng.getrandbits(width) for _ in range(6)]
+    got, tails = [], []
+
+    async def producer(ctx):
+        for k, word in enumerate(words):
+            await stream_put(ctx, dut.i, {"data": word, "meta": k})
+
+    async def consumer(ctx):
+        for k in range(len(words)):
+            ctx.set(dut.unload, k % 2)
+            rsp = await stream_get(ctx, dut.o)
+            got.append(rsp.data)
+            if k % 2:                       # from the cycle after the take
+                value = 0
+                for b in range(beats):
+                    value |= ctx.get(dut.tail) << (width // beats * b)
+                    await ctx.tick()
+                tails.append(value)
+
+    simulate(dut, consumer, background=[producer])
+    assert got == words
+    assert tails == words[1::2]

@@ -73,6 +73,32 @@ def test_write_then_read_across_ports_with_byte_enables(registered, beats):
 
 
 @VARIANTS
+def test_writes_from_every_port_at_once_land_whole(registered, beats):
+    """Three ports write at once: in beats, each line moves into the WPQ after its take
+    while the other ports' lines wait in their receivers, and every line lands whole."""
+    cfg = small_config(registered, beats)
+    dut = PmemController(cfg, n_ports=3)
+    want = {3 * k + i: line(100 + 3 * k + i) for i in range(3) for k in range(5)}
+    done = []
+
+    def writer(i):
+        async def tb(ctx):
+            for k in range(5):
+                addr = 3 * k + i
+                await write(ctx, dut.ports[i], addr, want[addr], tag=addr)
+            done.append(i)
+        return tb
+
+    async def check(ctx):
+        while len(done) < 3:
+            await ctx.tick()
+        for addr, value in want.items():
+            assert await read(ctx, dut.port0, addr, tag=addr) == value, addr
+
+    run(dut, check, writer(0), writer(1), writer(2))
+
+
+@VARIANTS
 def test_latencies_match_configuration(registered, beats):
     cfg = small_config(registered, beats, read_latency=14, write_latency=13, read_rate=(1, 1),
                        write_rate=(1, 1))

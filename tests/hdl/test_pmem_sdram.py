@@ -144,7 +144,7 @@ def test_a_power_failure_keeps_acknowledged_writes_and_drops_reads_in_flight(reg
 def test_a_pmem_faster_than_the_sdram_is_counted_late_and_acks_each_write_once(registered):
     """Writes wait for room in the media's queue; meanwhile their acks are not offered
     (a client that counts acks would otherwise count a write twice)."""
-    cfg = config(replace(SLOW, read_latency=16, write_latency=8, read_rate=(1, 1),
+    cfg = config(replace(SLOW, read_latency=16, write_latency=12, read_rate=(1, 1),
                          write_rate=(1, 1)), registered)
     dut = Board(cfg)
     out = {"acks": 0}
