@@ -92,11 +92,20 @@ class BoardSystem(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        fail_q = Signal()       # the power failure, registered
+        # The power failure, registered; high through the board's reset too, so
+        # that it is the only reset of what it resets.
+        fail_q = Signal(init=1)
         power_fail = self._reset_buffer(m, fail_q) if self._reset_buffer else fail_q
-        m.submodules.device = device = Device(cfg)
-        m.submodules.window = window = ResetInserter(power_fail)(
-            HostWindow(base=self._layout.base, lines=self._layout.lines, pulls=cfg.cache_ids))
+        # The device and the window run on the board's clock in a domain without
+        # a reset of its own: their flip-flops are reset by ``power_fail`` alone.
+        # (With both, synthesis ORs the two once, in one LUT whose output then
+        # crosses the chip to every flip-flop instead of the global network.)
+        m.domains.powered = ClockDomain("powered", reset_less=True, local=True)
+        m.d.comb += ClockSignal("powered").eq(ClockSignal("sync"))
+        powered = DomainRenamer("powered")
+        m.submodules.device = device = powered(Device(cfg))
+        m.submodules.window = window = powered(ResetInserter(power_fail)(
+            HostWindow(base=self._layout.base, lines=self._layout.lines, pulls=cfg.cache_ids)))
         m.submodules.uart_rx = rx = UartRx(self._divisor)
         m.submodules.uart_tx = tx = UartTx(self._divisor)
         m.submodules.bridge = bridge = HostBridge(divisor=self._divisor,
@@ -157,7 +166,7 @@ class BoardSystem(wiring.Component):
             return event | (timer != 0)
 
         failed = Signal()
-        fail_qq = Signal()
+        fail_qq = Signal(init=1)
         m.d.sync += fail_qq.eq(fail_q)
         with m.If(fail_q & ~fail_qq):
             m.d.sync += failed.eq(~failed)

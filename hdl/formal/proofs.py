@@ -52,9 +52,9 @@ def _merge():
     return StreamContract(StreamMerge(_Small, 3))
 
 
-def _pmem_streams():
-    return StreamContract(PmemController(formal_config(), n_ports=3, tag_bits=4, background=(2,)),
-                          reset="power_fail")
+def _pmem_streams(registered=False):
+    return StreamContract(PmemController(formal_config(registered), n_ports=3, tag_bits=4,
+                                         background=(2,)), reset="power_fail")
 
 
 def _wpq():
@@ -118,5 +118,6 @@ def _registered(name, factory):
 # The boards' variants (``Config.register_slices``) of the blocks whose
 # handshakes and answers that switch registers.
 PROOFS.update({f"{name}-registered": _registered(name, factory) for name, factory in (
-    ("mem-target-streams", _mem_target), ("cache-agent-streams", _cache_agent),
+    ("pmem-streams", _pmem_streams), ("mem-target-streams", _mem_target),
+    ("cache-agent-streams", _cache_agent),
     ("dispatcher", _dispatcher), ("logger", _logger))})

@@ -216,10 +216,9 @@ class PmemController(wiring.Component):
             return Cat(pend_valid[i] & (pend_addr[i] == addr) for i in range(cfg.wpq_depth)).any()
 
         # The read taken this cycle, as it is issued: to the media, the rate
-        # limiter, the counters. Registered, it is issued in the next cycle, so
-        # that the arbitration ends at a register instead of running on into
-        # the rate limiter and the media's queue. (A write enters the WPQ as it
-        # is taken: a stage for its 512 bits of data congests the routing.)
+        # limiter, the counters. Registered, it is issued in the next cycle (and
+        # a write enters the WPQ then), so that the arbitration ends at a
+        # register instead of running on into the rate limiter and the queues.
         issue_layout = data.StructLayout({"valid": 1, "addr": abits, "tag": self._tag_bits,
                                           "client": client_bits})
         iss = Signal(issue_layout)
@@ -247,10 +246,12 @@ class PmemController(wiring.Component):
             can_write = write_free & ~wrote
             if in_beats:
                 # One line at a time moves into the WPQ's lines: the next write is
-                # taken in the cycle the last beat of this one's is written.
+                # taken in the cycle the last beat of this one's is written. (``wrote``
+                # covers the first two cycles after a take, so the register needs
+                # only the beats, not the arbitration's end.)
                 lane = Signal(self._config.line_beats)
                 quiet = Signal(init=1)
-                m.d.sync += quiet.eq(~issue_write & ~lane[:-2].any())
+                m.d.sync += quiet.eq(~lane[1:-2].any())
                 can_write &= quiet
         else:
             can_write = wpq.w_rdy
@@ -295,25 +296,34 @@ class PmemController(wiring.Component):
 
         # The granted request, an OR of the requests masked by the one-hot grant:
         # a level or two shorter than decoding the binary grant into a multiplexer.
-        sel = Signal.like(ports[0].req.payload)
-        m.d.comb += sel.eq(one_hot_select(arb.onehot, [p.req.payload for p in ports]))
-        accept = arb.valid
-        m.d.comb += arb.advance.eq(accept)
+        payloads = [p.req.payload for p in ports]
+        m.d.comb += arb.advance.eq(arb.valid)
         for i, p in enumerate(ports):
             m.d.comb += p.req.ready.eq(arb.onehot[i])
-
+        reads = [p.req.ready & (p.req.payload.op == LineOp.READ) for p in ports]
         writes = [p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports]
         m.d.comb += issue_write.eq(Cat(writes).any())
-        taken = Signal.like(iss)
-        m.d.comb += [taken.valid.eq(accept & (sel.op == LineOp.READ)),
-                     taken.addr.eq(sel.addr[:abits]), taken.tag.eq(sel.tag),
-                     taken.client.eq(arb.grant)]
         if registered:
+            # The request taken is selected in the next cycle, from its slice (which
+            # still holds it), by a register of the one-hot grant: the arbitration
+            # ends at that register, and neither runs on into the read's issue nor
+            # the WPQ, nor decodes a binary grant into a wide multiplexer (next to
+            # the SDRAM pins, where router2 found the fewest free wires:
+            # docs/boards.md, "When routing does not converge").
+            taken = Signal.like(ports[0].req.payload)
+            client = Signal.like(arb.grant)
             enqueue = Signal()              # the write taken in the cycle before
-            m.d.sync += [iss.eq(taken), enqueue.eq(issue_write),
-                         wrote.eq(issue_write | enqueue)]
+            m.d.comb += taken.eq(one_hot_select(a_cycle_later(m, arb.onehot, "w_onehot"),
+                                                payloads))
+            m.d.sync += [iss.valid.eq(Cat(reads).any()), client.eq(arb.grant),
+                         enqueue.eq(issue_write), wrote.eq(issue_write | enqueue)]
         else:
-            m.d.comb += iss.eq(taken)
+            taken = Signal.like(ports[0].req.payload)
+            client = arb.grant
+            enqueue = issue_write
+            m.d.comb += [taken.eq(one_hot_select(arb.onehot, payloads)),
+                         iss.valid.eq(Cat(reads).any())]
+        m.d.comb += [iss.addr.eq(taken.addr[:abits]), iss.tag.eq(taken.tag), iss.client.eq(client)]
         m.d.comb += [
             read_rate.take.eq(issue_read),
             rd.addr.eq(iss.addr),
@@ -376,33 +386,19 @@ class PmemController(wiring.Component):
         inflight_next = inflight + issue_read - rq_pop
         m.d.sync += [inflight.eq(inflight_next), read_room.eq(inflight_next < cfg.read_depth)]
 
-        # Enqueue writes. Registered, a write enters the WPQ in the cycle after
-        # it was taken, from its slice (which still holds it) through a
-        # multiplexer set by a registered grant: the arbitration no longer
-        # runs into the WPQ's storage, nor its grant into 600 multiplexers.
-        if registered:
-            w_client = Signal.like(arb.grant)
-            m.d.sync += w_client.eq(arb.grant)
-            # Selected by a register of the one-hot grant (an OR of masked
-            # requests): no decoder of the binary grant whose outputs each drive
-            # 600 multiplexers, next to the SDRAM pins where router2 found the
-            # fewest free wires (docs/boards.md, "When routing does not converge").
-            w_onehot = a_cycle_later(m, arb.onehot, "w_onehot")
-            w_sel = Signal.like(sel)
-            m.d.comb += w_sel.eq(one_hot_select(w_onehot, [p.req.payload for p in ports]))
-        else:
-            enqueue, w_client, w_sel = issue_write, arb.grant, sel
+        # Enqueue writes: registered, in the cycle after the take, from the
+        # request selected for the read's issue.
         m.d.comb += [
-            wpq_in.addr.eq(w_sel.addr[:abits]), wpq_in.tag.eq(w_sel.tag),
-            wpq_in.client.eq(w_client), wpq.w_en.eq(enqueue),
+            wpq_in.addr.eq(taken.addr[:abits]), wpq_in.tag.eq(taken.tag),
+            wpq_in.client.eq(client), wpq.w_en.eq(enqueue),
         ]
         if in_beats:
             head_data, head_be = self._lines_in_beats(m, ports, writes, lane, rp)
         else:
-            m.d.comb += [wpq_in.data.eq(w_sel.data), wpq_in.be.eq(w_sel.be)]
+            m.d.comb += [wpq_in.data.eq(taken.data), wpq_in.be.eq(taken.be)]
             head_data, head_be = wpq_head.data, wpq_head.be
         with m.If(enqueue):
-            m.d.sync += [pend_addr[wp].eq(w_sel.addr[:abits]), wp.eq(wp + 1)]
+            m.d.sync += [pend_addr[wp].eq(taken.addr[:abits]), wp.eq(wp + 1)]
 
         # Drain the oldest write to the media when due and its client can take the ack.
         wack_ready = Signal()
