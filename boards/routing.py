@@ -86,7 +86,7 @@ def _reports(out_dir):
 def _prune(out_dir, keep=2):
     """Delete the congestion reports of all but the last ``keep`` passes; returns those kept."""
     found = _reports(out_dir)
-    for done in sorted(found)[:-keep]:
+    for done in sorted(found)[:len(found) - keep]:
         for path in found.pop(done):
             path.unlink(missing_ok=True)
     return found
@@ -102,6 +102,8 @@ def place_and_route(argv, out_dir, log_path, output_path, *, patience=STALL_PASS
     the last and at the lowest, whether the router converged or was stopped, and the
     blocks most overused at the last pass reported.
     """
+    # An earlier build's reports in this folder would outrank this one's passes.
+    _prune(out_dir, keep=0)
     with open(output_path, "w") as output:
         proc = subprocess.Popen(argv, cwd=out_dir, stdout=output, stderr=subprocess.STDOUT)
         stopped = False

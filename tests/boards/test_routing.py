@@ -54,6 +54,9 @@ FAKE_ROUTER = textwrap.dedent('''
 
 def test_a_stalled_router_is_stopped_and_its_congested_blocks_named(tmp_path):
     (tmp_path / "fake_router.py").write_text(FAKE_ROUTER)
+    # Reports an earlier build left in the folder, of later passes than any of this one's.
+    for old_pass in (998, 999):
+        (tmp_path / f"congestion_congestion_by_net_{old_pass}.csv").write_text("system.old,9\n")
     code, routing = place_and_route([sys.executable, "fake_router.py"], tmp_path,
                                     tmp_path / "fake.tim", tmp_path / "out.log",
                                     patience=15, poll=0.02)
