@@ -205,9 +205,15 @@ class Device(wiring.Component):
             desc_held = desc.valid
         else:
             wiring.connect(m, control.desc, dispatch.desc)
-        wiring.connect(m, dispatch.lookup, lookup.desc)
-        wiring.connect(m, dispatch.update, update.desc)
-        wiring.connect(m, dispatch.ckpt, ckpt.desc)
+        for name, engine in (("lookup", lookup), ("update", update), ("ckpt", ckpt)):
+            handed = getattr(dispatch, name)
+            if cfg.register_slices:
+                # The dispatcher's checks end at a slice's valid, not at the
+                # enables of the engine's descriptor register (the slice loads
+                # its payload whenever it is empty); the engine starts a cycle
+                # later, while the dispatcher waits for its completion.
+                handed = through_slice(m, f"{name}_desc", handed, cut_ready=True)
+            wiring.connect(m, handed, engine.desc)
         wiring.connect(m, lookup.done, dispatch.lookup_done)
         wiring.connect(m, update.done, dispatch.update_done)
         wiring.connect(m, ckpt.done, dispatch.ckpt_done)
