@@ -56,9 +56,12 @@ class PmemController(wiring.Component):
       count from the take at the port.) With ``line_beats`` above 1 lines
       move in beats (``hdl/common/beats.py``): a port's requests reach its
       slice in beats (a read in one), and a line read leaves the read queue in
-      beats on one bus to all ports, each of which puts it together again.
-      The latencies still hold, and a port takes a line every ``line_beats +
-      1`` cycles at most.
+      beats on one bus to all ports, each of which puts it together again; a
+      write's line stays in its port's receiver until the write is taken,
+      then moves into the WPQ a beat a cycle, and no write is taken before
+      the line of the one before is in. The latencies still hold; a port
+      takes a read every other cycle at most, and a write every ``2 *
+      line_beats + 1`` cycles.
     * A write is accepted into the write-pending queue (WPQ) when there is
       room. It leaves the queue for the media no earlier than
       ``write_latency`` cycles later, at most at ``pmem.write_rate``, and only
@@ -303,6 +306,7 @@ class PmemController(wiring.Component):
         reads = [p.req.ready & (p.req.payload.op == LineOp.READ) for p in ports]
         writes = [p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports]
         m.d.comb += issue_write.eq(Cat(writes).any())
+        taken = Signal.like(ports[0].req.payload)
         if registered:
             # The request taken is selected in the next cycle, from its slice (which
             # still holds it), by a register of the one-hot grant: the arbitration
@@ -310,7 +314,6 @@ class PmemController(wiring.Component):
             # the WPQ, nor decodes a binary grant into a wide multiplexer (next to
             # the SDRAM pins, where router2 found the fewest free wires:
             # docs/boards.md, "When routing does not converge").
-            taken = Signal.like(ports[0].req.payload)
             client = Signal.like(arb.grant)
             enqueue = Signal()              # the write taken in the cycle before
             m.d.comb += taken.eq(one_hot_select(a_cycle_later(m, arb.onehot, "w_onehot"),
@@ -318,7 +321,6 @@ class PmemController(wiring.Component):
             m.d.sync += [iss.valid.eq(Cat(reads).any()), client.eq(arb.grant),
                          enqueue.eq(issue_write), wrote.eq(issue_write | enqueue)]
         else:
-            taken = Signal.like(ports[0].req.payload)
             client = arb.grant
             enqueue = issue_write
             m.d.comb += [taken.eq(one_hot_select(arb.onehot, payloads)),
