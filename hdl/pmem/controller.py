@@ -60,7 +60,7 @@ class PmemController(wiring.Component):
       write's line stays in its port's receiver until the write is taken,
       then moves into the WPQ a beat a cycle, and no write is taken before
       the line of the one before is in. The latencies still hold; a port
-      takes a read every other cycle at most, and a write every ``2 *
+      takes a read every third cycle at most, and a write every ``2 *
       line_beats + 1`` cycles.
     * A write is accepted into the write-pending queue (WPQ) when there is
       room. It leaves the queue for the media no earlier than
