@@ -21,24 +21,7 @@ from .dispatch import Dispatcher
 from .common.line_port import LinePortSignature
 from .pmem.controller import PmemController
 
-__all__ = ["Device", "DeviceState", "READ_GROUPS"]
-
-#: The control window's registers by the block whose values they show: on a
-#: board each group is read through a register beside its block
-#: (:class:`ControlWindow`'s ``read_groups``).
-READ_GROUPS = (
-    ("LOOKUP_BUSY", "LOOKUP_LINES", "LOOKUP_BAGS", "LOOKUP_OVERFLOWS", "LOOKUP_STALLS",
-     "LOOKUP_LOG_HOLDS"),
-    ("PMEM_READS", "PMEM_WRITES", "PMEM_READS_DATA", "PMEM_READS_LOG", "PMEM_READS_SNAPSHOT",
-     "PMEM_WRITES_DATA", "PMEM_WRITES_LOG", "PMEM_WRITES_SNAPSHOT", "MEDIA_LATE"),
-    ("CACHE_READS", "CACHE_WRITES", "CACHE_STRAYS", "CACHE_TIMEOUTS"),
-    ("MEM_ERRORS", "MEM_LAST_ERROR", *(f"MEM_ERROR_LOG{k}{s}" for k in range(4) for s in ("", "_ADDR"))),
-    ("UPDATE_BUSY", "UPDATE_LINES", "UPDATE_FORWARDED", "UPDATE_STALLS"),
-    ("CKPT_STATE", "COMMITTED", "SNAPSHOT", "DURABLE", "RECOVERED", "RECOVERED_INFO",
-     "RECOVER_CYCLES", "SNAPSHOT_LINES", "SNAPSHOT_BUSY"),
-    ("LOG_RECORDS", "LOG_FULL", "LOG_BUSY", "CKPT_STALLS", "LOG_BARRIER"),
-    ("LINK_TO_DEVICE", "LINK_TO_DEVICE_DATA", "LINK_TO_HOST", "LINK_TO_HOST_DATA"),
-)
+__all__ = ["Device", "DeviceState"]
 
 
 class DeviceState(data.Struct):
@@ -121,8 +104,7 @@ class Device(wiring.Component):
         m.submodules.mem_target = target = CxlMemTarget(cfg)
         m.submodules.lookup = lookup = LookupEngine(cfg)
         m.submodules.dispatch = dispatch = Dispatcher(cfg)
-        m.submodules.control = control = ControlWindow(
-            cfg, read_groups=READ_GROUPS if cfg.register_slices else ())
+        m.submodules.control = control = ControlWindow(cfg)
         update = UpdateEngine(cfg) if has_update else AbsentEngine(cfg)
         m.submodules.update = update
         ckpt = CheckpointEngine(cfg) if has_ckpt else AbsentEngine(cfg)
@@ -205,15 +187,9 @@ class Device(wiring.Component):
             desc_held = desc.valid
         else:
             wiring.connect(m, control.desc, dispatch.desc)
-        for name, engine in (("lookup", lookup), ("update", update), ("ckpt", ckpt)):
-            handed = getattr(dispatch, name)
-            if cfg.register_slices:
-                # The dispatcher's checks end at a slice's valid, not at the
-                # enables of the engine's descriptor register (the slice loads
-                # its payload whenever it is empty); the engine starts a cycle
-                # later, while the dispatcher waits for its completion.
-                handed = through_slice(m, f"{name}_desc", handed, cut_ready=True)
-            wiring.connect(m, handed, engine.desc)
+        wiring.connect(m, dispatch.lookup, lookup.desc)
+        wiring.connect(m, dispatch.update, update.desc)
+        wiring.connect(m, dispatch.ckpt, ckpt.desc)
         wiring.connect(m, lookup.done, dispatch.lookup_done)
         wiring.connect(m, update.done, dispatch.update_done)
         wiring.connect(m, ckpt.done, dispatch.ckpt_done)
