@@ -1,5 +1,8 @@
 """The control window: the device's register file, reached from the host (CXL.io-like)."""
 
+import operator
+from functools import reduce
+
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -47,6 +50,13 @@ class ControlWindow(wiring.Component):
     nothing and records the error in ``ERROR``. Completions from the engines
     update ``COMPLETED``, ``LAST_DONE`` and ``ERROR``.
 
+    With ``config.register_slices`` (boards) a read's value passes a register,
+    and with ``read_groups`` (sequences of :attr:`COUNTERS` registers, one per
+    block that feeds them) two: each group's values are selected into a
+    register of the group's own, which the placer puts beside the block, so
+    that one 64-bit bus per group reaches the window instead of one per
+    register.
+
     Members
     -------
     bus : Out(ControlBusSignature)
@@ -70,8 +80,9 @@ class ControlWindow(wiring.Component):
     COUNTERS = tuple(Reg[r.name] for r in REGISTERS
                      if r.access is Access.RO and r.kind is not Kind.CONST and r.name not in _OWN)
 
-    def __init__(self, config):
+    def __init__(self, config, *, read_groups=()):
         self._config = config
+        self._read_groups = self.read_groups(read_groups)
         members = {
             "bus": Out(ControlBusSignature()),
             "desc": Out(stream.Signature(descriptor_layout(config))),
@@ -88,6 +99,18 @@ class ControlWindow(wiring.Component):
         for reg in self.COUNTERS:
             members[f"ctr_{reg.name.lower()}"] = In(register(reg).layout)
         super().__init__(members)
+
+    @classmethod
+    def read_groups(cls, groups):
+        """``groups`` (of register names or :class:`Reg`) as :class:`Reg`; a
+        :exc:`ValueError` unless they name :attr:`COUNTERS` registers once each."""
+        names = [[r if isinstance(r, str) else Reg(r).name for r in group] for group in groups]
+        flat = [name for group in names for name in group]
+        stray = sorted(set(flat) - {r.name for r in cls.COUNTERS})
+        if stray or len(flat) != len(set(flat)):
+            raise ValueError(f"read groups must name counter registers once each "
+                             f"(not counters: {', '.join(stray) or 'none'})")
+        return tuple(tuple(Reg[name] for name in group) for group in names)
 
     def counter(self, reg):
         """The input port of register ``reg``, a view of its fields (:data:`REGISTERS`)."""
@@ -206,13 +229,14 @@ class ControlWindow(wiring.Component):
         rsp_valid = Signal()
         rsp_data = Signal(64)
         rsp_err = Signal()
-        # Registered (boards), a read's value passes a register and its response
-        # leaves a cycle after the take: the address decode and the registers'
-        # own logic do not run on into the response.
-        late = Signal()
+        # Registered (boards), a read's value passes a register (two, in read
+        # groups) and its response leaves that many cycles after the take: the
+        # address decode and the registers' own logic do not run on into the
+        # response. ``late`` marks the cycles a read waits.
+        late = Signal(1 + bool(self._read_groups))
         m.d.comb += [
             rsp.valid.eq(rsp_valid), rsp.payload.data.eq(rsp_data), rsp.payload.err.eq(rsp_err),
-            req.ready.eq(~rsp_valid & ~late if cfg.register_slices else ~rsp_valid),
+            req.ready.eq(~rsp_valid & ~late.any() if cfg.register_slices else ~rsp_valid),
         ]
         with m.If(rsp.valid & rsp.ready):
             m.d.sync += rsp_valid.eq(0)
@@ -254,7 +278,7 @@ class ControlWindow(wiring.Component):
             chosen = Signal(len(readable))
             with m.If(req.valid & req.ready):
                 m.d.sync += chosen.eq(Cat(req.payload.addr == reg for reg in readable))
-            m.d.comb += read_value.eq(one_hot_select(chosen, list(readable.values())))
+            m.d.comb += read_value.eq(self._read_select(m, dict(zip(readable, chosen)), readable))
             m.d.sync += read_bad.eq(req.payload.addr.matches(*readable) == 0)
         else:
             with m.Switch(req.payload.addr):
@@ -294,8 +318,28 @@ class ControlWindow(wiring.Component):
                 else:
                     m.d.sync += [rsp_data.eq(read_value), rsp_err.eq(read_bad)]
         if cfg.register_slices:
-            with m.If(late):
-                m.d.sync += [late.eq(0), rsp_valid.eq(1), rsp_data.eq(read_value),
-                             rsp_err.eq(read_bad)]
+            with m.If(late.any()):
+                m.d.sync += late.eq(late << 1)
+            with m.If(late[-1]):
+                m.d.sync += [rsp_valid.eq(1), rsp_data.eq(read_value), rsp_err.eq(read_bad)]
         return m
+
+    def _read_select(self, m, picked, readable):
+        """The value of the register whose bit in ``picked`` (register -> one-hot bit,
+        from a register) is set: an OR of masked values, in ``read_groups`` one per
+        group into a register of its own, and one for the other registers."""
+        def select(regs):
+            return one_hot_select(Cat(picked[r] for r in regs), [readable[r] for r in regs])
+
+        if not self._read_groups:
+            return select(list(readable))
+        parts = []
+        for k, group in enumerate(self._read_groups):
+            part = Signal(64, name=f"read_group{k}")
+            m.d.sync += part.eq(select(group))
+            parts.append(part)
+        own = Signal(64, name="read_own")       # equally late
+        grouped = {r for group in self._read_groups for r in group}
+        m.d.sync += own.eq(select([r for r in readable if r not in grouped]))
+        return reduce(operator.or_, parts + [own])
 

@@ -21,7 +21,24 @@ from .dispatch import Dispatcher
 from .common.line_port import LinePortSignature
 from .pmem.controller import PmemController
 
-__all__ = ["Device", "DeviceState"]
+__all__ = ["Device", "DeviceState", "READ_GROUPS"]
+
+#: The control window's registers by the block whose values they show: on a
+#: board each group is read through a register beside its block
+#: (:class:`ControlWindow`'s ``read_groups``).
+READ_GROUPS = (
+    ("LOOKUP_BUSY", "LOOKUP_LINES", "LOOKUP_BAGS", "LOOKUP_OVERFLOWS", "LOOKUP_STALLS",
+     "LOOKUP_LOG_HOLDS"),
+    ("PMEM_READS", "PMEM_WRITES", "PMEM_READS_DATA", "PMEM_READS_LOG", "PMEM_READS_SNAPSHOT",
+     "PMEM_WRITES_DATA", "PMEM_WRITES_LOG", "PMEM_WRITES_SNAPSHOT", "MEDIA_LATE"),
+    ("CACHE_READS", "CACHE_WRITES", "CACHE_STRAYS", "CACHE_TIMEOUTS"),
+    ("MEM_ERRORS", "MEM_LAST_ERROR", *(f"MEM_ERROR_LOG{k}{s}" for k in range(4) for s in ("", "_ADDR"))),
+    ("UPDATE_BUSY", "UPDATE_LINES", "UPDATE_FORWARDED", "UPDATE_STALLS"),
+    ("CKPT_STATE", "COMMITTED", "SNAPSHOT", "DURABLE", "RECOVERED", "RECOVERED_INFO",
+     "RECOVER_CYCLES", "SNAPSHOT_LINES", "SNAPSHOT_BUSY"),
+    ("LOG_RECORDS", "LOG_FULL", "LOG_BUSY", "CKPT_STALLS", "LOG_BARRIER"),
+    ("LINK_TO_DEVICE", "LINK_TO_DEVICE_DATA", "LINK_TO_HOST", "LINK_TO_HOST_DATA"),
+)
 
 
 class DeviceState(data.Struct):
@@ -104,7 +121,8 @@ class Device(wiring.Component):
         m.submodules.mem_target = target = CxlMemTarget(cfg)
         m.submodules.lookup = lookup = LookupEngine(cfg)
         m.submodules.dispatch = dispatch = Dispatcher(cfg)
-        m.submodules.control = control = ControlWindow(cfg)
+        m.submodules.control = control = ControlWindow(
+            cfg, read_groups=READ_GROUPS if cfg.register_slices else ())
         update = UpdateEngine(cfg) if has_update else AbsentEngine(cfg)
         m.submodules.update = update
         ckpt = CheckpointEngine(cfg) if has_ckpt else AbsentEngine(cfg)

@@ -41,7 +41,7 @@ def _slice_cut_ready():
 
 
 def _beat_sender():
-    return StreamContract(BeatSender(width=16, beats=4, meta=4))
+    return StreamContract(BeatSender(width=16, beats=4, meta=4, short=True))
 
 
 def _beat_receiver():
@@ -89,7 +89,7 @@ PROOFS = {
                                  "until ready", _slice_cut_ready, 12),
     "stream-merge": ("StreamMerge (3 inputs) keeps its output stable until ready",
                      _merge, 12),
-    "beat-sender": ("BeatSender (4 beats) keeps each beat stable until ready",
+    "beat-sender": ("BeatSender (4 beats, short words in one) keeps each beat stable until ready",
                     _beat_sender, 12),
     "beat-receiver": ("BeatReceiver (4 beats, words unloaded again at will) keeps each "
                       "word stable until ready",

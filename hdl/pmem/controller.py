@@ -412,10 +412,9 @@ class PmemController(wiring.Component):
         # head is due and a write slot is free, drain when it is taken.
         drain = Signal()
         # A write's latency too counts from the port (registered, its slice
-        # and its take are two cycles of it, and in beats its last beat one).
+        # and its take are two cycles of it; in beats, its receiver is the slice).
         due = (wpq.r_rdy
-               & _aged(m, "write", enqueue, drain,
-                       cfg.write_latency - 2 * registered - self._config.request_beat_cycles,
+               & _aged(m, "write", enqueue, drain, cfg.write_latency - 2 * registered,
                        cfg.wpq_depth)
                & write_rate.ok)
         if self._media_port:
@@ -549,7 +548,7 @@ class PmemController(wiring.Component):
             sender.i.valid.eq(due), sender.i.payload.data.eq(head.data),
             sender.i.payload.meta.tag.eq(head.tag),
             sender.i.payload.meta.to.eq(1 << head.client),
-            pop.eq(sender.i.ready),
+            pop.eq(due & sender.i.ready),
         ]
         beat = sender.o.payload
         taken = []

@@ -18,8 +18,8 @@ async def access(ctx, dut, reg, value=None):
     return rsp.data, rsp.err
 
 
-def run(tb, config=CFG):
-    dut = ControlWindow(config)
+def run(tb, config=CFG, **kwargs):
+    dut = ControlWindow(config, **kwargs)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
 
@@ -41,6 +41,25 @@ def test_identity_staging_and_unknown_registers(registered):
         await access(ctx, dut, Reg.ID, 5)                      # read-only: ignored
         assert await access(ctx, dut, Reg.ID) == (DEVICE_ID, 0)
     run(tb, CFG.replace(register_slices=registered))
+
+
+def test_counters_read_through_their_groups_registers():
+    """The board's read groups: every counter reads back its own value, two cycles
+    after the take; a group naming a register the window computes itself is refused."""
+    from trainingcxl.hdl.top import READ_GROUPS
+    regs = [Reg[name] for group in READ_GROUPS for name in group]
+    value = {reg: (0x1000 + 37 * k) for k, reg in enumerate(regs)}
+
+    async def tb(ctx, dut):
+        for reg in regs:
+            ctx.set(dut.counter(reg).as_value(), value[reg])
+        for reg in regs:
+            assert await access(ctx, dut, reg) == (value[reg], 0), reg
+        assert await access(ctx, dut, Reg.ID) == (DEVICE_ID, 0)
+        assert (await access(ctx, dut, 0xEE))[1] == 1
+    run(tb, CFG.replace(register_slices=True), read_groups=READ_GROUPS)
+    with pytest.raises(ValueError, match="not counters: STATUS"):
+        ControlWindow.read_groups([("LOOKUP_BUSY", "STATUS")])
 
 
 @pytest.mark.parametrize("registered", [False, True])
