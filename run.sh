@@ -18,12 +18,20 @@ VENV=.venv
 STAMP=$VENV/.installed-from
 
 want=$(sha256sum pyproject.toml | cut -c1-16)
-if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
-    echo "[setup] installing the project into $VENV (first run takes about a minute)"
-    "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e ".[cluster]"
-    echo "$want" > "$STAMP"
+installed() { [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; }
+if ! installed; then
+    # Two commands started at once in a fresh clone install once: the second
+    # waits for the first's lock, then finds the environment ready.
+    exec 9>.setup.lock
+    flock 9
+    if ! installed; then
+        echo "[setup] installing the project into $VENV (first run takes about a minute)"
+        "$PYTHON" -m venv "$VENV"
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip
+        "$VENV/bin/python" -m pip install --quiet -e ".[cluster]"
+        echo "$want" > "$STAMP"
+    fi
+    exec 9>&-
 fi
 
 if ! command -v iverilog >/dev/null 2>&1; then
