@@ -737,19 +737,25 @@ class Config:
     def min_write_latency(self):
         """The fewest cycles a PMEM write can spend before it is persistent: two
         cycles of ageing after the port's slice and take (2 with
-        :attr:`register_slices`); in beats, its line must be in the write-pending
-        queue, a beat a cycle after the take, before it may leave."""
-        floor = 2 + 2 * self.register_slices
+        :attr:`register_slices`) and the request's beat (:attr:`request_beat_cycles`);
+        in beats, its line must be in the write-pending queue, a beat a cycle
+        after the take, before it may leave."""
+        floor = 2 + 2 * self.register_slices + self.request_beat_cycles
         if self.line_beats > 1:
-            floor = max(floor, 2 + self.line_beats)
+            floor = max(floor, 2 + self.request_beat_cycles + self.line_beats)
         return max(4, floor)
 
     @property
+    def request_beat_cycles(self):
+        """Cycles a PMEM request spends in beats after its port took it: the
+        register of its last beat (:attr:`line_beats` above 1), else 0."""
+        return int(self.line_beats > 1)
+
+    @property
     def read_beat_cycles(self):
-        """Cycles of a PMEM read spent in beats: its line's :attr:`line_beats` and
-        one to put the line together; 0 for whole lines. (A request's beats are
-        sent before its port takes it, so they cost a read nothing.)"""
-        return self.line_beats + 1 if self.line_beats > 1 else 0
+        """Cycles of a PMEM read spent in beats: its request's, its line's
+        :attr:`line_beats` and one to put the line together; 0 for whole lines."""
+        return self.request_beat_cycles + self.line_beats + 1 if self.line_beats > 1 else 0
 
     @property
     def log_query_latency(self):

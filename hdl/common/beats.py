@@ -27,17 +27,16 @@ def _check(width, beats):
 class BeatSender(wiring.Component):
     """Sends each word of ``i`` as ``beats`` beats on ``o``, least significant first.
 
-    The word's first beat is loaded into ``o`` and the rest of it into a shift
-    register, from whose bottom slice each beat after leaves: no beat is
-    picked from the word by an index that fans out over all its bits. The
-    word is taken (``i.ready``) in the cycle after its last beat is loaded,
-    and ``i.ready`` is a register: the producer's data (even ``short``) does
-    not run on into its own ``ready``. A word takes ``beats + 1`` cycles when
-    ``o`` is taken at once, as many as a :class:`BeatReceiver` takes, and
-    reaches the receiver's ``o`` a cycle after its take, like a register slice.
+    ``o`` comes from a register. A word is taken (``i.ready``) as its last
+    beat is loaded, so it stays on ``i`` while it is sent. Its first beat
+    comes from ``i``, the others from a shift register of the sender's own
+    that follows the word on ``i`` until the first beat leaves: no beat is
+    picked from the word by an index that fans out over all its bits, and
+    neither ``i.valid`` nor ``o.valid`` reaches that register's enables. One
+    beat a cycle when ``o`` is taken at once.
 
     With ``short``, a word marked ``short`` goes in one beat, its least
-    significant slice (a request without data).
+    significant slice (a request without data), taken as it is loaded.
 
     Members
     -------
@@ -62,38 +61,44 @@ class BeatSender(wiring.Component):
         n = self._beats
         step = len(self.o.payload.data)
         one = C(1) if n == 1 else (self.i.payload.short if self._short else C(0))
-        # The beats after the one in ``o``: ``rest`` holds them, ``left`` has a
-        # bit per beat still in it (so the last beat needs no counter compare).
-        # ``done``: the word on ``i`` is all sent but the take.
-        rest = Signal(max(1, (n - 1) * step))
+        # ``left``: a bit per beat still in ``rest`` (none: ``o`` holds the
+        # word's last beat or nothing), so the last beat needs no counter compare.
         left = Signal(max(1, n - 1))
-        done = Signal()
-        m.d.comb += self.i.ready.eq(done)
-        with m.If(done):
-            m.d.sync += done.eq(0)
+        rest = Signal(max(1, (n - 1) * step))
+        sending = left[0]
+        final = ~left[1] if n > 2 else C(1)     # ``rest`` holds the last beat only
         room = ~self.o.valid | self.o.ready
-        with m.If(self.i.valid & room & ~left[0] & ~done):
+        load = Signal()
+        shift = Signal()
+        # ``i.ready`` does not look at ``i.valid``: the producer's own valid
+        # (often the end of its logic) does not run on into its ``ready``.
+        m.d.comb += [
+            load.eq(self.i.valid & room & ~sending),
+            shift.eq(self.o.ready & sending),
+            self.i.ready.eq(Mux(sending, self.o.ready & final, room & one)),
+        ]
+        with m.If(load):
             m.d.sync += [
                 self.o.valid.eq(1),
                 self.o.payload.data.eq(self.i.payload.data[:step]),
                 self.o.payload.meta.eq(self.i.payload.meta),
                 self.o.payload.last.eq(one),
                 left.eq(Mux(one, 0, -1)),
-                done.eq(one),
             ]
-            if n > 1:
-                m.d.sync += rest.eq(self.i.payload.data[step:])
-        with m.Elif(self.o.ready & left[0]):
-            final = ~left[1] if n > 2 else C(1)
+        with m.Elif(shift):
             m.d.sync += [
                 self.o.payload.data.eq(rest[:step]),
                 self.o.payload.last.eq(final),
-                rest.eq(rest >> step),
                 left.eq(left >> 1),
-                done.eq(final),
             ]
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
+        # ``rest`` follows the word on ``i`` while nothing is sent from it; so it
+        # holds the word's other beats from its first beat's load on.
+        with m.If(~sending):
+            m.d.sync += rest.eq(self.i.payload.data[step:])
+        with m.Elif(self.o.ready):
+            m.d.sync += rest.eq(rest >> step)
         return m
 
 

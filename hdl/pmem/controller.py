@@ -412,9 +412,10 @@ class PmemController(wiring.Component):
         # head is due and a write slot is free, drain when it is taken.
         drain = Signal()
         # A write's latency too counts from the port (registered, its slice
-        # and its take are two cycles of it; in beats, its receiver is the slice).
+        # and its take are two cycles of it, and in beats its last beat one).
         due = (wpq.r_rdy
-               & _aged(m, "write", enqueue, drain, cfg.write_latency - 2 * registered,
+               & _aged(m, "write", enqueue, drain,
+                       cfg.write_latency - 2 * registered - self._config.request_beat_cycles,
                        cfg.wpq_depth)
                & write_rate.ok)
         if self._media_port:

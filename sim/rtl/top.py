@@ -33,6 +33,10 @@ class SimTop(wiring.Component):
     """
 
     def __init__(self, config):
+        if config.media == "sdram":
+            # The device's media port would float: no read would ever be answered.
+            raise ValueError("the device top has no SDRAM for media = sdram; simulate the "
+                             "board top (SimBoardTop) or use media = bram")
         self._config = config
         self.device = Device(config)
         layout = HostLayout(config)

@@ -120,10 +120,10 @@ def test_a_word_unloaded_leaves_in_beats_and_the_next_word_is_whole():
     assert tails == words[1::2]
 
 
-def test_a_word_is_taken_after_its_last_beat_by_a_registered_ready_and_a_short_one_is_one_beat():
-    """The sender's ``ready`` comes a cycle after the word's last beat is loaded, so
-    it is a register and the word on ``i`` need not be looked at; a word marked
-    ``short`` is one beat, its least significant slice."""
+def test_a_word_is_taken_as_its_last_beat_leaves_and_a_short_one_is_one_beat():
+    """Each beat is the word's next slice (from the sender's own shift register
+    after the first), the word is taken as its last beat is loaded, and a word
+    marked ``short`` is one beat, its least significant slice."""
     beats, width = 4, 32
     step = width // beats
     dut = BeatSender(width=width, beats=beats, meta=8, short=True)
@@ -162,4 +162,4 @@ def test_a_word_is_taken_after_its_last_beat_by_a_registered_ready_and_a_short_o
         n = 1 if short else beats
         want += [(word >> (step * b) & (2**step - 1), meta, int(b == n - 1)) for b in range(n)]
     assert [s[1:] for s in sent] == want
-    assert [t for t, _, _, last in sent if last] == takes
+    assert [t - 1 for t, _, _, last in sent if last] == takes

@@ -34,7 +34,7 @@ def test_memory_map_is_contiguous_and_protected_regions_follow_the_tables():
     ({"crc_folds": 3}, "crc_folds"),
     ({"line_beats": 3}, "line_beats"),
     ({"line_beats": 4}, "register_slices"),
-    ({"line_beats": 8, "register_slices": True, "pmem": PmemTiming(read_latency=13)},
+    ({"line_beats": 8, "register_slices": True, "pmem": PmemTiming(read_latency=14)},
      "pmem.read_latency"),
     ({"line_beats": 8, "register_slices": True, "pmem": PmemTiming(write_latency=4)},
      "pmem.write_latency"),

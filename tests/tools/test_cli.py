@@ -147,6 +147,12 @@ def test_relaxed_order_is_refused_without_the_relaxed_block(tmp_path):
         main(["campaign", "--config", str(cfg), "--orders", "strict,relaxed"])
 
 
+def test_train_refuses_sdram_media_on_the_device_top(tmp_path):
+    """The device top has no SDRAM: a run would wait forever for its first read."""
+    with pytest.raises(SystemExit, match="--target sim-board"):
+        main(["train", "--config", "ulx3s", "--system", "cxl-b", "--batches", "2"])
+
+
 def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
     cfg = tmp_path / "c.json"
     cfg.write_text('{"tables": [32, 48], "max_bags": 256, "snapshot_lines": 5}')
