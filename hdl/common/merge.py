@@ -5,6 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import RoundRobin
+from .onehot import one_hot_select
 
 __all__ = ["StreamMerge"]
 
@@ -14,6 +15,9 @@ class StreamMerge(wiring.Component):
 
     Once a payload is offered on ``o`` it stays there until taken, even if
     another input becomes valid meanwhile (the stream rule the consumers rely on).
+    ``o`` is selected by the arbiter's one-hot grant. With ``late_mask`` (boards)
+    the arbiter's turn moves a cycle after a take (:class:`RoundRobin`), so that
+    the take does not run on into the turn's register.
 
     Members
     -------
@@ -23,8 +27,9 @@ class StreamMerge(wiring.Component):
         Which input ``o`` currently carries.
     """
 
-    def __init__(self, shape, count):
+    def __init__(self, shape, count, *, late_mask=False):
         self._count = count
+        self._late_mask = late_mask
         members = {f"i{k}": In(stream.Signature(shape)) for k in range(count)}
         members["o"] = Out(stream.Signature(shape))
         members["index"] = Out(range(count))
@@ -37,21 +42,20 @@ class StreamMerge(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         ins = self.inputs
-        m.submodules.arb = arb = RoundRobin(self._count)
+        m.submodules.arb = arb = RoundRobin(self._count, late_mask=self._late_mask)
         holding = Signal()
         held = Signal(range(self._count))
         # While a payload is held, the arbiter sees only its requester, so the
-        # turn it records is the one actually served.
+        # turn it records is the one actually served (and ``o.valid``, the
+        # arbiter's, is that requester's: it stays valid until taken).
         m.d.comb += arb.requests.eq(Mux(holding, 1 << held, Cat(i.valid for i in ins)))
-        m.d.comb += self.index.eq(arb.grant)
-        with m.Switch(self.index):
-            for k, i in enumerate(ins):
-                with m.Case(k):
-                    m.d.comb += [
-                        self.o.valid.eq(i.valid),
-                        self.o.payload.eq(i.payload),
-                        i.ready.eq(self.o.ready),
-                    ]
+        m.d.comb += [
+            self.index.eq(arb.grant),
+            self.o.valid.eq(arb.valid),
+            self.o.payload.eq(one_hot_select(arb.onehot, [i.payload for i in ins])),
+        ]
+        for k, i in enumerate(ins):
+            m.d.comb += i.ready.eq(arb.onehot[k] & self.o.ready)
         taken = self.o.valid & self.o.ready
         m.d.comb += arb.advance.eq(taken)
         m.d.sync += [

@@ -81,7 +81,8 @@ class CacheAgent(wiring.Component):
         client_bits = max(1, (n - 1).bit_length())
         id_bits = max(1, (q - 1).bit_length())
 
-        m.submodules.merge = merge = StreamMerge(ports[0].req.payload.shape(), n)
+        m.submodules.merge = merge = StreamMerge(ports[0].req.payload.shape(), n,
+                                                 late_mask=self._config.register_slices)
         for i, p in enumerate(ports):
             wiring.connect(m, wiring.flipped(p.req), getattr(merge, f"i{i}"))
         # On a board the merged requests pass a register slice (cutting

@@ -52,6 +52,10 @@ def _merge():
     return StreamContract(StreamMerge(_Small, 3))
 
 
+def _merge_late():
+    return StreamContract(StreamMerge(_Small, 3, late_mask=True))
+
+
 def _pmem_streams(registered=False):
     return StreamContract(PmemController(formal_config(registered), n_ports=3, tag_bits=4,
                                          background=(2,)), reset="power_fail")
@@ -89,6 +93,8 @@ PROOFS = {
                                  "until ready", _slice_cut_ready, 12),
     "stream-merge": ("StreamMerge (3 inputs) keeps its output stable until ready",
                      _merge, 12),
+    "stream-merge-late": ("StreamMerge (3 inputs) with the turn moved a cycle late keeps its "
+                          "output stable until ready", _merge_late, 12),
     "beat-sender": ("BeatSender (4 beats, short words in one) keeps each beat stable until ready",
                     _beat_sender, 12),
     "beat-receiver": ("BeatReceiver (4 beats, words unloaded again at will) keeps each "
