@@ -174,10 +174,11 @@ def cmd_train(args):
         if value is not None:
             raise SystemExit(f"error: {flag} is for --target board")
     cfg = args.config
-    if cfg.media == "sdram":
-        raise SystemExit("error: this configuration keeps the PMEM media in a board's SDRAM "
-                         "(media = sdram), which only the simulated board top carries: use "
-                         "--target sim-board, or --set media=bram")
+    from trainingcxl.sim.rtl.top import SimTop
+    try:
+        SimTop.check(cfg)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
     if args.batch_size is None:
         args.batch_size = cfg.model.batch_size
     if args.batch_size * cfg.n_tables > cfg.max_bags:

@@ -32,11 +32,17 @@ class SimTop(wiring.Component):
     only (:func:`trainingcxl.hdl.export.convert`).
     """
 
-    def __init__(self, config):
+    @staticmethod
+    def check(config):
+        """A :exc:`ValueError` if this top cannot simulate ``config``."""
         if config.media == "sdram":
             # The device's media port would float: no read would ever be answered.
-            raise ValueError("the device top has no SDRAM for media = sdram; simulate the "
-                             "board top (SimBoardTop) or use media = bram")
+            raise ValueError("this configuration keeps the PMEM media in a board's SDRAM "
+                             "(media = sdram), which only the simulated board top carries: "
+                             "use --target sim-board, or --set media=bram")
+
+    def __init__(self, config):
+        self.check(config)
         self._config = config
         self.device = Device(config)
         layout = HostLayout(config)
