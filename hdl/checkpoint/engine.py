@@ -249,6 +249,9 @@ class CheckpointEngine(wiring.Component):
         window = max(lpr, cfg.pmem.read_depth)
         inflight = Signal(range(window + 1))
         writing = Signal()
+        # A rollback decided while a read is offered and not taken: its writes
+        # wait for the take (an offer stays until taken, the stream rule).
+        rollback_due = Signal()
 
         best_gen = Signal(16)
         best_batch = Signal(32)
@@ -270,7 +273,10 @@ class CheckpointEngine(wiring.Component):
         exp_lsn = Signal(32)            # the LSN the next record of the walk must have
         stopped = Signal()              # the walk met a group or record it does not roll back
         rolled = Signal(32)
-        linebuf = Array(Signal(LINE_BITS, name=f"undo_line{k}") for k in range(lpr))
+        # The record's lines as received. Its rollback writes leave from line 0,
+        # which shifts on at each write, and (boards) the commit records do
+        # too: the port's data then comes from registers, without a multiplexer.
+        linebuf = [Signal(LINE_BITS, name=f"undo_line{k}") for k in range(lpr)]
         wr_j = Signal(range(max(2, lpr)))
         seal_slot = Signal(range(cfg.commit_lines))
         recovering = Signal()
@@ -301,11 +307,11 @@ class CheckpointEngine(wiring.Component):
                      w_more.eq(w_left > 1)]
 
         # Issue: sequential, except for the walk.
-        m.d.comb += [port.req.payload.tag.eq(0)]
+        m.d.comb += [port.req.payload.tag.eq(0), port.req.payload.data.eq(linebuf[0])]
         with m.If(writing):
             m.d.comb += [
                 port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
-                port.req.payload.addr.eq(hdr_b + wr_j), port.req.payload.data.eq(linebuf[wr_j]),
+                port.req.payload.addr.eq(hdr_b + wr_j),
             ]
         with m.Elif(reading):
             m.d.comb += [port.req.valid.eq(iss_more | iss_group),
@@ -314,6 +320,10 @@ class CheckpointEngine(wiring.Component):
         rfire = reading & ~writing & port.req.valid & port.req.ready & (inflight != window)
         with m.If(reading & ~writing & (inflight == window)):
             m.d.comb += port.req.valid.eq(0)
+        # No read is left offered and not taken at the end of this cycle: the
+        # issue may change course (write, or stop reading) from the next.
+        free = ~(reading & ~writing & port.req.valid) | rfire
+        busy = writing | rollback_due       # the line buffer is not to be refilled yet
         with m.If(rfire):
             with m.If(iss_group):
                 m.d.sync += [iss_group.eq(0), iss_left.eq(slot_reads), iss_more.eq(1), iss_j.eq(0),
@@ -350,10 +360,10 @@ class CheckpointEngine(wiring.Component):
         last_fold = fold == cfg.crc_folds - 1
         crc_in = Mux((single | (r_j == 0)) & (fold == 0), CRC_INIT, crc)
         crc_next = Signal(32)
-        advance = port.rdata.valid & reading & ~writing & ~last_fold
+        advance = port.rdata.valid & reading & ~busy & ~last_fold
         m.d.comb += crc_next.eq(crc_part(m, crc_in, zeroed, fold, cfg.crc_folds, advance))
 
-        m.d.comb += port.rdata.ready.eq(reading & ~writing & last_fold & ~hold)
+        m.d.comb += port.rdata.ready.eq(reading & ~busy & last_fold & ~hold)
         with m.If(advance):
             m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
         rcv = port.rdata.valid & port.rdata.ready
@@ -370,7 +380,7 @@ class CheckpointEngine(wiring.Component):
                     m.d.sync += [group.eq(rd), g_new.eq(1), r_group.eq(0),
                                  r_i.eq(GROUP_RECORDS - 1), r_j.eq(0)]
                 with m.Else():
-                    m.d.sync += linebuf[r_j].eq(rd)
+                    m.d.sync += Array(linebuf)[r_j].eq(rd)
                     with m.If(r_j == lpr - 1):
                         m.d.sync += [r_j.eq(0), r_i.eq(r_i - 1), r_group.eq(r_i == 0)]
                     with m.Else():
@@ -427,14 +437,14 @@ class CheckpointEngine(wiring.Component):
         settled = Signal()
         m.d.sync += settled.eq(0)
         if cfg.register_slices:
-            commit_line = Signal.like(header)
-            m.d.sync += commit_line.eq(header)
+            with m.If(sealing):
+                m.d.sync += linebuf[0].eq(header)
 
         def sealed():
             if not cfg.register_slices:
                 return header, C(1)
             m.d.sync += settled.eq(1)
-            return commit_line, settled
+            return linebuf[0], settled
         if cfg.register_slices:
             # The checksums' differences pass a register too, and their zero tests
             # and the decisions below start from it. A rollback decision starts
@@ -475,8 +485,12 @@ class CheckpointEngine(wiring.Component):
                 with m.Case(3):
                     with m.If(v_end & ~stopped):
                         with m.If(record_intact):
-                            m.d.sync += [hdr_b.eq(entry.addr), wr_j.eq(0), writing.eq(1),
+                            m.d.sync += [hdr_b.eq(entry.addr), wr_j.eq(0),
                                          rolled.eq(rolled + 1), exp_lsn.eq(exp_lsn - 1)]
+                            with m.If(free):
+                                m.d.sync += writing.eq(1)
+                            with m.Else():
+                                m.d.sync += rollback_due.eq(1)
                         with m.Else():
                             m.d.sync += stopped.eq(1)
         # A group is walked if it is of generation g, of a batch after D, and its newest
@@ -489,12 +503,15 @@ class CheckpointEngine(wiring.Component):
             m.d.sync += g_new.eq(0)
             with m.If(~walked):
                 m.d.sync += stopped.eq(1)
-        with m.If(stopped):
+        with m.If(rollback_due & free):
+            m.d.sync += [writing.eq(1), rollback_due.eq(0)]
+        with m.If(stopped & free):
             m.d.sync += [iss_left.eq(0), iss_more.eq(0), iss_group.eq(0)]
         # Every line issued is received and has had its verdict.
         received = ~iss_more & ~iss_group & ~g_new & (inflight == 0) & ~pending
         with m.If(writing & port.req.ready):
             m.d.sync += wr_j.eq(wr_j + 1)
+            m.d.sync += [a.eq(b) for a, b in zip(linebuf, linebuf[1:])]
             with m.If(wr_j == lpr - 1):
                 m.d.sync += writing.eq(0)
 
@@ -678,7 +695,7 @@ class CheckpointEngine(wiring.Component):
                     start_walk(rollback_late)
             with m.State("R_ROLLBACK"):
                 m.d.comb += recovering.eq(1)
-                with m.If(received & ~writing):
+                with m.If(received & ~busy):
                     m.d.sync += reading.eq(0)
                     m.next = "R_DRAIN"
             with m.State("R_DRAIN"):

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BYTES
+from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from trainingcxl.spec.records import SNAPSHOT
 from ..common.line_port import LineOp, LinePortSignature
 from ..compute.host_reader import HostLineReader
@@ -80,10 +80,16 @@ class SnapshotPuller(wiring.Component):
         outstanding = Signal(range(cfg.pmem.wpq_depth * 4 + 1))
         wfire = self.pmem.req.valid & self.pmem.req.ready
         m.d.sync += outstanding.eq(outstanding + wfire - self.pmem.wack.valid)
+        # Every line written leaves this register (the zero header, each line
+        # copied, the sealed header): the port's data has no multiplexer, and
+        # the reader's buffer feeds only this register.
+        line = Signal(LINE_BITS)
+        full = Signal()                 # ``line`` holds a copied line not yet written
         m.d.comb += [
             self.pmem.wack.ready.eq(1), self.pmem.rdata.ready.eq(1),
             self.pmem.req.payload.op.eq(LineOp.WRITE),
             self.pmem.req.payload.be.eq((1 << LINE_BYTES) - 1),
+            self.pmem.req.payload.data.eq(line),
             reader.addr.eq(self.src), reader.count.eq(self.count),
         ]
 
@@ -95,14 +101,13 @@ class SnapshotPuller(wiring.Component):
                     m.d.sync += [
                         batch.eq(self.batch), count.eq(self.count), gen.eq(self.gen),
                         slot_base.eq(Mux(self.slot, cfg.snapshot_base[1], cfg.snapshot_base[0])),
-                        at.eq(0), crc.eq(CRC_INIT), fold.eq(0),
+                        at.eq(0), crc.eq(CRC_INIT), fold.eq(0), line.eq(0), full.eq(0),
                     ]
                     m.d.comb += reader.start.eq(1)
                     m.next = "INVALIDATE"
             with m.State("INVALIDATE"):
                 m.d.comb += [self.busy.eq(1), self.pmem.req.valid.eq(1),
-                             self.pmem.req.payload.addr.eq(slot_base),
-                             self.pmem.req.payload.data.eq(0)]
+                             self.pmem.req.payload.addr.eq(slot_base)]
                 with m.If(wfire):
                     m.next = "INVALID"
             with m.State("INVALID"):
@@ -112,16 +117,20 @@ class SnapshotPuller(wiring.Component):
                     m.next = "COPY"
             with m.State("COPY"):
                 m.d.comb += [self.busy.eq(1), reader.stop.eq(reader.error)]
-                # A line is copied once its checksum has taken all its parts.
-                line_in = reader.lines.valid & ~reader.error
+                # A line is written once its checksum has taken all its parts; the
+                # next is taken as it leaves.
+                offered = full & last_fold
                 m.d.comb += [
-                    self.pmem.req.valid.eq(line_in & last_fold),
+                    self.pmem.req.valid.eq(offered),
                     self.pmem.req.payload.addr.eq(slot_base + 1 + at),
-                    self.pmem.req.payload.data.eq(reader.lines.payload),
-                    reader.lines.ready.eq(self.pmem.req.ready & ~reader.error & last_fold),
+                    reader.lines.ready.eq((~full | wfire) & ~reader.error),
                 ]
-                advance = line_in & ~last_fold
-                crc_next = crc_part(m, crc, reader.lines.payload, fold, cfg.crc_folds, advance)
+                with m.If(reader.lines.valid & reader.lines.ready):
+                    m.d.sync += [line.eq(reader.lines.payload), full.eq(1)]
+                with m.Elif(wfire):
+                    m.d.sync += full.eq(0)
+                advance = full & ~last_fold
+                crc_next = crc_part(m, crc, line, fold, cfg.crc_folds, advance)
                 with m.If(advance):
                     m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
                 with m.If(wfire):
@@ -129,7 +138,8 @@ class SnapshotPuller(wiring.Component):
                                  self.lines.eq(self.lines + 1)]
                     with m.If(at + 1 == count):
                         m.next = "DATA"
-                with m.If(reader.error):
+                # A write on offer stays until taken (the stream rule).
+                with m.If(reader.error & (~offered | wfire)):
                     m.next = "ABORT"
             with m.State("ABORT"):
                 m.d.comb += [self.busy.eq(1), reader.stop.eq(1)]
@@ -139,11 +149,11 @@ class SnapshotPuller(wiring.Component):
             with m.State("DATA"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(outstanding == 0):
+                    m.d.sync += line.eq(sealed)
                     m.next = "HEADER"
             with m.State("HEADER"):
                 m.d.comb += [self.busy.eq(1), self.pmem.req.valid.eq(1),
-                             self.pmem.req.payload.addr.eq(slot_base),
-                             self.pmem.req.payload.data.eq(sealed)]
+                             self.pmem.req.payload.addr.eq(slot_base)]
                 with m.If(wfire):
                     m.next = "SEAL"
             with m.State("SEAL"):
