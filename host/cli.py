@@ -160,6 +160,15 @@ def _plot_losses(record, path):
     save_figure(fig, path)
 
 
+def _check_device_top(cfg):
+    """Stop with a one-line error if the simulated device top cannot run ``cfg``."""
+    from trainingcxl.sim.rtl.top import SimTop
+    try:
+        SimTop.check(cfg)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
+
+
 def cmd_train(args):
     from trainingcxl.sim.runner import BenchFailure
     if args.target != "sim":
@@ -174,11 +183,7 @@ def cmd_train(args):
         if value is not None:
             raise SystemExit(f"error: {flag} is for --target board")
     cfg = args.config
-    from trainingcxl.sim.rtl.top import SimTop
-    try:
-        SimTop.check(cfg)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}")
+    _check_device_top(cfg)
     if args.batch_size is None:
         args.batch_size = cfg.model.batch_size
     if args.batch_size * cfg.n_tables > cfg.max_bags:
@@ -447,11 +452,14 @@ def build_parser():
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def config_option(sp, default):
+    def config_option(sp, default, device_top=True):
+        """``device_top``: the command simulates the device top, which refuses some
+        configurations (``SimTop.check``) before anything is built."""
         sp.add_argument("--config", type=_config_arg, default=PRESETS[default],
                         help=f"a preset ({', '.join(PRESETS)}) or a .json/.toml file of "
                              f"configuration fields (default: {default})")
         add_set_option(sp)
+        sp.set_defaults(device_top=device_top)
 
     def workload_options(sp, batches, batch_size):
         sp.add_argument("--batches", type=_positive, default=batches,
@@ -580,7 +588,7 @@ def build_parser():
     sp.set_defaults(func=cmd_config)
 
     sp = sub.add_parser("verilog", help="generate the device's Verilog (cached) and optionally lint it")
-    config_option(sp, "tiny")
+    config_option(sp, "tiny", device_top=False)
     sp.add_argument("-o", "--output", help="copy the Verilog here")
     sp.add_argument("--lint", action="store_true", help="run verilator --lint-only on it")
     sp.set_defaults(func=cmd_verilog)
@@ -608,6 +616,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if getattr(args, "set", None) and getattr(args, "config", None) is not None:
         args.config = with_overrides(args.config, args.set)
+    if getattr(args, "device_top", False):
+        _check_device_top(args.config)
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -38,8 +38,8 @@ class SimTop(wiring.Component):
         if config.media == "sdram":
             # The device's media port would float: no read would ever be answered.
             raise ValueError("this configuration keeps the PMEM media in a board's SDRAM "
-                             "(media = sdram), which only the simulated board top carries: "
-                             "use --target sim-board, or --set media=bram")
+                             "(media = sdram), which only the simulated board top carries "
+                             "(train --target sim-board); on the device top, --set media=bram")
 
     def __init__(self, config):
         self.check(config)

@@ -147,10 +147,13 @@ def test_relaxed_order_is_refused_without_the_relaxed_block(tmp_path):
         main(["campaign", "--config", str(cfg), "--orders", "strict,relaxed"])
 
 
-def test_train_refuses_sdram_media_on_the_device_top(tmp_path):
-    """The device top has no SDRAM: a run would wait forever for its first read."""
-    with pytest.raises(SystemExit, match="--target sim-board"):
-        main(["train", "--config", "ulx3s", "--system", "cxl-b", "--batches", "2"])
+@pytest.mark.parametrize("command", [["train", "--system", "cxl-b", "--batches", "2"],
+                                     ["campaign"], ["lookup-demo"], ["fuzz"]])
+def test_device_top_commands_refuse_sdram_media(command):
+    """The device top has no SDRAM: a run would wait forever for its first read. Each
+    command that simulates it stops at once with one line."""
+    with pytest.raises(SystemExit, match=r"--target sim-board\); on the device top, --set media=bram"):
+        main([*command, "--config", "ulx3s"])
 
 
 def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
