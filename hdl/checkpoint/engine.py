@@ -249,8 +249,8 @@ class CheckpointEngine(wiring.Component):
         window = max(lpr, cfg.pmem.read_depth)
         inflight = Signal(range(window + 1))
         writing = Signal()
-        # A rollback decided while a read is offered and not taken: its writes
-        # wait for the take (an offer stays until taken, the stream rule).
+        # A rollback decided while a read is offered: its writes wait until that
+        # read is taken (an offer stays until taken, the stream rule).
         rollback_due = Signal()
 
         best_gen = Signal(16)
@@ -306,7 +306,15 @@ class CheckpointEngine(wiring.Component):
         m.d.sync += [prev_slot.eq(Mux(w_slot == cfg.log_base, last_slot, w_slot - cfg.group_lines)),
                      w_more.eq(w_left > 1)]
 
-        # Issue: sequential, except for the walk.
+        # Issue: sequential, except for the walk. A read offered and not taken
+        # is offered again, unchanged (the stream rule): while the walk is to
+        # stop or a rollback waits (``turning``), only such a read (``held``, a
+        # register) is offered, and the issue changes course once none is held.
+        held = Signal()
+        turning = stopped | rollback_due
+        read_offer = Signal()
+        m.d.comb += read_offer.eq(reading & ~writing & (iss_more | iss_group)
+                                  & (inflight != window) & (~turning | held))
         m.d.comb += [port.req.payload.tag.eq(0), port.req.payload.data.eq(linebuf[0])]
         with m.If(writing):
             m.d.comb += [
@@ -314,15 +322,11 @@ class CheckpointEngine(wiring.Component):
                 port.req.payload.addr.eq(hdr_b + wr_j),
             ]
         with m.Elif(reading):
-            m.d.comb += [port.req.valid.eq(iss_more | iss_group),
+            m.d.comb += [port.req.valid.eq(read_offer),
                          port.req.payload.op.eq(LineOp.READ),
                          port.req.payload.addr.eq(Mux(iss_group, w_slot, iss_addr))]
-        rfire = reading & ~writing & port.req.valid & port.req.ready & (inflight != window)
-        with m.If(reading & ~writing & (inflight == window)):
-            m.d.comb += port.req.valid.eq(0)
-        # No read is left offered and not taken at the end of this cycle: the
-        # issue may change course (write, or stop reading) from the next.
-        free = ~(reading & ~writing & port.req.valid) | rfire
+        rfire = read_offer & port.req.ready
+        m.d.sync += held.eq(read_offer & ~port.req.ready)
         busy = writing | rollback_due       # the line buffer is not to be refilled yet
         with m.If(rfire):
             with m.If(iss_group):
@@ -487,10 +491,10 @@ class CheckpointEngine(wiring.Component):
                         with m.If(record_intact):
                             m.d.sync += [hdr_b.eq(entry.addr), wr_j.eq(0),
                                          rolled.eq(rolled + 1), exp_lsn.eq(exp_lsn - 1)]
-                            with m.If(free):
-                                m.d.sync += writing.eq(1)
-                            with m.Else():
+                            with m.If(read_offer):
                                 m.d.sync += rollback_due.eq(1)
+                            with m.Else():
+                                m.d.sync += writing.eq(1)
                         with m.Else():
                             m.d.sync += stopped.eq(1)
         # A group is walked if it is of generation g, of a batch after D, and its newest
@@ -503,9 +507,9 @@ class CheckpointEngine(wiring.Component):
             m.d.sync += g_new.eq(0)
             with m.If(~walked):
                 m.d.sync += stopped.eq(1)
-        with m.If(rollback_due & free):
+        with m.If(rollback_due & ~held):
             m.d.sync += [writing.eq(1), rollback_due.eq(0)]
-        with m.If(stopped & free):
+        with m.If(stopped & ~held):
             m.d.sync += [iss_left.eq(0), iss_more.eq(0), iss_group.eq(0)]
         # Every line issued is received and has had its verdict.
         received = ~iss_more & ~iss_group & ~g_new & (inflight == 0) & ~pending
