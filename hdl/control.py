@@ -163,15 +163,26 @@ class ControlWindow(wiring.Component):
         # it, so that a descriptor cannot make the device read or write host
         # memory the driver did not give it. Registered: a doorbell comes at
         # least two cycles after the last write that staged the descriptor.
+        # With register slices (boards) the check runs in three steps, each
+        # from registers (an array's end, its two compares, the pick by the
+        # op), and every request waits until a write has passed them all
+        # (``settling``): a compare of 58 bits after an add of 58 bits was the
+        # critical path of a 46 MHz build.
         gpu_base = Signal(64)
         gpu_limit = Signal(64, init=cfg.hdm_base * LINE_BYTES)
         in_window = Signal()
+        staged_check = cfg.register_slices and cfg.gpu_window
+        settling = Signal(3 if staged_check else 1)
         if cfg.gpu_window:
             n_bags, n_indices = size.n_bags, size.n_indices
 
             def inside(byte_addr, lines):
                 start = byte_addr[6:]
-                return (start >= gpu_base[6:]) & (start + lines <= gpu_limit[6:])
+                if not cfg.register_slices:
+                    return (start >= gpu_base[6:]) & (start + lines <= gpu_limit[6:])
+                end = a_cycle_later(m, start + lines, "window_end")
+                after_base = a_cycle_later(m, start >= gpu_base[6:], "window_after_base")
+                return a_cycle_later(m, after_base & (end <= gpu_limit[6:]), "window_inside")
 
             idx_in = inside(d_idx, (n_indices + 15) >> 4)           # 16 indices per line
             off_in = inside(d_off, (n_bags + 16) >> 4)              # n_bags + 1 offsets
@@ -236,8 +247,11 @@ class ControlWindow(wiring.Component):
         late = Signal(1 + bool(self._read_groups))
         m.d.comb += [
             rsp.valid.eq(rsp_valid), rsp.payload.data.eq(rsp_data), rsp.payload.err.eq(rsp_err),
-            req.ready.eq(~rsp_valid & ~late.any() if cfg.register_slices else ~rsp_valid),
+            req.ready.eq(~rsp_valid & ~late.any() & ~settling.any() if cfg.register_slices
+                         else ~rsp_valid),
         ]
+        if staged_check:
+            m.d.sync += settling.eq(settling >> 1)
         with m.If(rsp.valid & rsp.ready):
             m.d.sync += rsp_valid.eq(0)
 
@@ -290,6 +304,8 @@ class ControlWindow(wiring.Component):
         with m.If(req.valid & req.ready):
             m.d.sync += [rsp_valid.eq(1), rsp_data.eq(0), rsp_err.eq(0)]
             with m.If(req.payload.write):
+                if staged_check:
+                    m.d.sync += settling.eq(-1)
                 with m.Switch(req.payload.addr):
                     for reg, sig in rw.items():
                         with m.Case(reg):

@@ -178,6 +178,26 @@ def test_the_gpu_window_refuses_arrays_outside_it(registered):
     run(tb, CFG.replace(register_slices=registered))
 
 
+@pytest.mark.parametrize("registered", [False, True])
+def test_a_doorbell_right_after_the_last_write_sees_it(registered):
+    """The window check of a staged descriptor is registered (in three steps on boards):
+    a doorbell on the heels of the write that moves an array out of the window, or
+    back in, must still be judged on the array as written."""
+    async def tb(ctx, dut):
+        base, limit = 0x10000, 0x20000
+        await access(ctx, dut, Reg.GPU_BASE, base)
+        await access(ctx, dut, Reg.GPU_LIMIT, limit)
+        await access(ctx, dut, Reg.DESC_OP, Op.FINISH.value | 1 << 32)
+        await access(ctx, dut, Reg.DESC_SIZE, 4)
+        for vec, want in ((limit, ErrorCode.OUT_OF_WINDOW), (base, ErrorCode.NONE)):
+            await access(ctx, dut, Reg.DESC_VEC, vec)
+            await access(ctx, dut, Reg.DOORBELL, 1)
+            error = ErrorCode((await access(ctx, dut, Reg.ERROR))[0] & 0xFF)
+            assert error == want, hex(vec)
+            await access(ctx, dut, Reg.ERROR, 0)
+    run(tb, CFG.replace(register_slices=registered))
+
+
 def test_without_the_window_check_its_registers_are_absent():
     async def tb(ctx, dut):
         assert (await access(ctx, dut, Reg.GPU_LIMIT, 0x40))[1] == 1
