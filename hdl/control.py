@@ -163,31 +163,44 @@ class ControlWindow(wiring.Component):
         # it, so that a descriptor cannot make the device read or write host
         # memory the driver did not give it. Registered: a doorbell comes at
         # least two cycles after the last write that staged the descriptor.
-        # With register slices (boards) the check runs in three steps, each
-        # from registers (an array's end, its two compares, the pick by the
-        # op), and every request waits until a write has passed them all
-        # (``settling``): a compare of 58 bits after an add of 58 bits was the
-        # critical path of a 46 MHz build.
+        # With register slices (boards) one checker takes the arrays in turn,
+        # one a cycle, in three registered steps (the array, its end and
+        # start compare, its verdict), and every request waits until a write
+        # has passed them (``settling``). Four checks of their own, each an
+        # add and two compares of 58 bits, were the critical path of a 46 MHz
+        # build and most of the routing congestion of two others.
         gpu_base = Signal(64)
         gpu_limit = Signal(64, init=cfg.hdm_base * LINE_BYTES)
         in_window = Signal()
         staged_check = cfg.register_slices and cfg.gpu_window
-        settling = Signal(3 if staged_check else 1)
+        # A write's array is taken up within four cycles, and then passes the
+        # three steps and the pick by the op.
+        settling = Signal(4 + 3 if staged_check else 1)
         if cfg.gpu_window:
             n_bags, n_indices = size.n_bags, size.n_indices
-
-            def inside(byte_addr, lines):
-                start = byte_addr[6:]
-                if not cfg.register_slices:
-                    return (start >= gpu_base[6:]) & (start + lines <= gpu_limit[6:])
+            arrays = ((d_idx[6:], (n_indices + 15) >> 4),          # 16 indices per line
+                      (d_off[6:], (n_bags + 16) >> 4),             # n_bags + 1 offsets
+                      (d_vec[6:], n_bags * cfg.lines_per_row),
+                      (self.mlp_addr[6:], self.mlp_lines))
+            if staged_check:
+                turn = Signal(2)
+                m.d.sync += turn.eq(turn + 1)
+                start = Signal(58)
+                lines = Signal(max(len(Value.cast(n)) for _, n in arrays))
+                which = Signal(2)
+                with m.Switch(turn):
+                    for k, (addr, n) in enumerate(arrays):
+                        with m.Case(k):
+                            m.d.sync += [start.eq(addr), lines.eq(n), which.eq(k)]
                 end = a_cycle_later(m, start + lines, "window_end")
                 after_base = a_cycle_later(m, start >= gpu_base[6:], "window_after_base")
-                return a_cycle_later(m, after_base & (end <= gpu_limit[6:]), "window_inside")
-
-            idx_in = inside(d_idx, (n_indices + 15) >> 4)           # 16 indices per line
-            off_in = inside(d_off, (n_bags + 16) >> 4)              # n_bags + 1 offsets
-            vec_in = inside(d_vec, n_bags * cfg.lines_per_row)
-            mlp_in = inside(self.mlp_addr, self.mlp_lines)
+                judged = a_cycle_later(m, which, "window_judged")
+                inside = Signal(len(arrays))
+                m.d.sync += inside.bit_select(judged, 1).eq(after_base & (end <= gpu_limit[6:]))
+            else:
+                inside = Cat((addr >= gpu_base[6:]) & (addr + n <= gpu_limit[6:])
+                             for addr, n in arrays)
+            idx_in, off_in, vec_in, mlp_in = inside
             with m.Switch(op.op):
                 with m.Case(Op.LOOKUP, Op.UPDATE):
                     m.d.sync += in_window.eq(idx_in & off_in & vec_in)
