@@ -48,9 +48,9 @@ BOARDS = {
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
                    # The oscillator's 25 MHz with routing for congestion only, which
                    # routed at seed 3 (36.4 MHz) with the gateware of 7ed6d87 and has
-                   # not been run since. Earlier gateware met 50.9 MHz with
-                   # ``--timing-driven --clock-mhz 50`` at seed 3, but not at seeds 1
-                   # and 2 (docs/boards.md, "The clock of the 85F").
+                   # not been run since. ``--timing-driven --clock-mhz 50`` meets
+                   # 52.2 MHz at seed 1 and reaches 48.6 at seed 3 (docs/boards.md,
+                   # "The clock of the 85F").
                    placer="static", nextpnr_opts=("--no-tmdriv",), seed=3),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
