@@ -958,7 +958,7 @@ PRESETS = {
     # one batch of 16, and block RAM is the GPU's memory. A board's link is
     # the UART: the link timing model is left out, and the host trains in
     # strict order: no relaxed-lookup support. Register slices at the ports
-    # shorten the arbiters' paths for the board's clock, and checksums in four
+    # shorten the arbiters' paths for the board's clock, and checksums in eight
     # parts shrink the CRC networks. The 85F keeps the PMEM media in the
     # board's SDRAM (room for half a million lines) behind a PMEM timing
     # slower than the SDRAM, so that the model's timing holds

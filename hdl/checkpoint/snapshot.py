@@ -9,7 +9,7 @@ from trainingcxl.spec.records import SNAPSHOT
 from ..common.line_port import LineOp, LinePortSignature
 from ..compute.host_reader import HostLineReader
 from ..cxl.messages import ADDR_BITS
-from .crc import CRC_INIT, CRC_XOR, crc_part
+from .crc import CRC_INIT, CRC_XOR, CrcNetwork
 from .layouts import sealed_header
 
 __all__ = ["SnapshotPuller"]
@@ -82,14 +82,30 @@ class SnapshotPuller(wiring.Component):
         m.d.sync += outstanding.eq(outstanding + wfire - self.pmem.wack.valid)
         # Every line written leaves this register (the zero header, each line
         # copied, the sealed header): the port's data has no multiplexer, and
-        # the reader's buffer feeds only this register.
+        # the reader's buffer feeds only this register. The checksum takes a
+        # line's parts from its top, most significant first, and the register
+        # turns a part further after each (``turned``): no other copy of the
+        # line and no multiplexer of parts. A line is written after
+        # ``crc_folds - 1`` turns, and the port sees it turned once more, which
+        # is the line as it came (wires only; the headers are stored turned back).
+        part = LINE_BITS // cfg.crc_folds
         line = Signal(LINE_BITS)
         full = Signal()                 # ``line`` holds a copied line not yet written
+
+        def turned(v):
+            """``v`` (a line) with its top part moved to the bottom."""
+            return Cat(v[-part:], v[:-part])
+
+        def turned_back(v):
+            """``v``, zero-extended to a line, with its bottom part moved to the top."""
+            v = Cat(v, C(0, LINE_BITS - len(v)))
+            return Cat(v[part:], v[:part])
+
         m.d.comb += [
             self.pmem.wack.ready.eq(1), self.pmem.rdata.ready.eq(1),
             self.pmem.req.payload.op.eq(LineOp.WRITE),
             self.pmem.req.payload.be.eq((1 << LINE_BYTES) - 1),
-            self.pmem.req.payload.data.eq(line),
+            self.pmem.req.payload.data.eq(turned(line)),
             reader.addr.eq(self.src), reader.count.eq(self.count),
         ]
 
@@ -130,9 +146,11 @@ class SnapshotPuller(wiring.Component):
                 with m.Elif(wfire):
                     m.d.sync += full.eq(0)
                 advance = full & ~last_fold
-                crc_next = crc_part(m, crc, line, fold, cfg.crc_folds, advance)
+                m.submodules.data_crc = net = CrcNetwork(part)
+                m.d.comb += [net.state.eq(crc), net.data.eq(line[-part:])]
+                crc_next = net.crc
                 with m.If(advance):
-                    m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
+                    m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1), line.eq(turned(line))]
                 with m.If(wfire):
                     m.d.sync += [at.eq(at + 1), crc.eq(crc_next), fold.eq(0),
                                  self.lines.eq(self.lines + 1)]
@@ -149,7 +167,7 @@ class SnapshotPuller(wiring.Component):
             with m.State("DATA"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(outstanding == 0):
-                    m.d.sync += line.eq(sealed)
+                    m.d.sync += line.eq(turned_back(sealed))
                     m.next = "HEADER"
             with m.State("HEADER"):
                 m.d.comb += [self.busy.eq(1), self.pmem.req.valid.eq(1),

@@ -113,12 +113,16 @@ class RowStamps(wiring.Component):
         def forwarded(port, addr):
             """The word read the cycle before at ``addr``, with the writes not yet in the
             RAM then (the one reaching it, the one asked for) forwarded, newest first."""
-            hit_new, hit_old = Signal(), Signal()
-            new, old = Signal(width), Signal(width)
+            # Which of them, if any, is decided as the read is asked for: the
+            # word read meets one multiplexer (the RAM's own read multiplexer,
+            # over many blocks, comes before it).
+            hit = Signal()
+            fwd = Signal(width)
+            hit_new = req.en & (req.addr == addr)
             m.d.comb += [port.addr.eq(addr), port.en.eq(1)]
-            m.d.sync += [hit_new.eq(req.en & (req.addr == addr)), new.eq(req.data),
-                         hit_old.eq(wr.en & (wr.addr == addr)), old.eq(wr.data)]
-            return Mux(hit_new, new, Mux(hit_old, old, port.data))
+            m.d.sync += [hit.eq(hit_new | (wr.en & (wr.addr == addr))),
+                         fwd.eq(Mux(hit_new, req.data, wr.data))]
+            return Mux(hit, fwd, port.data)
 
         # The peeked row's word, kept while its request waits (the lookup stamps
         # that row only as the request leaves). Registered, it is known a cycle

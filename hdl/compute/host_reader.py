@@ -138,7 +138,9 @@ class HostWordReader(wiring.Component):
     empty, not in the cycle its last word leaves, and the line register shifts
     a word out at a time (the word is its low 32 bits, no multiplexer): the
     load of the 512-bit register no longer waits on the consumer's ``ready``,
-    at the price of a cycle between lines.
+    at the price of a cycle between lines. The register then follows the
+    reader's next line for as long as it is empty, so its load is steered by
+    one flip-flop, not by whether a line is there and wanted.
     """
 
     def __init__(self, *, window, count_bits, registered=False):
@@ -161,29 +163,45 @@ class HostWordReader(wiring.Component):
         cur = Signal(LINE_BITS)
         cur_left = Signal(range(WORDS_PER_LINE + 1))
         cur_index = Signal(range(WORDS_PER_LINE))
-        m.d.comb += [
-            self.words.valid.eq(cur_left != 0),
-            self.words.payload.eq(cur[:32] if self._registered else cur.word_select(cur_index, 32)),
-        ]
+        if self._registered:
+            # ``empty`` and ``more`` are ``cur_left == 0`` and ``words_left != 0``
+            # as flip-flops: ``cur`` follows the next line while empty, and
+            # takes a line only once both hold (then a word never leaves).
+            empty = Signal(init=1)
+            more = Signal()
+            m.d.comb += [self.words.valid.eq(~empty), self.words.payload.eq(cur[:32])]
+        else:
+            m.d.comb += [self.words.valid.eq(cur_left != 0),
+                         self.words.payload.eq(cur.word_select(cur_index, 32))]
         word_fire = self.words.valid & self.words.ready
-        # Load the next line when cur is empty or (unregistered) its last word leaves now.
-        empty = cur_left == 0
-        if not self._registered:
-            empty |= word_fire & (cur_left == 1)
-        m.d.comb += lines.lines.ready.eq(empty & (words_left != 0))
+        if self._registered:
+            with m.If(empty):
+                m.d.sync += cur.eq(lines.lines.payload)
+            with m.Elif(word_fire):
+                m.d.sync += cur.eq(cur >> 32)
+            m.d.comb += lines.lines.ready.eq(empty & more)
+            with m.If(word_fire):
+                m.d.sync += [empty.eq(cur_left == 1), more.eq(words_left != 1)]
+        else:
+            # Load the next line when cur is empty or its last word leaves now.
+            empty = (cur_left == 0) | (word_fire & (cur_left == 1))
+            m.d.comb += lines.lines.ready.eq(empty & (words_left != 0))
         load = lines.lines.valid & lines.lines.ready
         with m.If(word_fire):
             m.d.sync += [cur_left.eq(cur_left - 1), cur_index.eq(cur_index + 1),
                          words_left.eq(words_left - 1)]
-            if self._registered:
-                m.d.sync += cur.eq(cur >> 32)
         with m.If(load):
             remaining = words_left - word_fire
             m.d.sync += [
-                cur.eq(lines.lines.payload),
                 cur_index.eq(0),
                 cur_left.eq(Mux(remaining >= WORDS_PER_LINE, WORDS_PER_LINE, remaining)),
             ]
+            if self._registered:
+                m.d.sync += empty.eq(0)
+            else:
+                m.d.sync += cur.eq(lines.lines.payload)
         with m.If(self.start):
             m.d.sync += [words_left.eq(self.count), cur_left.eq(0)]
+            if self._registered:
+                m.d.sync += [empty.eq(1), more.eq(self.count != 0)]
         return m
