@@ -29,7 +29,7 @@ from .import_graph import project_modules
 from .toolchain import check_simulator
 
 __all__ = ["repo_cache", "design_key", "build_key", "gateware_modules", "verilog_for", "build",
-           "run_bench", "waves_file", "BenchFailure"]
+           "run_bench", "waves_file", "board_top", "BenchFailure"]
 
 TOPLEVEL = "top"
 TIMESCALE = ("1ns", "1ps")
@@ -48,19 +48,41 @@ SIM_MODELS = {CLOCK_MODULE: CLOCK_VERILOG}
 BOARD_SIM_DIVISOR = 8
 
 
+def board_top(clock_mhz=None):
+    """The ``top`` that simulates the board system at ``clock_mhz`` (default: the
+    oscillator's, :data:`BOARD_CLOCK_MHZ`): the SDRAM controller counts its timing
+    rules in cycles of that clock, and the chip model checks them in nanoseconds."""
+    if clock_mhz is None or clock_mhz == BOARD_CLOCK_MHZ:
+        return "board"
+    return f"board-{clock_mhz:g}mhz"
+
+
 def _top(kind, config):
     """The component a simulation is built from: ``device`` (the device's own ports, and
     host memory in gateware: :class:`~trainingcxl.sim.rtl.top.SimTop`) or
     ``board`` (:class:`~trainingcxl.sim.rtl.board_top.SimBoardTop`: the board system's
-    UART pins, button and LEDs, and an SDRAM chip model when the media is SDRAM)."""
+    UART pins, button and LEDs, and an SDRAM chip model when the media is SDRAM; at
+    another clock, as :func:`board_top` names it)."""
     if kind == "device":
         from trainingcxl.sim.rtl.top import SimTop
         return SimTop(config)
-    if kind == "board":
+    clock = BOARD_CLOCK_MHZ if kind == "board" else _board_clock(kind)
+    if clock is not None:
         from trainingcxl.sim.rtl.board_top import SimBoardTop
-        return SimBoardTop(config, clock_mhz=BOARD_CLOCK_MHZ, divisor=BOARD_SIM_DIVISOR,
+        return SimBoardTop(config, clock_mhz=clock, divisor=BOARD_SIM_DIVISOR,
                            debounce_cycles=16, stretch_bits=4)
-    raise ValueError(f"unknown simulation top {kind!r}; the tops are device, board")
+    raise ValueError(f"unknown simulation top {kind!r}; the tops are device, board, "
+                     f"board-<MHz>mhz")
+
+
+def _board_clock(kind):
+    """The clock in MHz of a ``board-<MHz>mhz`` top, else None."""
+    if kind.startswith("board-") and kind.endswith("mhz"):
+        try:
+            return float(kind[len("board-"):-len("mhz")])
+        except ValueError:
+            return None
+    return None
 
 
 class BenchFailure(AssertionError):

@@ -41,6 +41,8 @@ class UntimedRuntime:
 
     #: Work cannot run beside the training loop: there is no ``spawn``.
     overlaps = False
+    #: There is no device clock to read: cycle counts are not reported.
+    clocked = False
 
     @staticmethod
     def now():

@@ -27,6 +27,8 @@ class SimRuntime:
     and work (the next batch's relaxed lookup) can run beside the training loop."""
 
     overlaps = True
+    #: ``now`` reads the device's clock: cycle counts mean something.
+    clocked = True
 
     def __init__(self):
         self.tasks = set()

@@ -334,8 +334,9 @@ class TrainingRun:
             if held_out:
                 note += self._evaluate(b, tables)
             await self._read_counters()
+            cycles = f"{rec['cycles_per_batch'][b]} cycles, " if self.runtime.clocked else ""
             self.log(f"  batch {b}/{self.n}: loss {loss:.4f} (float32 {loss_ref:.4f}), "
-                     f"{rec['cycles_per_batch'][b]} cycles, pooled {'ok' if same else 'DIFFER'}{note}")
+                     f"{cycles}pooled {'ok' if same else 'DIFFER'}{note}")
             if stopping:
                 self.record["stopped_after"] = b
                 return

@@ -26,6 +26,10 @@ def add_target_options(sp):
     sp.add_argument("--baud", type=int, default=None,
                     help="with --target board: UART rate the bitstream was built for "
                          "(default: the board's, 1000000)")
+    sp.add_argument("--clock-mhz", type=positive_float, default=None, metavar="MHZ",
+                    help="with --target sim-board: the system clock of the build simulated, "
+                         "which sets the SDRAM controller's timing in cycles (default: the "
+                         "board's, as build makes it)")
 
 
 def board_failures(args, batches, board_phases):
@@ -56,6 +60,7 @@ def cmd_train_board(args):
     """Training through the UART host bridge: the simulated board top, or a real board."""
     from trainingcxl.boards.targets import board as find_board
     from trainingcxl.host.protocol.phases import BOARD_PHASES
+    from trainingcxl.spec.config import BOARD_CLOCK_MHZ
     b = find_board(args.board)
     cfg = b.config
     if args.config is not None and args.config != cfg:
@@ -77,23 +82,29 @@ def cmd_train_board(args):
         raise SystemExit("error: --target board needs --port (the board's serial port)")
     if args.target == "sim-board" and args.port:
         raise SystemExit("error: --port is for --target board; sim-board drives simulated pins")
+    if args.target != "sim-board" and args.clock_mhz is not None:
+        raise SystemExit("error: --clock-mhz is for --target sim-board (a board runs at the "
+                         "clock its bitstream was built for)")
     failures = board_failures(args, args.batches, BOARD_PHASES)
     if failures and "checkpoint" not in cfg.blocks:
         raise SystemExit(f"error: the {b.name} device has no checkpoint engine (it pools; the "
                          f"host updates the rows): it cannot recover from power failures")
     k = 0 if args.staleness is None else args.staleness
-    where = f"{b.name} on {args.port}" if args.target == "board" else f"simulated {b.name} top on {args.sim}"
+    clock = args.clock_mhz or b.clock_mhz or BOARD_CLOCK_MHZ
+    where = (f"{b.name} on {args.port}" if args.target == "board"
+             else f"simulated {b.name} top at {clock:g} MHz on {args.sim}")
     print(f"trainingcxl train: {args.batches} batches of {args.batch_size} through the UART host "
           f"bridge of the {where}; staleness K = {k}, {len(failures)} power failures planned",
           flush=True)
     t0 = time.monotonic()
     if args.target == "sim-board":
-        rec = _train_sim_board(args, cfg, failures, k)
+        rec = _train_sim_board(args, cfg, failures, k, clock)
     else:
         rec = _train_on_board(args, b, failures, k)
     if rec is None:
         return 1
     rec.update({"target": args.target, "board": b.name, "config": cfg.to_dict(),
+                "clock_mhz": clock if args.target == "sim-board" else None,
                 "wall_s": time.monotonic() - t0})
     print()
     losses = rec["loss"]
@@ -121,15 +132,16 @@ def cmd_train_board(args):
     return 0 if rec["golden_match"] else 1
 
 
-def _train_sim_board(args, cfg, failures, k):
+def _train_sim_board(args, cfg, failures, k, clock_mhz):
     import tempfile
-    from trainingcxl.sim.runner import BenchFailure, run_bench
+    from trainingcxl.sim.runner import BenchFailure, board_top, run_bench
     with tempfile.TemporaryDirectory(prefix="trainingcxl-board-") as tmp:
         out = Path(tmp) / "job.json"
         job = {"seed": args.seed, "batches": args.batches, "batch_size": args.batch_size,
                "staleness": k, "failures": [list(f) for f in failures], "out": str(out)}
         try:
-            run_bench(args.sim, cfg, "trainingcxl.sim.jobs.job_board", top="board", args=job,
+            run_bench(args.sim, cfg, "trainingcxl.sim.jobs.job_board", top=board_top(clock_mhz),
+                      args=job,
                       quiet=True, results_name=f"board-{args.sim}",
                       log=lambda text: print(text, file=sys.stderr, flush=True))
         except BenchFailure as e:

@@ -24,6 +24,7 @@ class SimBoardTop(wiring.Component):
     """
 
     def __init__(self, config, *, clock_mhz, **kwargs):
+        self.clock_mhz = clock_mhz
         self.system = BoardSystem(config, clock_mhz=clock_mhz, **kwargs)
         self.chip = (SdramModel(config.sdram, clock_mhz=clock_mhz, backdoor="sdram")
                      if config.media == "sdram" else None)

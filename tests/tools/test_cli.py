@@ -179,3 +179,17 @@ def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
     assert Config.from_dict(json.loads((folder / "config.json").read_text())) == PRESETS["tiny"]
     # The run is replayed with tracing on, its waveform kept beside the reproducer.
     assert reruns[0]["waves"] and reruns[0]["waves_to"] == str(folder / "waves.vcd")
+
+
+def test_the_simulated_board_runs_at_the_clock_it_is_named_for():
+    """``train --target sim-board --clock-mhz`` simulates the build of that clock (its
+    SDRAM timing in cycles); the oscillator's clock keeps the plain name."""
+    from trainingcxl.sim.runner import _top, board_top
+    from trainingcxl.spec.config import BOARD_CLOCK_MHZ, PRESETS
+    assert board_top() == board_top(BOARD_CLOCK_MHZ) == "board"
+    assert _top(board_top(), PRESETS["ulx3s"]).clock_mhz == BOARD_CLOCK_MHZ
+    assert _top(board_top(50), PRESETS["ulx3s"]).clock_mhz == 50
+    with pytest.raises(ValueError, match="unknown simulation top"):
+        _top("board-fastmhz", PRESETS["ulx3s"])
+    with pytest.raises(SystemExit, match="--clock-mhz is for --target sim-board"):
+        main(["train", "--target", "board", "--port", "/dev/null", "--clock-mhz", "50"])
