@@ -168,13 +168,12 @@ def _synthesis_stat(out_dir, name):
     return json.loads(text[text.index("{"):])
 
 
-def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None, timing_driven=False,
+def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None,
           dry_run=False, synth_only=False, program=False, log=print):
     """Build ``board``'s bitstream in ``out_dir``; returns the report (a dict).
 
     ``clock_mhz`` overrides the board's system clock (a PLL makes it from the
-    oscillator); ``timing_driven`` places and routes for timing even where the
-    board's default is to route for congestion only (``--no-tmdriv``); ``dry_run`` writes the build files and returns the plan
+    oscillator); ``dry_run`` writes the build files and returns the plan
     without running a tool; ``synth_only`` stops after synthesis; ``program``
     loads the bitstream with ``openFPGALoader`` when it is installed (never
     needed to build).
@@ -182,9 +181,6 @@ def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None, timing_driven
     b = find_board(board) if isinstance(board, str) else board
     if clock_mhz is not None:
         b = dataclasses.replace(b, clock_mhz=clock_mhz)
-    if timing_driven:
-        b = dataclasses.replace(b, nextpnr_opts=tuple(o for o in b.nextpnr_opts
-                                                      if o != "--no-tmdriv"))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name, commands = prepare(b, out_dir, baud=baud, seed=seed)

@@ -46,12 +46,10 @@ BOARDS = {
     "ulx3s": Board("ulx3s", ULX3S_85F_Platform, Ulx3sTop, "ulx3s", 1_000_000,
                    "Radiona ULX3S, ECP5 LFE5U-85F: the full device, its PMEM media in the "
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
-                   # The oscillator's 25 MHz with routing for congestion only, which
-                   # routed at seed 3 (36.4 MHz) with the gateware of 7ed6d87 and has
-                   # not been run since. ``--timing-driven --clock-mhz 50`` meets
-                   # 52.2 MHz at seed 1 and reaches 48.6 at seed 3 (docs/boards.md,
-                   # "The clock of the 85F").
-                   placer="static", nextpnr_opts=("--no-tmdriv",), seed=3),
+                   # 50 MHz from the PLL, placed and routed for timing: met at seed 3
+                   # (50.5 MHz) by the gateware of 1c4e928 (docs/boards.md, "The clock
+                   # of the 85F", for the other seeds).
+                   placer="static", clock_mhz=50, seed=3),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "
                        "no update or checkpoint engine; tables of 16 and 24 rows)",

@@ -217,9 +217,6 @@ def add_build_command(sub):
     sp.add_argument("--clock-mhz", type=positive_float, default=None, metavar="MHZ",
                     help="system clock, made by a PLL from the 25 MHz oscillator (default: "
                          "the board's, see docs/boards.md)")
-    sp.add_argument("--timing-driven", action="store_true",
-                    help="place and route for timing, also on a board whose default routes for "
-                         "congestion only (the ulx3s: see docs/boards.md)")
     sp.add_argument("--program", action="store_true",
                     help="load the bitstream with openFPGALoader afterwards, if it is installed")
     sp.set_defaults(func=cmd_build)
@@ -236,8 +233,7 @@ def cmd_build(args):
     out = Path(args.out or Path("build") / args.board)
     try:
         rep = build(args.board, out, baud=args.baud, seed=args.seed, clock_mhz=args.clock_mhz,
-                    timing_driven=args.timing_driven, dry_run=args.dry_run,
-                    synth_only=args.synth_only, program=args.program,
+                    dry_run=args.dry_run, synth_only=args.synth_only, program=args.program,
                     log=lambda text: print(text, file=sys.stderr, flush=True))
     except (BuildError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

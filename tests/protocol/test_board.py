@@ -9,26 +9,29 @@ import json
 
 import pytest
 
+from trainingcxl.boards.targets import BOARDS
 from trainingcxl.spec.config import PRESETS
-from trainingcxl.sim.runner import run_bench
+from trainingcxl.sim.runner import board_top, run_bench
 
 pytestmark = pytest.mark.cocotb
 
 
-def _train(sim, preset, tmp_path, **args):
-    cfg = PRESETS[preset]
+def _train(sim, name, tmp_path, **args):
+    """Train on board ``name``'s top, at the clock its build runs at."""
+    board = BOARDS[name]
+    cfg = board.config
     out = tmp_path / "board.json"
     job = {"seed": 0, "batch_size": cfg.model.batch_size, "out": str(out), "quiet": True, **args}
-    run_bench(sim, cfg, "trainingcxl.sim.jobs.job_board", top="board", args=job, quiet=True,
-              results_name=f"board-{preset}-{sim}", work_dir=tmp_path)
+    run_bench(sim, cfg, "trainingcxl.sim.jobs.job_board", top=board_top(board.clock_mhz), args=job,
+              quiet=True, results_name=f"board-{name}-{sim}", work_dir=tmp_path)
     return json.loads(out.read_text())
 
 
 def test_board_trains_and_recovers_from_a_command_and_a_button_power_failure(tmp_path):
-    """ULX3S device, tables of 100,000 rows in the board's SDRAM (the simulated top carries
-    the chip model, which checks every timing rule): a POWER_FAIL command in batch 2's
-    update, the button at batch 3's start; both recovered, training matches the golden
-    model bit for bit, and the PMEM timing held on top of the SDRAM's."""
+    """ULX3S device at its build's clock, tables of 100,000 rows in the board's SDRAM (the
+    simulated top carries the chip model, which checks every timing rule): a POWER_FAIL
+    command in batch 2's update, the button at batch 3's start; both recovered, training
+    matches the golden model bit for bit, and the PMEM timing held on top of the SDRAM's."""
     assert sum(PRESETS["ulx3s"].tables) >= 100_000 and PRESETS["ulx3s"].media == "sdram"
     rec = _train("verilator", "ulx3s", tmp_path, batches=4, failures=[[2, "update"]], button=[3])
     assert rec["golden_match"] and rec["pooled_mismatches"] == 0
