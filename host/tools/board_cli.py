@@ -141,8 +141,7 @@ def _train_sim_board(args, cfg, failures, k, clock_mhz):
                "staleness": k, "failures": [list(f) for f in failures], "out": str(out)}
         try:
             run_bench(args.sim, cfg, "trainingcxl.sim.jobs.job_board", top=board_top(clock_mhz),
-                      args=job,
-                      quiet=True, results_name=f"board-{args.sim}",
+                      args=job, quiet=True, results_name=f"board-{args.sim}",
                       log=lambda text: print(text, file=sys.stderr, flush=True))
         except BenchFailure as e:
             if not out.exists():
