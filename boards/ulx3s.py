@@ -20,24 +20,12 @@ __all__ = ["Ulx3sTop", "SDRAM_READ_DELAY"]
 SDRAM_READ_DELAY = 1
 
 
-def _global_buffer(m, signal, name="power_fail_dcca"):
-    """``signal`` through an ECP5 clock buffer (DCCA) onto a global network: a reset that
-    reaches thousands of flip-flops (the power failure about 10,000), which general
-    routing would carry across the chip."""
+def _global_buffer(m, signal):
+    """``signal`` through an ECP5 clock buffer (DCCA) onto a global network: the power
+    failure reaches about 10,000 flip-flop resets, which general routing would carry."""
     out = Signal()
-    m.submodules[name] = Instance("DCCA", i_CLKI=signal, i_CE=Const(1), o_CLKO=out)
+    m.submodules.power_fail_dcca = Instance("DCCA", i_CLKI=signal, i_CE=Const(1), o_CLKO=out)
     return out
-
-
-def _synchronized_reset(m, arst):
-    """The ``sync`` domain's reset: ``arst`` synchronized to its clock, then onto a global
-    network. It resets every flip-flop of the board system outside the device (bridge,
-    SDRAM controller, host window); on general routing it was a 21.5 ns critical path
-    with no logic at all."""
-    m.domains.reset = ClockDomain("reset")      # the synchronizer's, on the same clock
-    m.d.comb += ClockSignal("reset").eq(ClockSignal("sync"))
-    m.submodules.reset_sync = ResetSynchronizer(arst, domain="reset")
-    m.d.comb += ResetSignal("sync").eq(_global_buffer(m, ResetSignal("reset"), "reset_dcca"))
 
 
 def pll_dividers(f_in_mhz, f_out_mhz):
@@ -90,7 +78,7 @@ class Ulx3sTop(Elaboratable):
             m.d.comb += ClockSignal("sync").eq(osc_buf.i)
             # The synchronizer's stages start asserted and let go of the reset
             # a few cycles after configuration.
-            _synchronized_reset(m, Const(0))
+            m.submodules.reset_sync = ResetSynchronizer(Const(0), domain="sync")
             return f_in
         clki, clkfb, clkop = pll_dividers(f_in / 1e6, self.clock_mhz)
         locked = Signal()
@@ -105,7 +93,7 @@ class Ulx3sTop(Elaboratable):
             i_PLLWAKESYNC=0, i_ENCLKOP=0,
             o_CLKOP=ClockSignal("sync"), o_LOCK=locked,
             a_FREQUENCY_PIN_CLKI=f"{f_in / 1e6:g}", a_FREQUENCY_PIN_CLKOP=f"{self.clock_mhz:g}")
-        _synchronized_reset(m, ~locked)
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
         return self.clock_mhz * 1e6
 
     def system(self, clock_hz):
