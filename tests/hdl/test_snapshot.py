@@ -16,8 +16,8 @@ SRC, COUNT, GEN, BATCH, SLOT = 100, 5, 3, 7, 1
 
 
 def pull(folds, seed):
-    """Run one pull; returns the lines written per media address, in order, and
-    the host lines it copied."""
+    """Run one pull; returns the slot's first media line, the lines written per
+    media address (in order) and the host lines it copied."""
     cfg = Config(tables=(8, 8), dim=32, log_lines=40, commit_lines=2, snapshot_lines=COUNT + 1,
                  crc_folds=folds)
     dut = SnapshotPuller(cfg)
