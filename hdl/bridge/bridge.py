@@ -79,9 +79,7 @@ class HostBridge(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = MAX_REQ_PAYLOAD * 8
-        # Payload and answer registers have no reset (each is written before it is
-        # read): the board's reset, on general routing, need not reach them.
-        buf = Signal(W, reset_less=True)        # payload bytes, the newest at the top
+        buf = Signal(W)                         # payload bytes, the newest at the top
         cmd = Signal(8)
         count = Signal(range(MAX_REQ_PAYLOAD + 1))
         crc = Signal(8)
@@ -92,9 +90,9 @@ class HostBridge(wiring.Component):
         # CXL.mem data, the host window), loaded straight from that source: no wide
         # multiplexer gathers lines from across the chip, and each register can sit by
         # its source. Short answers (8 bytes) and zeros come from ``rbuf``.
-        rbuf = Signal(64, reset_less=True)
-        mem_line = Signal(MAX_RSP_PAYLOAD * 8, reset_less=True)
-        host_line = Signal(MAX_RSP_PAYLOAD * 8, reset_less=True)
+        rbuf = Signal(64)
+        mem_line = Signal(MAX_RSP_PAYLOAD * 8)
+        host_line = Signal(MAX_RSP_PAYLOAD * 8)
         source = Signal(Source)
         rlen = Signal(range(MAX_RSP_PAYLOAD + 1))
         fail_timer = Signal(range(POWER_FAIL_CYCLES + 1))

@@ -6,7 +6,7 @@ from amaranth.lib import data
 from trainingcxl.spec.records import GROUP_FIELDS, GROUP_RECORDS, HEADER_FIELDS
 from .crc import CRC_INIT, CRC_XOR, crc_line
 
-__all__ = ["header_layout", "CSUM", "group_layout", "header_body", "sealed_header"]
+__all__ = ["header_layout", "CSUM", "group_layout", "sealed_header"]
 
 #: The fields of every undo, commit and snapshot header, from bit 0 of the line.
 header_layout = data.StructLayout(dict(HEADER_FIELDS))
@@ -20,20 +20,14 @@ group_layout = data.StructLayout({
 })
 
 
-def header_body(m, *, magic, gen, batch, a=0, b=0):
-    """A header line with ``csum`` zero (spec/records.py), as its checksum covers it."""
-    body = Signal(header_layout)
-    m.d.comb += [body.magic.eq(magic), body.gen.eq(gen), body.batch.eq(batch),
-                 body.a.eq(a), body.b.eq(b)]
-    return body
-
-
 def sealed_header(m, *, magic, gen, batch, a=0, b=0, crc=CRC_INIT):
     """A header line with its checksum: the CRC register ``crc`` (after the record's
     data lines, if any) fed the header with ``csum`` zero (spec/records.py)."""
     if isinstance(crc, int):
         crc = Const(crc, 32)
-    body = header_body(m, magic=magic, gen=gen, batch=batch, a=a, b=b)
+    body = Signal(header_layout)
+    m.d.comb += [body.magic.eq(magic), body.gen.eq(gen), body.batch.eq(batch),
+                 body.a.eq(a), body.b.eq(b)]
     sealed = Signal(header_layout)
     m.d.comb += [sealed.eq(body), sealed.csum.eq(crc_line(m, crc, body.as_value()) ^ CRC_XOR)]
     return sealed.as_value()

@@ -10,7 +10,7 @@ from ..common.line_port import LineOp, LinePortSignature
 from ..compute.host_reader import HostLineReader
 from ..cxl.messages import ADDR_BITS
 from .crc import CRC_INIT, CRC_XOR, CrcNetwork
-from .layouts import CSUM, header_body
+from .layouts import sealed_header
 
 __all__ = ["SnapshotPuller"]
 
@@ -87,9 +87,7 @@ class SnapshotPuller(wiring.Component):
         # turns a part further after each (``turned``): no other copy of the
         # line and no multiplexer of parts. A line is written after
         # ``crc_folds - 1`` turns, and the port sees it turned once more, which
-        # is the line as it came (wires only). The sealed header takes the same
-        # way: its checksum is folded by the same network, a part a cycle, and
-        # no network of its own takes the whole header at once.
+        # is the line as it came (wires only; the headers are stored turned back).
         part = LINE_BITS // cfg.crc_folds
         line = Signal(LINE_BITS)
         full = Signal()                 # ``line`` holds a copied line not yet written
@@ -111,13 +109,7 @@ class SnapshotPuller(wiring.Component):
             reader.addr.eq(self.src), reader.count.eq(self.count),
         ]
 
-        body = header_body(m, magic=SNAPSHOT, gen=gen, batch=batch, a=count, b=crc ^ CRC_XOR)
-        advance = Signal()
-        m.submodules.data_crc = net = CrcNetwork(part)
-        m.d.comb += [net.state.eq(crc), net.data.eq(line[-part:])]
-        crc_next = net.crc
-        with m.If(advance):
-            m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1), line.eq(turned(line))]
+        sealed = sealed_header(m, magic=SNAPSHOT, gen=gen, batch=batch, a=count, b=crc ^ CRC_XOR)
 
         with m.FSM():
             with m.State("IDLE"):
@@ -153,7 +145,12 @@ class SnapshotPuller(wiring.Component):
                     m.d.sync += [line.eq(reader.lines.payload), full.eq(1)]
                 with m.Elif(wfire):
                     m.d.sync += full.eq(0)
-                m.d.comb += advance.eq(full & ~last_fold)
+                advance = full & ~last_fold
+                m.submodules.data_crc = net = CrcNetwork(part)
+                m.d.comb += [net.state.eq(crc), net.data.eq(line[-part:])]
+                crc_next = net.crc
+                with m.If(advance):
+                    m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1), line.eq(turned(line))]
                 with m.If(wfire):
                     m.d.sync += [at.eq(at + 1), crc.eq(crc_next), fold.eq(0),
                                  self.lines.eq(self.lines + 1)]
@@ -170,15 +167,7 @@ class SnapshotPuller(wiring.Component):
             with m.State("DATA"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(outstanding == 0):
-                    m.d.sync += [line.eq(body), crc.eq(CRC_INIT), fold.eq(0)]
-                    m.next = "SUM"
-            with m.State("SUM"):
-                # The header's parts through the checksum; the last part's turn is
-                # the one the port adds, and the checksum goes into its field.
-                m.d.comb += [self.busy.eq(1), advance.eq(~last_fold)]
-                with m.If(last_fold):
-                    csum = Cat(C(0, CSUM.start), crc_next ^ CRC_XOR)
-                    m.d.sync += [line.eq(line | turned_back(csum)), fold.eq(0)]
+                    m.d.sync += line.eq(turned_back(sealed))
                     m.next = "HEADER"
             with m.State("HEADER"):
                 m.d.comb += [self.busy.eq(1), self.pmem.req.valid.eq(1),

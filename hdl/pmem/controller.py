@@ -208,11 +208,9 @@ class PmemController(wiring.Component):
         rsp_layout = data.StructLayout({
             "data": LINE_BITS, "tag": self._tag_bits, "client": client_bits,
         })
-        # Unbuffered: its head is read from LUT RAM, so that taking it steps a
-        # pointer and no wide output register, whose enable would fan out to
-        # every bit of a line from the consumer's ``ready`` (the board's
-        # critical path). Answers wait for their latency anyway.
-        m.submodules.rq = rq = fifo.SyncFIFO(width=rsp_layout.size, depth=cfg.read_depth)
+        # One entry more than reads in flight: a buffered FIFO briefly counts an
+        # entry twice while it moves to the output register.
+        m.submodules.rq = rq = fifo.SyncFIFOBuffered(width=rsp_layout.size, depth=cfg.read_depth + 1)
         rq_head = rsp_layout(rq.r_data)
         inflight = Signal(range(cfg.read_depth + 1))
 

@@ -131,14 +131,12 @@ class SdramController(wiring.Component):
             with m.If(ref_count == 0):
                 m.d.sync += ref_due.eq(1)
 
-        # -- the line in progress. Data registers have no reset: each is written before
-        # it is read, and the board's reset, on general routing, would otherwise
-        # reach each of their flip-flops.
-        cur = Signal.like(bus.req.payload, reset_less=True)
+        # -- the line in progress
+        cur = Signal.like(bus.req.payload)
         # A write's data and byte enables leave in shift registers, a word a beat
         # from the bottom: no multiplexer of the line by the beat next to the pads.
-        wdata = Signal.like(cur.data, reset_less=True)
-        wbe = Signal.like(cur.be, reset_less=True)
+        wdata = Signal.like(cur.data)
+        wbe = Signal.like(cur.be)
         addr = cur.addr
         col_line = addr[:col_bits] if col_bits else C(0, 1)
         bank = addr[col_bits:col_bits + bank_bits]
@@ -152,9 +150,9 @@ class SdramController(wiring.Component):
         cap_wait = Signal(range(t.cas_latency + self._read_delay + 2))
         capturing = Signal()
         cap_beat = Signal(range(words + 1))
-        rbuf = Signal(LINE_BITS, reset_less=True)
+        rbuf = Signal(LINE_BITS)
         rvalid = Signal()
-        rtag = Signal.like(cur.tag, reset_less=True)
+        rtag = Signal.like(cur.tag)
         with m.If(cap_wait != 0):
             m.d.sync += cap_wait.eq(cap_wait - 1)
         with m.Elif(capturing):
@@ -169,7 +167,7 @@ class SdramController(wiring.Component):
             m.d.sync += rvalid.eq(0)
 
         wvalid = Signal()
-        wtag = Signal.like(cur.tag, reset_less=True)
+        wtag = Signal.like(cur.tag)
         m.d.comb += [bus.wack.valid.eq(wvalid), bus.wack.payload.tag.eq(wtag)]
         with m.If(bus.wack.valid & bus.wack.ready):
             m.d.sync += wvalid.eq(0)
