@@ -10,7 +10,6 @@ import json
 import pytest
 
 from trainingcxl.boards.targets import BOARDS
-from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.runner import board_top, run_bench
 
 pytestmark = pytest.mark.cocotb
@@ -32,7 +31,8 @@ def test_board_trains_and_recovers_from_a_command_and_a_button_power_failure(tmp
     simulated top carries the chip model, which checks every timing rule): a POWER_FAIL
     command in batch 2's update, the button at batch 3's start; both recovered, training
     matches the golden model bit for bit, and the PMEM timing held on top of the SDRAM's."""
-    assert sum(PRESETS["ulx3s"].tables) >= 100_000 and PRESETS["ulx3s"].media == "sdram"
+    cfg = BOARDS["ulx3s"].config
+    assert sum(cfg.tables) >= 100_000 and cfg.media == "sdram"
     rec = _train("verilator", "ulx3s", tmp_path, batches=4, failures=[[2, "update"]], button=[3])
     assert rec["golden_match"] and rec["pooled_mismatches"] == 0
     assert rec["sdram_violation"] == "NONE" and rec["counters"]["media_late"] == 0
