@@ -208,9 +208,14 @@ class Device(wiring.Component):
         wiring.connect(m, dispatch.lookup, lookup.desc)
         wiring.connect(m, dispatch.update, update.desc)
         wiring.connect(m, dispatch.ckpt, ckpt.desc)
-        wiring.connect(m, lookup.done, dispatch.lookup_done)
-        wiring.connect(m, update.done, dispatch.update_done)
-        wiring.connect(m, ckpt.done, dispatch.ckpt_done)
+        for name, engine in (("lookup", lookup), ("update", update), ("ckpt", ckpt)):
+            done = engine.done
+            if cfg.register_slices:
+                # An engine's completion reaches the dispatcher from a register:
+                # its ``valid``, the end of the engine's own state, would otherwise
+                # run on through the dispatcher into the control window.
+                done = through_slice(m, f"{name}_done_slice", done)
+            wiring.connect(m, done, getattr(dispatch, f"{name}_done"))
         wiring.connect(m, dispatch.done, control.done)
         m.d.comb += [
             control.counter(Reg.LOOKUP_LOG_HOLDS).eq(lookup.log_holds),

@@ -173,7 +173,9 @@ class BoardSystem(wiring.Component):
         heartbeat = Signal(self._stretch_bits + 4)
         m.d.sync += heartbeat.eq(heartbeat + 1)
         state = device.state
-        m.d.comb += self.leds.eq(Cat(
+        # From a register: the state bits are the ends of the engines' decisions,
+        # and the LEDs reach the pins and the bridge's status across the chip.
+        m.d.sync += self.leds.eq(Cat(
             stretched(state.busy), state.logging, stretched(state.recovering), state.unrecovered,
             state.error, failed, stretched(rx.data.valid | tx.data.valid), heartbeat[-1]))
         return m
