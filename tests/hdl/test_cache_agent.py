@@ -94,3 +94,30 @@ def test_unanswered_requests_time_out_and_late_answers_are_dropped(registered):
         assert ctx.get(dut.outstanding) == 0 and ctx.get(dut.strays) == 2
 
     simulate(dut, tb)
+
+
+@pytest.mark.parametrize("registered", [False, True])
+def test_requests_in_flight_hold_distinct_cqids(registered):
+    # Requests from both ports at once, the host answering none: every D2H
+    # request names a CQID of its own until they run out (on a board the free
+    # CQID is picked a cycle early, and a pick must not repeat one just taken).
+    cfg = PRESETS["tiny"].replace(register_slices=registered)
+    dut = CacheAgent(cfg, n_ports=2, tag_bits=4)
+
+    def client(port, base):
+        async def send(ctx):
+            for k in range(cfg.cache_ids):
+                await stream_put(ctx, port.req, {"op": LineOp.READ, "addr": base + k, "tag": k})
+        return send
+
+    async def tb(ctx):
+        ctx.set(dut.cache.d2h_req.ready, 1)
+        cqids = []
+        for _ in range(40 * cfg.cache_ids):
+            if ctx.get(dut.cache.d2h_req.valid):
+                cqids.append(ctx.get(dut.cache.d2h_req.payload.cqid))
+            await ctx.tick()
+        assert sorted(cqids) == list(range(cfg.cache_ids))
+        assert ctx.get(dut.outstanding) == cfg.cache_ids
+
+    simulate(dut, tb, background=[client(dut.port0, 0x100), client(dut.port1, 0x200)])
