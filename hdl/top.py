@@ -211,10 +211,11 @@ class Device(wiring.Component):
         for name, engine in (("lookup", lookup), ("update", update), ("ckpt", ckpt)):
             done = engine.done
             if cfg.register_slices:
-                # An engine's completion reaches the dispatcher from a register:
-                # its ``valid``, the end of the engine's own state, would otherwise
-                # run on through the dispatcher into the control window.
-                done = through_slice(m, f"{name}_done_slice", done)
+                # An engine's completion reaches the dispatcher from a register,
+                # and the dispatcher's ``ready`` the engine from one: the engine's
+                # state and the dispatcher's and the control window's are two
+                # paths (a completion every other cycle at most, one per batch).
+                done = through_slice(m, f"{name}_done_slice", done, cut_ready=True)
             wiring.connect(m, done, getattr(dispatch, f"{name}_done"))
         wiring.connect(m, dispatch.done, control.done)
         m.d.comb += [

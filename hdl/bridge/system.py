@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.bridge_protocol import POWER_FAIL_CYCLES
 from trainingcxl.spec.host_layout import HostLayout
+from ..common.register_slice import a_cycle_later
 from ..sdram.controller import SdramController
 from ..sdram.pads import SdramPadsSignature
 from ..top import Device
@@ -142,7 +143,9 @@ class BoardSystem(wiring.Component):
             m.d.comb += press.eq(button)
         button_timer = Signal(range(POWER_FAIL_CYCLES + 1))
         button_fails = Signal(16)
-        with m.If(press):
+        # A cycle later, from a register: the debounce compare sits by the
+        # button's pin, the power-failure timer by the device.
+        with m.If(a_cycle_later(m, press, "press_q")):
             m.d.sync += [button_timer.eq(POWER_FAIL_CYCLES), button_fails.eq(button_fails + 1)]
         with m.Elif(button_timer != 0):
             m.d.sync += button_timer.eq(button_timer - 1)
