@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from .netlist import BLOCK_DEPTH, block_of, logic_levels, utilisation_by_block
+from .placement import estimated_paths, placement_fmax, read_sdf
 from .routing import HEATMAP, place_and_route
 from .targets import board as find_board
 
@@ -61,9 +62,10 @@ def toolchain_env():
     return env
 
 
-def prepare(board, out_dir, *, baud=None, seed=None):
+def prepare(board, out_dir, *, baud=None, seed=None, place_only=False):
     """Write the build files of ``board`` into ``out_dir``; returns ``(name, commands)``:
-    each command a ``(stage, argv)`` of the platform's build script."""
+    each command a ``(stage, argv)`` of the platform's build script. ``place_only``:
+    nextpnr places only, and writes the placed design's timing as SDF (nothing to pack)."""
     env = toolchain_env()
     b = find_board(board) if isinstance(board, str) else board
     seed = b.seed if seed is None else seed
@@ -81,7 +83,13 @@ def prepare(board, out_dir, *, baud=None, seed=None):
     if len(commands) != len(STAGES):
         raise BuildError(f"the build script of {name} has {len(commands)} commands, "
                          f"expected {len(STAGES)}")
-    return name, [(stage, argv) for (stage, _), argv in zip(STAGES, commands)]
+    commands = [(stage, argv) for (stage, _), argv in zip(STAGES, commands)]
+    if place_only:
+        stage, argv = commands[1]
+        k = argv.index("--textcfg")             # no configuration from an unrouted design
+        commands = [commands[0], ("placement", argv[:k] + argv[k + 2:]
+                                  + ["--no-route", "--sdf", f"{name}.placed.sdf"])]
+    return name, commands
 
 
 def _script_commands(script, env):
@@ -169,21 +177,23 @@ def _synthesis_stat(out_dir, name):
 
 
 def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None,
-          dry_run=False, synth_only=False, program=False, log=print):
+          dry_run=False, synth_only=False, place_only=False, program=False, log=print):
     """Build ``board``'s bitstream in ``out_dir``; returns the report (a dict).
 
     ``clock_mhz`` overrides the board's system clock (a PLL makes it from the
     oscillator); ``dry_run`` writes the build files and returns the plan
-    without running a tool; ``synth_only`` stops after synthesis; ``program``
-    loads the bitstream with ``openFPGALoader`` when it is installed (never
-    needed to build).
+    without running a tool; ``synth_only`` stops after synthesis;
+    ``place_only`` after placement, with nextpnr's estimate of the clock and
+    the worst paths through the placed design (:mod:`.placement`) in
+    ``placement``; ``program`` loads the bitstream with ``openFPGALoader``
+    when it is installed (never needed to build).
     """
     b = find_board(board) if isinstance(board, str) else board
     if clock_mhz is not None:
         b = dataclasses.replace(b, clock_mhz=clock_mhz)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    name, commands = prepare(b, out_dir, baud=baud, seed=seed)
+    name, commands = prepare(b, out_dir, baud=baud, seed=seed, place_only=place_only)
     platform = b.platform()
     result = {
         "board": b.name, "device": platform.device, "package": platform.package,
@@ -237,6 +247,16 @@ def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None,
                                  f"{out_dir / (name + '.rpt')}):\n" + "\n".join(problems))
             result["logic_levels"] = logic_levels(
                 json.loads((out_dir / f"{name}.json").read_text()))
+    if place_only:
+        report = json.loads((out_dir / f"{name}.report.json").read_text())
+        result.update(parse_report(report, _synthesis_stat(out_dir, name)))
+        result["blocks"] = utilisation_by_block(json.loads((out_dir / f"{name}.json").read_text()))
+        result["placement"] = {
+            "fmax": placement_fmax((out_dir / f"{name}.tim").read_text()),
+            "worst_paths": estimated_paths(read_sdf((out_dir / f"{name}.placed.sdf").read_text())),
+        }
+        result["bitstream"] = None
+        return result
     if synth_only:
         cells = (_synthesis_stat(out_dir, name) or {}).get("design", {}).get("num_cells_by_type", {})
         result["synthesis_cells"] = {k: v for k, v in sorted(cells.items()) if not k.startswith("$")}

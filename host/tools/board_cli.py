@@ -209,6 +209,10 @@ def add_build_command(sub):
                     help="write the build files and print the plan; run no tool")
     sp.add_argument("--synth-only", action="store_true",
                     help="stop after synthesis (what CI checks; no bitstream)")
+    sp.add_argument("--place-only", action="store_true",
+                    help="stop after placement (a third of a build): nextpnr's estimate of the "
+                         "clock and the worst paths through the placed design, from its SDF "
+                         "(nextpnr names critical paths only once routed); no bitstream")
     sp.add_argument("--seed", type=int, default=None,
                     help="nextpnr placement seed (default: the board's, see the table in docs/boards.md)")
     sp.add_argument("--baud", type=int, default=None,
@@ -230,9 +234,13 @@ BLOCKS_SHOWN = 14
 def cmd_build(args):
     from trainingcxl.boards.build import BuildError, build
     out = Path(args.out or Path("build") / args.board)
+    if args.synth_only and args.place_only:
+        print("error: --synth-only and --place-only: choose one", file=sys.stderr)
+        return 2
     try:
         rep = build(args.board, out, baud=args.baud, seed=args.seed, clock_mhz=args.clock_mhz,
-                    dry_run=args.dry_run, synth_only=args.synth_only, program=args.program,
+                    dry_run=args.dry_run, synth_only=args.synth_only,
+                    place_only=args.place_only, program=args.program,
                     log=lambda text: print(text, file=sys.stderr, flush=True))
     except (BuildError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -256,7 +264,16 @@ def cmd_build(args):
             print(f"              from {p['start']}")
             print(f"              to   {p['end']}")
     routing = rep.get("routing", {})
-    if routing.get("stopped"):
+    if "placement" in rep:
+        _print_use(rep)
+        for clock, f in rep["placement"]["fmax"].items():
+            print(f"  clock {clock:<10} {f['estimated_mhz']:.1f} MHz estimated after placement, "
+                  f"{f['constraint_mhz']:.1f} MHz required")
+        print("  worst paths      (estimated from the placement, one per pair of blocks)")
+        _print_paths(rep["placement"]["worst_paths"])
+        _print_blocks(rep)
+        print("  bitstream        none: placement only (--place-only)")
+    elif routing.get("stopped"):
         print(f"  routing          NOT CONVERGED: router2 stopped at pass {routing['passes']} with "
               f"{routing['overused']:,} overused wires, its lowest {routing['lowest_overused']:,} "
               f"at pass {routing['lowest_at_pass']} "
@@ -268,32 +285,44 @@ def cmd_build(args):
     elif not (args.dry_run or args.synth_only):
         if routing:
             print(f"  routing          converged at router2's pass {routing['passes']}")
-        for key, label in (("luts", "LUTs"), ("ffs", "flip-flops"), ("lutram", "LUT RAM"),
-                           ("block_ram", "block RAM"), ("dsp", "DSP")):
-            u = rep[key]
-            share = f" ({100 * u['used'] / u['available']:.1f}%)" if u["available"] else ""
-            print(f"  {label:<16} {u['used']:,} of {u['available']:,}{share}")
+        _print_use(rep)
         for clock, f in rep["fmax"].items():
             print(f"  clock {clock:<10} {f['achieved_mhz']:.1f} MHz reached, {f['constraint_mhz']:.1f} "
                   f"MHz required: {'met' if f['met'] else 'NOT MET'}")
         print("  worst paths      (nextpnr's critical path of each pair of clock edges)")
-        for p in rep["worst_paths"]:
-            print(f"    {p['delay_ns']:6.1f} ns ({p['logic_ns']:.1f} logic, {p['routing_ns']:.1f} "
-                  f"routing, {p['levels']} cells): {p['start_block']} -> {p['end_block']}")
-            print(f"              from {p['start']}")
-            print(f"              to   {p['end']}")
-        print("  by block         LUTs      FFs  LUT RAM  block RAM")
-        for blk in rep["blocks"][:BLOCKS_SHOWN]:
-            print(f"    {blk['block']:<36} {blk['luts']:>7,} {blk['ffs']:>7,} {blk['lutram']:>7,} "
-                  f"{blk['block_ram']:>7,}")
-        if len(rep["blocks"]) > BLOCKS_SHOWN:
-            print(f"    ... {len(rep['blocks']) - BLOCKS_SHOWN} smaller blocks (all in the JSON)")
+        _print_paths(rep["worst_paths"])
+        _print_blocks(rep)
         print(f"  bitstream        {rep['bitstream'] or 'none: the clock was not met'}")
     if "seconds" in rep:
         print("  time             " + ", ".join(f"{k} {v:.0f} s" for k, v in rep["seconds"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(rep, indent=2))
         print(f"  JSON             {args.json}")
-    if not args.dry_run and not args.synth_only and rep["bitstream"] is None:
+    if not (args.dry_run or args.synth_only or args.place_only) and rep["bitstream"] is None:
         return 1
     return 0
+
+
+def _print_use(rep):
+    for key, label in (("luts", "LUTs"), ("ffs", "flip-flops"), ("lutram", "LUT RAM"),
+                       ("block_ram", "block RAM"), ("dsp", "DSP")):
+        u = rep[key]
+        share = f" ({100 * u['used'] / u['available']:.1f}%)" if u["available"] else ""
+        print(f"  {label:<16} {u['used']:,} of {u['available']:,}{share}")
+
+
+def _print_paths(paths):
+    for p in paths:
+        print(f"    {p['delay_ns']:6.1f} ns ({p['logic_ns']:.1f} logic, {p['routing_ns']:.1f} "
+              f"routing, {p['levels']} cells): {p['start_block']} -> {p['end_block']}")
+        print(f"              from {p['start']}")
+        print(f"              to   {p['end']}")
+
+
+def _print_blocks(rep):
+    print("  by block         LUTs      FFs  LUT RAM  block RAM")
+    for blk in rep["blocks"][:BLOCKS_SHOWN]:
+        print(f"    {blk['block']:<36} {blk['luts']:>7,} {blk['ffs']:>7,} {blk['lutram']:>7,} "
+              f"{blk['block_ram']:>7,}")
+    if len(rep["blocks"]) > BLOCKS_SHOWN:
+        print(f"    ... {len(rep['blocks']) - BLOCKS_SHOWN} smaller blocks (all in the JSON)")
