@@ -208,15 +208,9 @@ class Device(wiring.Component):
         wiring.connect(m, dispatch.lookup, lookup.desc)
         wiring.connect(m, dispatch.update, update.desc)
         wiring.connect(m, dispatch.ckpt, ckpt.desc)
-        for name, engine in (("lookup", lookup), ("update", update), ("ckpt", ckpt)):
-            done = engine.done
-            if cfg.register_slices:
-                # An engine's completion reaches the dispatcher from a register,
-                # and the dispatcher's ``ready`` the engine from one: the engine's
-                # state and the dispatcher's and the control window's are two
-                # paths (a completion every other cycle at most, one per batch).
-                done = through_slice(m, f"{name}_done_slice", done, cut_ready=True)
-            wiring.connect(m, done, getattr(dispatch, f"{name}_done"))
+        wiring.connect(m, lookup.done, dispatch.lookup_done)
+        wiring.connect(m, update.done, dispatch.update_done)
+        wiring.connect(m, ckpt.done, dispatch.ckpt_done)
         wiring.connect(m, dispatch.done, control.done)
         m.d.comb += [
             control.counter(Reg.LOOKUP_LOG_HOLDS).eq(lookup.log_holds),

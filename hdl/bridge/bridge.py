@@ -269,13 +269,10 @@ class HostBridge(wiring.Component):
             with m.State("MEM_ANSWER"):
                 drs, ndr = self.cxl_mem.s2m_drs, self.cxl_mem.s2m_ndr
 
-                # The line is taken in every cycle of the state, so that its 512
-                # enables are the state's flip-flop: the last cycle's is the answer.
-                m.d.sync += mem_line.eq(drs.payload.data)
-
                 def body():
                     m.d.comb += [drs.ready.eq(1), ndr.ready.eq(1)]
                     with m.If(drs.valid):
+                        m.d.sync += mem_line.eq(drs.payload.data)
                         respond(Mux(drs.payload.poison, Status.MEM_ERROR, Status.OK),
                                 rsp_len[cmd[:4]], Source.MEM)
                     with m.Elif(ndr.valid):
@@ -298,8 +295,8 @@ class HostBridge(wiring.Component):
                         m.next = "HOST_ANSWER"
 
             with m.State("HOST_ANSWER"):
-                m.d.sync += host_line.eq(self.host.rdata)      # as ``mem_line`` above
                 with m.If(self.host.rvalid):
+                    m.d.sync += host_line.eq(self.host.rdata)
                     respond(Status.OK, RSP_LEN[Command.HOST_READ], Source.HOST)
 
             # The response: sync, status, rlen bytes of the source (LSB first), CRC.

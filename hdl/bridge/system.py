@@ -8,7 +8,6 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.bridge_protocol import POWER_FAIL_CYCLES
 from trainingcxl.spec.host_layout import HostLayout
-from ..common.register_slice import a_cycle_later
 from ..sdram.controller import SdramController
 from ..sdram.pads import SdramPadsSignature
 from ..top import Device
@@ -143,9 +142,7 @@ class BoardSystem(wiring.Component):
             m.d.comb += press.eq(button)
         button_timer = Signal(range(POWER_FAIL_CYCLES + 1))
         button_fails = Signal(16)
-        # A cycle later, from a register: the debounce compare sits by the
-        # button's pin, the power-failure timer by the device.
-        with m.If(a_cycle_later(m, press, "press_q")):
+        with m.If(press):
             m.d.sync += [button_timer.eq(POWER_FAIL_CYCLES), button_fails.eq(button_fails + 1)]
         with m.Elif(button_timer != 0):
             m.d.sync += button_timer.eq(button_timer - 1)
@@ -176,9 +173,7 @@ class BoardSystem(wiring.Component):
         heartbeat = Signal(self._stretch_bits + 4)
         m.d.sync += heartbeat.eq(heartbeat + 1)
         state = device.state
-        # From a register: the state bits are the ends of the engines' decisions,
-        # and the LEDs reach the pins and the bridge's status across the chip.
-        m.d.sync += self.leds.eq(Cat(
+        m.d.comb += self.leds.eq(Cat(
             stretched(state.busy), state.logging, stretched(state.recovering), state.unrecovered,
             state.error, failed, stretched(rx.data.valid | tx.data.valid), heartbeat[-1]))
         return m

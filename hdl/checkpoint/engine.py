@@ -10,7 +10,6 @@ from trainingcxl.spec.config import GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_H
 from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, UNDO, UNDO_GROUP
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LineOp, LinePortSignature
-from ..common.register_slice import a_cycle_later
 from ..cxl.messages import ADDR_BITS
 from .crc import CRC_INIT, CRC_XOR, crc_part
 from .layouts import CSUM, group_layout, header_layout, sealed_header
@@ -737,8 +736,5 @@ class CheckpointEngine(wiring.Component):
                 with m.If(self.done.ready):
                     m.next = "IDLE"
 
-        # Counted a cycle late, from a register: ``recovering`` is the end of the
-        # state machine's decisions, the count's carry chain would follow it.
-        m.d.sync += self.recover_cycles.eq(self.recover_cycles
-                                           + a_cycle_later(m, recovering, "recovering_q"))
+        m.d.sync += self.recover_cycles.eq(self.recover_cycles + recovering)
         return m

@@ -94,24 +94,11 @@ class CacheAgent(wiring.Component):
             client = on_entry(m, requests, merge.index)
 
         busy = Signal(q)
-        pick = Signal(range(q))
-        any_free = Signal()
-        for k in reversed(range(q)):
-            with m.If(~busy[k]):
-                m.d.comb += [pick.eq(k), any_free.eq(1)]
         free_id = Signal(range(q))
         have_free = Signal()
-        if self._config.register_slices:
-            # On a board the free CQID comes from registers, picked from ``busy``
-            # a cycle before: the priority pick and the writes it steers (the
-            # CQID's record, its age, its busy bit) are two paths. A CQID freed
-            # meanwhile waits a cycle; none is taken in the cycle after a take,
-            # which the pick has not seen yet.
-            took = Signal()
-            m.d.sync += [free_id.eq(pick), have_free.eq(any_free)]
-        else:
-            took = C(0)
-            m.d.comb += [free_id.eq(pick), have_free.eq(any_free)]
+        for k in reversed(range(q)):
+            with m.If(~busy[k]):
+                m.d.comb += [free_id.eq(k), have_free.eq(1)]
 
         info_layout = data.StructLayout({"client": client_bits, "tag": self._tag_bits, "write": 1})
         info = Array(Signal(info_layout, name=f"info{k}") for k in range(q))
@@ -123,12 +110,9 @@ class CacheAgent(wiring.Component):
         out_valid = Signal()
         out = Signal.like(cache.d2h_req.payload)
         can_load = ~out_valid | cache.d2h_req.ready
-        usable = have_free & ~took
-        take = requests.valid & usable & can_load
-        if self._config.register_slices:
-            m.d.sync += took.eq(take)
+        take = requests.valid & have_free & can_load
         m.d.comb += [
-            requests.ready.eq(usable & can_load),
+            requests.ready.eq(have_free & can_load),
             cache.d2h_req.valid.eq(out_valid),
             cache.d2h_req.payload.eq(out),
             wbuf_w.addr.eq(free_id),

@@ -103,12 +103,10 @@ class CxlMemTarget(wiring.Component):
 
     def _to_host(self, m, name, responses):
         """``responses`` on their way to the host: on a board through a register
-        slice that cuts ``ready`` too, so that PMEM's read path and the host's do
-        not meet (the host bridge, behind a UART, takes a response in many
-        cycles: the slice's half rate costs it nothing)."""
+        slice, so that PMEM's read path and the host's do not meet."""
         if not self._config.register_slices:
             return responses
-        return through_slice(m, f"{name}_slice", responses, cut_ready=True)
+        return through_slice(m, f"{name}_slice", responses)
 
     def elaborate(self, platform):
         m = Module()
@@ -254,19 +252,14 @@ class CxlMemTarget(wiring.Component):
         m.d.comb += [self.last_error.eq(self.log[0].kind), self.last_error_addr.eq(self.log[0].addr),
                      self.last_error_tag.eq(self.log[0].tag)]
 
-        # DRS: PMEM read data or poisoned refusals. On a board the read data
-        # enters through a slice that cuts ``ready``: the merge's choice does not
-        # run back into the PMEM controller's read path, across the chip.
-        rdata = wiring.flipped(self.pmem.rdata)
-        if cfg.register_slices:
-            rdata = through_slice(m, "rdata_slice", rdata, cut_ready=True)
+        # DRS: PMEM read data or poisoned refusals.
         m.submodules.drs = drs = StreamMerge(cxl.s2m_drs.payload.shape(), 2)
         m.d.comb += [
-            drs.i0.valid.eq(rdata.valid), rdata.ready.eq(drs.i0.ready),
+            drs.i0.valid.eq(self.pmem.rdata.valid), self.pmem.rdata.ready.eq(drs.i0.ready),
             drs.i0.payload.opcode.eq(S2MDrsOpcode.MemData),
-            drs.i0.payload.tag.eq(rdata.payload.tag),
-            drs.i0.payload.data.eq(rdata.payload.data),
-            drs.i0.payload.poison.eq(rdata.payload.err),
+            drs.i0.payload.tag.eq(self.pmem.rdata.payload.tag),
+            drs.i0.payload.data.eq(self.pmem.rdata.payload.data),
+            drs.i0.payload.poison.eq(self.pmem.rdata.payload.err),
             drs.i1.valid.eq(now_drs.r_rdy), now_drs.r_en.eq(drs.i1.ready),
             drs.i1.payload.opcode.eq(S2MDrsOpcode.MemData),
             drs.i1.payload.tag.eq(now_drs.r_data),

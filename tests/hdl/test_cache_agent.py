@@ -99,8 +99,7 @@ def test_unanswered_requests_time_out_and_late_answers_are_dropped(registered):
 @pytest.mark.parametrize("registered", [False, True])
 def test_requests_in_flight_hold_distinct_cqids(registered):
     # Requests from both ports at once, the host answering none: every D2H
-    # request names a CQID of its own until they run out (on a board the free
-    # CQID is picked a cycle early, and a pick must not repeat one just taken).
+    # request names a CQID of its own until they run out.
     cfg = PRESETS["tiny"].replace(register_slices=registered)
     dut = CacheAgent(cfg, n_ports=2, tag_bits=4)
 
