@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .netlist import BLOCK_DEPTH, block_of, logic_levels, utilisation_by_block
+from .netlist import BLOCK_DEPTH, block_of, logic_levels, path_record, utilisation_by_block
 from .placement import estimated_paths, placement_fmax, read_sdf
 from .routing import HEATMAP, place_and_route
 from .targets import board as find_board
@@ -146,12 +146,9 @@ def worst_paths(report, count=3):
         routing = sum(s["delay"] for s in steps if s.get("type") == "routing")
         total = sum(s["delay"] for s in steps)
         start, end = steps[0]["from"]["cell"], steps[-1]["to"]["cell"]
+        levels = sum(1 for s in steps if s.get("type") == "logic")
         paths.append({"from_clock": p.get("from"), "to_clock": p.get("to"),
-                      "start": start, "end": end,
-                      "start_block": block_of(start), "end_block": block_of(end),
-                      "delay_ns": round(total, 2), "logic_ns": round(total - routing, 2),
-                      "routing_ns": round(routing, 2),
-                      "levels": sum(1 for s in steps if s.get("type") == "logic")})
+                      **path_record(start, end, total, routing, levels)})
     return sorted(paths, key=lambda q: -q["delay_ns"])[:count]
 
 

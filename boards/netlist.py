@@ -9,7 +9,7 @@ minutes, place and route of the 85F a quarter of an hour.
 
 from collections import Counter
 
-__all__ = ["BLOCK_DEPTH", "block_of", "utilisation_by_block", "logic_levels"]
+__all__ = ["BLOCK_DEPTH", "block_of", "path_record", "utilisation_by_block", "logic_levels"]
 
 
 def _top(netlist):
@@ -37,6 +37,14 @@ def block_of(cell_name, depth=BLOCK_DEPTH):
         if not out or out[-1] != p:
             out.append(p)
     return ".".join(out[:depth]) or "(top)"
+
+
+def path_record(start, end, delay_ns, routing_ns, levels):
+    """A path of a build's report: start and end cell, their blocks, the delay and how
+    much of it is logic and routing, and the cells it passes."""
+    return {"start": start, "end": end, "start_block": block_of(start), "end_block": block_of(end),
+            "delay_ns": round(delay_ns, 2), "logic_ns": round(delay_ns - routing_ns, 2),
+            "routing_ns": round(routing_ns, 2), "levels": levels}
 
 
 def utilisation_by_block(netlist, depth=BLOCK_DEPTH):

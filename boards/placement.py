@@ -12,7 +12,7 @@ hour before a routed build would name them.
 import re
 from collections import defaultdict
 
-from .netlist import block_of
+from .netlist import block_of, path_record
 
 __all__ = ["read_sdf", "estimated_paths", "placement_fmax"]
 
@@ -121,10 +121,7 @@ def estimated_paths(g, count=3):
         if key in seen:
             continue
         seen.add(key)
-        paths.append({"start": start_cell, "end": end_cell,
-                      "start_block": key[0], "end_block": key[1],
-                      "delay_ns": round(delay, 2), "logic_ns": round(delay - routing, 2),
-                      "routing_ns": round(routing, 2), "levels": cells})
+        paths.append(path_record(start_cell, end_cell, delay, routing, cells))
         if len(paths) == count:
             break
     return paths

@@ -207,12 +207,13 @@ def add_build_command(sub):
     sp.add_argument("--json", metavar="OUT", help="write the report as JSON to OUT")
     sp.add_argument("--dry-run", action="store_true",
                     help="write the build files and print the plan; run no tool")
-    sp.add_argument("--synth-only", action="store_true",
-                    help="stop after synthesis (what CI checks; no bitstream)")
-    sp.add_argument("--place-only", action="store_true",
-                    help="stop after placement (a third of a build): nextpnr's estimate of the "
-                         "clock and the worst paths through the placed design, from its SDF "
-                         "(nextpnr names critical paths only once routed); no bitstream")
+    stop = sp.add_mutually_exclusive_group()
+    stop.add_argument("--synth-only", action="store_true",
+                      help="stop after synthesis (what CI checks; no bitstream)")
+    stop.add_argument("--place-only", action="store_true",
+                      help="stop after placement (a third of a build): nextpnr's estimate of the "
+                           "clock and the worst paths through the placed design, from its SDF "
+                           "(nextpnr names critical paths only once routed); no bitstream")
     sp.add_argument("--seed", type=int, default=None,
                     help="nextpnr placement seed (default: the board's, see the table in docs/boards.md)")
     sp.add_argument("--baud", type=int, default=None,
@@ -234,9 +235,6 @@ BLOCKS_SHOWN = 14
 def cmd_build(args):
     from trainingcxl.boards.build import BuildError, build
     out = Path(args.out or Path("build") / args.board)
-    if args.synth_only and args.place_only:
-        print("error: --synth-only and --place-only: choose one", file=sys.stderr)
-        return 2
     try:
         rep = build(args.board, out, baud=args.baud, seed=args.seed, clock_mhz=args.clock_mhz,
                     dry_run=args.dry_run, synth_only=args.synth_only,
