@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from .netlist import BLOCK_DEPTH, block_of, logic_levels, path_record, utilisation_by_block
+from .netlist import (BLOCK_DEPTH, block_of, logic_levels, path_record, utilisation_by_block,
+                      with_settings)
 from .placement import estimated_paths, placement_fmax, read_sdf
 from .routing import HEATMAP, place_and_route
 from .targets import board as find_board
@@ -173,12 +174,13 @@ def _synthesis_stat(out_dir, name):
     return json.loads(text[text.index("{"):])
 
 
-def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None,
+def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None, settings=None,
           dry_run=False, synth_only=False, place_only=False, program=False, log=print):
     """Build ``board``'s bitstream in ``out_dir``; returns the report (a dict).
 
     ``clock_mhz`` overrides the board's system clock (a PLL makes it from the
-    oscillator); ``dry_run`` writes the build files and returns the plan
+    oscillator); ``settings`` (name -> value) add to or override the board's
+    nextpnr settings; ``dry_run`` writes the build files and returns the plan
     without running a tool; ``synth_only`` stops after synthesis;
     ``place_only`` after placement, with nextpnr's estimate of the clock and
     the worst paths through the placed design (:mod:`.placement`) in
@@ -188,6 +190,7 @@ def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None,
     b = find_board(board) if isinstance(board, str) else board
     if clock_mhz is not None:
         b = dataclasses.replace(b, clock_mhz=clock_mhz)
+    settings = {**dict(b.nextpnr_settings), **(settings or {})}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name, commands = prepare(b, out_dir, baud=baud, seed=seed, place_only=place_only)
@@ -196,6 +199,7 @@ def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None,
         "board": b.name, "device": platform.device, "package": platform.package,
         "preset": b.preset, "baud": baud or b.baud, "seed": b.seed if seed is None else seed,
         "placer": b.placer, "nextpnr_opts": list(b.nextpnr_opts),
+        "nextpnr_settings": settings,
         "clock_mhz": b.clock_mhz or platform.default_clk_frequency / 1e6,
         "build_dir": str(out_dir), "plan": [{"stage": s, "command": a} for s, a in commands],
     }
@@ -242,8 +246,11 @@ def build(board, out_dir, *, baud=None, seed=None, clock_mhz=None,
                 # nextpnr would refuse the netlist a quarter of an hour later.
                 raise BuildError(f"synthesis of {b.name} left a broken netlist (Yosys's check, "
                                  f"{out_dir / (name + '.rpt')}):\n" + "\n".join(problems))
-            result["logic_levels"] = logic_levels(
-                json.loads((out_dir / f"{name}.json").read_text()))
+            netlist_path = out_dir / f"{name}.json"
+            netlist = json.loads(netlist_path.read_text())
+            result["logic_levels"] = logic_levels(netlist)
+            if settings:
+                netlist_path.write_text(json.dumps(with_settings(netlist, settings)))
     if place_only:
         report = json.loads((out_dir / f"{name}.report.json").read_text())
         result.update(parse_report(report, _synthesis_stat(out_dir, name)))

@@ -9,12 +9,21 @@ minutes, place and route of the 85F a quarter of an hour.
 
 from collections import Counter
 
-__all__ = ["BLOCK_DEPTH", "block_of", "path_record", "utilisation_by_block", "logic_levels"]
+__all__ = ["BLOCK_DEPTH", "block_of", "path_record", "utilisation_by_block", "logic_levels",
+           "with_settings"]
 
 
 def _top(netlist):
     return next((m for m in netlist["modules"].values() if m.get("attributes", {}).get("top")),
                 None) or next(iter(netlist["modules"].values()))
+
+
+def with_settings(netlist, settings):
+    """``netlist`` with nextpnr ``settings`` (name -> value) in its top module, where
+    nextpnr reads its settings from: the tuning that has no command-line option (router2's
+    congestion weights and bounding box margins, ``common/route/router2.cc``)."""
+    _top(netlist).setdefault("settings", {}).update({k: str(v) for k, v in settings.items()})
+    return netlist
 
 
 #: What each ECP5 cell of the synthesized netlist takes: LUT4 sites (a carry

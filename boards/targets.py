@@ -20,6 +20,8 @@ class Board:
     ``placer`` nextpnr's placer: ``"static"`` (electrostatic) spreads a large
     design so that it routes where the default ``"heap"`` leaves it congested;
     ``nextpnr_opts`` further nextpnr options (placer and router tuning);
+    ``nextpnr_settings`` nextpnr settings without an option, ``(name, value)``
+    pairs written into the netlist (router2's weights: ``boards/netlist.py``);
     ``clock_mhz`` the system clock, made by a PLL from the board's oscillator
     (``None``: the oscillator itself).
     """
@@ -32,6 +34,7 @@ class Board:
     seed: int = 1
     placer: str = "heap"
     nextpnr_opts: tuple = ()
+    nextpnr_settings: tuple = ()
     clock_mhz: float | None = None
 
     @property

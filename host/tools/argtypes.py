@@ -4,7 +4,7 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["nonneg", "positive", "fraction", "write_json", "save_figure", "add_set_option",
+__all__ = ["nonneg", "positive", "fraction", "name_value", "write_json", "save_figure", "add_set_option",
            "with_overrides"]
 
 
@@ -47,6 +47,14 @@ def fraction(text):
     if not 0 < v < 1:
         raise argparse.ArgumentTypeError(f"{v} must lie strictly between 0 and 1")
     return v
+
+
+def name_value(text):
+    """argparse type: ``NAME=VALUE``, as a pair of non-empty strings."""
+    name, eq, value = text.partition("=")
+    if not name or not eq or not value:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def write_json(path, record):

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from .argtypes import positive_float
+from .argtypes import name_value, positive_float
 
 __all__ = ["add_build_command", "add_target_options", "cmd_train_board"]
 
@@ -221,9 +221,15 @@ def add_build_command(sub):
     sp.add_argument("--clock-mhz", type=positive_float, default=None, metavar="MHZ",
                     help="system clock, made by a PLL from the 25 MHz oscillator (default: "
                          "the board's, see docs/boards.md)")
+    sp.add_argument("--nextpnr-setting", type=name_value, action="append", default=[],
+                    metavar="NAME=VALUE", dest="settings",
+                    help="a nextpnr setting that has no option, written into the netlist, e.g. "
+                         "router2/histCongWeight=4 (repeatable; adds to and overrides the "
+                         "board's, see docs/boards.md)")
     sp.add_argument("--program", action="store_true",
                     help="load the bitstream with openFPGALoader afterwards, if it is installed")
     sp.set_defaults(func=cmd_build)
+
 
 
 #: Deepest levels of the logic-level histogram the summary prints.
@@ -237,6 +243,7 @@ def cmd_build(args):
     out = Path(args.out or Path("build") / args.board)
     try:
         rep = build(args.board, out, baud=args.baud, seed=args.seed, clock_mhz=args.clock_mhz,
+                    settings=dict(args.settings),
                     dry_run=args.dry_run, synth_only=args.synth_only,
                     place_only=args.place_only, program=args.program,
                     log=lambda text: print(text, file=sys.stderr, flush=True))
@@ -245,6 +252,8 @@ def cmd_build(args):
         return 1
     print(f"trainingcxl build: {rep['board']} ({rep['device']}, {rep['package']}), preset "
           f"{rep['preset']}, {rep['clock_mhz']:g} MHz clock, UART {rep['baud']} baud")
+    if rep.get("nextpnr_settings"):
+        print("  nextpnr settings " + ", ".join(f"{k}={v}" for k, v in rep["nextpnr_settings"].items()))
     if args.dry_run:
         for step in rep["plan"]:
             print(f"  {step['stage']:<16}{' '.join(step['command'])}")

@@ -191,3 +191,32 @@ def test_build_summary_names_the_congested_blocks_of_a_stalled_router(monkeypatc
     out = capsys.readouterr().out
     assert "NOT CONVERGED" in out and "pass 190" in out and "39 at pass 88" in out
     assert "system.device.pmem.core" in out and "116" in out
+
+
+def test_nextpnr_settings_reach_the_top_module_from_the_command_line(monkeypatch, capsys):
+    """nextpnr reads settings without an option (router2's weights) from the netlist's top
+    module; ``--nextpnr-setting`` adds them to the board's."""
+    import trainingcxl.boards.build as build_module
+    from trainingcxl.host.cli import main
+    netlist = {"modules": {"leaf": {"attributes": {}},
+                           "top": {"attributes": {"top": "1"}, "settings": {"seed": "7"}}}}
+    with_settings = build_module.with_settings
+    got = with_settings(netlist, {"router2/histCongWeight": 4, "router2/bbMargin/x": "8"})
+    assert got["modules"]["top"]["settings"] == {
+        "seed": "7", "router2/histCongWeight": "4", "router2/bbMargin/x": "8"}
+    assert "settings" not in got["modules"]["leaf"]
+    seen = {}
+
+    def fake_build(*args, settings=None, **kwargs):
+        seen.update(settings)
+        return {"board": "ulx3s", "device": "LFE5U-85F", "package": "CABGA381", "preset": "ulx3s",
+                "clock_mhz": 50.0, "baud": 1_000_000, "nextpnr_settings": settings,
+                "plan": [], "build_dir": "x", "dry_run": True}
+    monkeypatch.setattr(build_module, "build", fake_build)
+    assert main(["build", "--board", "ulx3s", "--dry-run",
+                 "--nextpnr-setting", "router2/histCongWeight=4"]) == 0
+    assert seen == {"router2/histCongWeight": "4"}
+    assert "router2/histCongWeight=4" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as bad:
+        main(["build", "--board", "ulx3s", "--nextpnr-setting", "router2/histCongWeight"])
+    assert bad.value.code == 2
