@@ -760,23 +760,11 @@ class Config:
     @property
     def log_query_latency(self):
         """Cycles from the update engine's question whether the undo logger took a row to
-        the answer: 1; with :attr:`register_slices` 4, as the question, the word read
-        and the answer each pass a register (neither the update's checks nor its
-        decisions share a path with the stamp RAM, which spreads over the whole chip,
-        and its read multiplexer is a path of its own); 5 with a banked stamp RAM
-        (:attr:`stamp_bank_rows`), whose banks' words pass one more."""
-        return (5 if self.stamp_bank_rows else 4) if self.register_slices else 1
-
-    @property
-    def stamp_bank_rows(self):
-        """Rows of each bank of the undo logger's stamp RAM, or ``None`` for one RAM.
-        With :attr:`register_slices` and epoch stamps the RAM is banked, and each bank's
-        read word passes a register before the banks' multiplexer: on a board the RAM
-        spans dozens of block RAMs over the whole chip, and its read multiplexer, one
-        path from the block RAMs' select to the stamp check, was the longest routed path
-        (docs/boards.md). A bank of 16,384 rows is eight block RAMs of 2,048 9-bit words;
-        a read takes a cycle more, and so does :attr:`log_query_latency`."""
-        return 16384 if self.register_slices and self.stamp_bits is not None else None
+        the answer: 1, or 4 with :attr:`register_slices` (the question, the word read
+        and the answer each pass a register, so that neither the update's checks nor
+        its decisions share a path with the stamp RAM, which spreads over the whole
+        chip, and its read multiplexer is a path of its own)."""
+        return 4 if self.register_slices else 1
 
     @property
     def row_bits(self):

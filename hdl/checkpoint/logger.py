@@ -184,8 +184,7 @@ class UndoLogger(wiring.Component):
         m.submodules.stamps = stamps = RowStamps(depth=cfg.table_lines,
                                                  stamp_bits=cfg.stamp_bits,
                                                  registered=cfg.register_slices,
-                                                 query_latency=cfg.log_query_latency,
-                                                 bank_rows=cfg.stamp_bank_rows)
+                                                 query_latency=cfg.log_query_latency)
         sbits = len(stamps.peek_addr)
         m.d.comb += [
             stamps.gen.eq(self.gen), stamps.batch.eq(self.tap.batch),

@@ -32,12 +32,6 @@ class RowStamps(wiring.Component):
     and the answer registered). Stamps reach the RAM a cycle after they are asked for, from
     registers, and writes a read has not seen yet are forwarded to it.
 
-    With ``bank_rows`` (registered only) the RAM is banks of that many rows, and
-    each bank's word read passes a register before the banks' multiplexer: a
-    RAM of dozens of block RAMs then has no path from its select over the whole
-    chip. A read takes a cycle more: ``known`` a cycle later, and
-    ``query_latency`` 5.
-
     With ``stamp_bits`` None a stamp is the full generation and batch (48
     bits): it never needs clearing (the generation only grows, see
     :class:`~.logger.UndoLogger`). With ``stamp_bits`` = E a stamp is an
@@ -70,8 +64,7 @@ class RowStamps(wiring.Component):
         when peeked (answered from the cycle after the peek on).
     known : Out(1)
         ``need`` holds for the row peeked: always, or with ``registered`` (a
-        board's clock) from the second cycle after the peek on (the third with
-        ``bank_rows``).
+        board's clock) from the second cycle after the peek on.
     hold : Out(1)
         Stamping for (``gen``, ``batch``) must wait (clearing after reset, or
         the epoch cannot move on yet).
@@ -85,16 +78,10 @@ class RowStamps(wiring.Component):
 
     _HISTORY = 4
 
-    def __init__(self, *, depth, stamp_bits=None, registered=False, query_latency=1,
-                 bank_rows=None):
-        if bank_rows is not None and (not registered or bank_rows & (bank_rows - 1)):
-            raise ValueError(f"bank_rows must be a power of 2, and only registered, "
-                             f"not {bank_rows!r}")
-        if query_latency not in ((5,) if bank_rows else (1, 4)):
-            raise ValueError(f"query_latency must be {'5' if bank_rows else '1 or 4'}, "
-                             f"not {query_latency!r}")
+    def __init__(self, *, depth, stamp_bits=None, registered=False, query_latency=1):
+        if query_latency not in (1, 4):
+            raise ValueError(f"query_latency must be 1 or 4, not {query_latency!r}")
         self._depth = depth
-        self._bank_rows = bank_rows
         self._bits = stamp_bits
         self._registered = registered
         self._query_latency = query_latency
@@ -112,76 +99,61 @@ class RowStamps(wiring.Component):
         m = Module()
         width = 48 if self._bits is None else self._bits
         abits = len(self.peek_addr)
+        m.submodules.ram = self.ram = ram = Ram(shape=width, depth=self._depth)
+        rd = ram.read_port()
+        rq = ram.read_port()
+        wr = ram.write_port()
         # Writes are asked for (``req``) and reach the RAM a cycle later from
         # registers, and reads are always enabled: no RAM port depends on a word
         # read in the same cycle (a RAM this deep spreads over the whole chip).
         req = SimpleNamespace(en=Signal(), addr=Signal(abits), data=Signal(width))
-        wr = SimpleNamespace(en=Signal(), addr=Signal(abits), data=Signal(width))
         m.d.comb += [req.en.eq(self.write), req.addr.eq(self.write_addr)]
         m.d.sync += [wr.en.eq(req.en), wr.addr.eq(req.addr), wr.data.eq(req.data)]
-        rd_port, rq_port = self._ram(m, width, wr)
-        # Cycles from a read's address to its word: 1, or 2 with the banks' words
-        # registered.
-        latency = 2 if self._bank_rows else 1
-
-        def delayed(value, cycles, name):
-            for k in range(cycles):
-                value = a_cycle_later(m, value, f"{name}_{k}")
-            return value
 
         def forwarded(port, addr):
-            """The word read at ``addr`` ``latency`` cycles before, with the writes not
-            yet in the RAM then (the one reaching it, those asked for since) forwarded,
-            newest first."""
-            # Which of them, if any, is decided as the read is asked for and in the
-            # cycle after: the word read meets one multiplexer (the RAM's own read
-            # multiplexer, over many blocks, comes before it).
+            """The word read the cycle before at ``addr``, with the writes not yet in the
+            RAM then (the one reaching it, the one asked for) forwarded, newest first."""
+            # Which of them, if any, is decided as the read is asked for: the
+            # word read meets one multiplexer (the RAM's own read multiplexer,
+            # over many blocks, comes before it).
             hit = Signal()
             fwd = Signal(width)
             hit_new = req.en & (req.addr == addr)
+            m.d.comb += [port.addr.eq(addr), port.en.eq(1)]
             m.d.sync += [hit.eq(hit_new | (wr.en & (wr.addr == addr))),
                          fwd.eq(Mux(hit_new, req.data, wr.data))]
-            if latency == 2:
-                at = a_cycle_later(m, addr, "fwd_addr")
-                hit_new = req.en & (req.addr == at)
-                hit2, fwd2 = Signal(), Signal(width)
-                m.d.sync += [hit2.eq(hit_new | hit), fwd2.eq(Mux(hit_new, req.data, fwd))]
-                hit, fwd = hit2, fwd2
-            return Mux(hit, fwd, port(addr))
+            return Mux(hit, fwd, port.data)
 
         # The peeked row's word, kept while its request waits (the lookup stamps
-        # that row only as the request leaves). Registered, it is known
-        # ``latency`` cycles later, and the RAM's read path ends at a register.
+        # that row only as the request leaves). Registered, it is known a cycle
+        # later, and the RAM's read path ends at a register.
         fresh = Signal()
         held = Signal(width)
         m.d.sync += fresh.eq(self.peek)
-        arrived = delayed(fresh, latency - 1, "fresh")
-        read = forwarded(rd_port, self.peek_addr)
-        with m.If(arrived):
+        read = forwarded(rd, self.peek_addr)
+        with m.If(fresh):
             m.d.sync += held.eq(read)
         # Registered, no row is stamped while its own word is on its way (it cannot
         # leave the stage before ``known``).
         word = held if self._registered else Mux(fresh, read, held)
-        m.d.comb += self.known.eq(~(fresh | arrived) if self._registered else 1)
+        m.d.comb += self.known.eq(~fresh if self._registered else 1)
 
-        # With a latency of 4 or 5 the question, the word read and the answer
-        # each pass a register: the stamp RAM's read multiplexer and the
-        # compares after it are two paths.
-        late = self._query_latency > 1
+        # With a latency of 4 the question, the word read and the answer each
+        # pass a register: the stamp RAM's read multiplexer and the compares
+        # after it are two paths.
+        late = self._query_latency == 4
 
         def later(value, name):
-            """``value`` at the word read: as it is, or, when the word read is
-            registered, ``latency`` cycles later."""
-            return delayed(value, latency, name) if late else value
+            """``value``, a cycle later when the word read is registered."""
+            return a_cycle_later(m, value, name) if late else value
 
         def query_word(addr):
-            """The word the query port read at ``addr`` ``latency`` cycles before (a
-            cycle later still, registered, with the write asked for in between
-            forwarded)."""
-            word = forwarded(rq_port, addr)
+            """The word the query port read at ``addr`` the cycle before (a cycle
+            later still, registered, with the write asked for in between forwarded)."""
+            word = forwarded(rq, addr)
             if not late:
                 return word
-            at = delayed(addr, latency, "query_word_addr")
+            at = later(addr, "query_word_addr")
             settled = Signal(width, name="query_word")
             m.d.sync += settled.eq(Mux(req.en & (req.addr == at), req.data, word))
             return settled
@@ -208,40 +180,6 @@ class RowStamps(wiring.Component):
 
         self._epochs(m, req, word, query_word, later, query, hit)
         return m
-
-    def _ram(self, m, width, wr):
-        """The stamp RAM, written from ``wr``: one RAM, or banks of ``bank_rows`` whose
-        read words are registered before one multiplexer picks the bank's. Returns two
-        read ports, each a function from an address to the word read there."""
-        rows = self._bank_rows or self._depth
-        self._rams = rams = [Ram(shape=width, depth=min(rows, self._depth - base))
-                             for base in range(0, self._depth, rows)]
-        banked = self._bank_rows is not None
-        for k, ram in enumerate(rams):
-            m.submodules[f"bank{k}" if banked else "ram"] = ram
-        low = (rows - 1).bit_length() if banked else len(wr.addr)
-        for k, ram in enumerate(rams):
-            port = ram.write_port()
-            m.d.comb += [port.en.eq(wr.en & (wr.addr[low:] == k if banked else 1)),
-                         port.addr.eq(wr.addr[:low]), port.data.eq(wr.data)]
-
-        def read_port():
-            ports = [ram.read_port() for ram in rams]
-
-            def read(addr):
-                m.d.comb += [x for p in ports for x in (p.addr.eq(addr[:low]), p.en.eq(1))]
-                if not banked:
-                    return ports[0].data
-                words = [a_cycle_later(m, p.data, f"bank{k}_word") for k, p in enumerate(ports)]
-                bank = a_cycle_later(m, a_cycle_later(m, addr[low:], "bank_read"), "bank_word")
-                return Array(words)[bank]
-            return read
-        return read_port(), read_port()
-
-    def stored(self, row):
-        """The stamp stored for ``row`` (for Amaranth's simulator: ``ctx.get``)."""
-        rows = self._bank_rows or self._depth
-        return self._rams[row // rows].data[row % rows]
 
     def _epochs(self, m, req, word, query_word, later, query, hit):
         bits = self._bits

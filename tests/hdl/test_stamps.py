@@ -16,13 +16,11 @@ DEPTH = 24
 
 
 class Harness(wiring.Component):
-    def __init__(self, stamp_bits, registered, banked=False):
+    def __init__(self, stamp_bits, registered):
         # Registered as on a board: the peek's answer a cycle later, queries answered
-        # four cycles after (``Config.log_query_latency``); banked, a cycle later
-        # still, from banks of 8 rows (3 banks).
+        # four cycles after (``Config.log_query_latency``).
         self.stamps = RowStamps(depth=DEPTH, stamp_bits=stamp_bits, registered=registered,
-                                query_latency=latency_of(registered, banked),
-                                bank_rows=8 if banked else None)
+                                query_latency=4 if registered else 1)
         self.reset = Signal()
         super().__init__({})
 
@@ -32,22 +30,16 @@ class Harness(wiring.Component):
         return m
 
 
-def latency_of(registered, banked):
-    return (5 if banked else 4) if registered else 1
-
-
 def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, hot=0.0,
-        query_rate=0.3, registered=False, banked=False):
+        query_rate=0.3, registered=False):
     """Random peeks, stamps and queries (a share ``hot`` of the peeks at four rows, so
     that the others keep old stamps long); returns epoch moves and cycles held. With
     ``registered`` a peeked row waits a cycle for its answer, as the lookup does, and a
     query is answered four cycles after it is asked, for the stamps as they are two
     cycles after it was asked (the question passes a register first, and the word read
-    another). ``banked``: the RAM in banks whose words read are registered, a cycle
-    more for each answer."""
-    latency = latency_of(registered, banked)
-    unknown = (2 if banked else 1) if registered else 0   # cycles a peek's answer waits
-    dut = Harness(stamp_bits, registered, banked)
+    another)."""
+    latency = 4 if registered else 1
+    dut = Harness(stamp_bits, registered)
     st = dut.stamps
     rng = random.Random(seed)
     stats = {"moves": 0, "held": 0}
@@ -62,7 +54,7 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
         peeked = None
         pending = []                # queries: [answered at, judged at, addr, batch, hit]
         last_write = None
-        waits = 0
+        waited = True
 
         def judge(cycle):
             for q in pending:
@@ -72,30 +64,17 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
                         hit = hit and (gen, q[3]) in keys[-4:]
                     q[4] = hit
 
-        def ask(cycle):
-            """Maybe a query (the update engine asks whatever the lookup does)."""
-            if rng.random() < query_rate and keys:
-                queried = [cycle + latency, cycle + max(0, latency - 2), rng.randrange(DEPTH),
-                           rng.choice([b for _, b in keys[-6:]]), None]
-                ctx.set(st.query, 1)
-                ctx.set(st.query_addr, queried[2])
-                ctx.set(st.query_batch, queried[3])
-                pending.append(queried)
-                judge(cycle)
-            else:
-                ctx.set(st.query, 0)
-
         for cycle in range(cycles):
             # Answers to the queries asked ``latency`` cycles before.
             for q in [q for q in pending if q[0] == cycle]:
                 assert ctx.get(st.query_hit) == q[4], (cycle, q, ref.get(q[2]))
                 pending.remove(q)
-            if peeked is not None and waits:
-                # The registered check: not known the cycle(s) after the peek.
+            if peeked is not None and not waited:
+                # The registered check: not known the cycle after the peek.
                 assert not ctx.get(st.known)
-                waits -= 1
+                waited = True
                 ctx.set(st.peek, 0)
-                ask(cycle)
+                ctx.set(st.query, 0)
                 judge(cycle)
                 await ctx.tick()
                 continue
@@ -121,9 +100,18 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
             if rng.random() < 0.8:
                 peeked = rng.randrange(4 if rng.random() < hot else DEPTH)
             ctx.set(st.peek, peeked is not None)
-            waits = unknown if peeked is not None else 0
+            waited = not registered or peeked is None
             ctx.set(st.peek_addr, peeked or 0)
-            ask(cycle)
+            if rng.random() < query_rate and keys:
+                queried = [cycle + latency, cycle + latency // 2, rng.randrange(DEPTH),
+                           rng.choice([b for _, b in keys[-6:]]), None]
+                ctx.set(st.query, 1)
+                ctx.set(st.query_addr, queried[2])
+                ctx.set(st.query_batch, queried[3])
+                pending.append(queried)
+                judge(cycle)
+            else:
+                ctx.set(st.query, 0)
             await ctx.tick()
             ctx.set(st.write, 0)
             if stamp_bits is not None and last_write is not None:
@@ -131,9 +119,9 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
                 # holding the epoch written then is one that (generation, batch)
                 # stamped: no old stamp has come round to it.
                 row0, key0, ref0 = last_write
-                epoch = ctx.get(st.stored(row0))
+                epoch = ctx.get(st.ram.data[row0])
                 for row in range(DEPTH):
-                    if ctx.get(st.stored(row)) == epoch:
+                    if ctx.get(st.ram.data[row]) == epoch:
                         assert ref0.get(row) == key0, (cycle, row, epoch, ref0.get(row))
             last_write = (peeked_before, (gen, batch), dict(ref)) if write else None
             since += 1
@@ -163,22 +151,18 @@ def run(stamp_bits, cycles, *, seed=1, batch_every=(1, 40), reset_every=None, ho
     return stats
 
 
-@pytest.mark.parametrize("stamp_bits,registered,banked", [
-    (None, False, False), (6, False, False), (None, True, False), (6, True, False),
-    (6, True, True)])
-def test_stamps_say_which_rows_the_current_batch_stamped(stamp_bits, registered, banked):
-    stats = run(stamp_bits, 6000, batch_every=(1, 30), reset_every=1500, registered=registered,
-                banked=banked)
+@pytest.mark.parametrize("stamp_bits,registered", [(None, False), (6, False), (None, True),
+                                                   (6, True)])
+def test_stamps_say_which_rows_the_current_batch_stamped(stamp_bits, registered):
+    stats = run(stamp_bits, 6000, batch_every=(1, 30), reset_every=1500, registered=registered)
     # Epochs of 6 bits come round every 63 moves: many times here.
     assert stats["moves"] > 4 * 63 if stamp_bits else stats["moves"] > 0
 
 
-@pytest.mark.parametrize("banked", [False, True])
-def test_epochs_wait_for_the_scrubber_when_batches_outrun_it(banked):
+def test_epochs_wait_for_the_scrubber_when_batches_outrun_it():
     # A batch every cycle or two, and queries leave the scrubber a cycle in
     # four: the epoch would come round before a sweep of the RAM ends, so
     # stamping holds until the sweep catches up, and no answer is wrong.
     assert sweep_epochs(6) < 63 - SCRUB_AGE
-    stats = run(6, 6000, seed=3, batch_every=(1, 2), hot=0.95, query_rate=0.75,
-                registered=banked, banked=banked)
+    stats = run(6, 6000, seed=3, batch_every=(1, 2), hot=0.95, query_rate=0.75)
     assert stats["held"] > 0 and stats["moves"] > 2 * 63
