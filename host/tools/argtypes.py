@@ -4,8 +4,8 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["nonneg", "positive", "fraction", "name_value", "write_json", "save_figure", "add_set_option",
-           "with_overrides"]
+__all__ = ["nonneg", "positive", "fraction", "name_value", "write_json", "save_figure",
+           "add_set_option", "with_overrides"]
 
 
 def nonneg(text):
