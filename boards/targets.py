@@ -21,7 +21,8 @@ class Board:
     design so that it routes where the default ``"heap"`` leaves it congested;
     ``nextpnr_opts`` further nextpnr options (placer and router tuning);
     ``nextpnr_settings`` nextpnr settings without an option, ``(name, value)``
-    pairs written into the netlist (router2's weights: ``boards/netlist.py``);
+    pairs written into the netlist (router2's margins and weights:
+    ``boards/netlist.py``);
     ``clock_mhz`` the system clock, made by a PLL from the board's oscillator
     (``None``: the oscillator itself).
     """

@@ -231,7 +231,6 @@ def add_build_command(sub):
     sp.set_defaults(func=cmd_build)
 
 
-
 #: Deepest levels of the logic-level histogram the summary prints.
 LEVELS_SHOWN = 5
 #: Blocks of the utilisation report the summary prints (largest first).

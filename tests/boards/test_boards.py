@@ -197,10 +197,10 @@ def test_nextpnr_settings_reach_the_top_module_from_the_command_line(monkeypatch
     """nextpnr reads settings without an option (router2's weights) from the netlist's top
     module; ``--nextpnr-setting`` adds them to the board's."""
     import trainingcxl.boards.build as build_module
+    from trainingcxl.boards.netlist import with_settings
     from trainingcxl.host.cli import main
     netlist = {"modules": {"leaf": {"attributes": {}},
                            "top": {"attributes": {"top": "1"}, "settings": {"seed": "7"}}}}
-    with_settings = build_module.with_settings
     got = with_settings(netlist, {"router2/histCongWeight": 4, "router2/bbMargin/x": "8"})
     assert got["modules"]["top"]["settings"] == {
         "seed": "7", "router2/histCongWeight": "4", "router2/bbMargin/x": "8"}
