@@ -2,11 +2,14 @@
 and which blocks own the wires it cannot share out.
 
 router2 routes every net, then reroutes those on overused wires, pass after pass,
-until no wire is used twice; it has no limit of its own. On a congested design the
-count of overused wires falls, then turns and rises for hundreds of passes. A build
-therefore stops the router once the count has not reached a new low for
-:data:`STALL_PASSES` passes, and reports where the congestion is, from router2's
-own congestion report (``--router2-heatmap``), by block.
+until no wire is used twice; it has no limit of its own. With timing-driven ripup
+(the setting ``router/tmg_ripup``) it also reroutes the nets of connections that miss
+the clock, until none does (or up to its pass 1,500). On a congested design the
+count of what is left to resolve (overused wires, and connections missing the clock)
+falls, then turns and rises for hundreds of passes. A build therefore stops the
+router once the count has not reached a new low for :data:`STALL_PASSES` passes, and
+reports where the congestion is, from router2's own congestion report
+(``--router2-heatmap``), by block.
 """
 
 import re
@@ -20,11 +23,11 @@ from .netlist import BLOCK_DEPTH, block_of
 __all__ = ["STALL_PASSES", "NEAR_WIRES", "NEAR_STALL_PASSES", "HEATMAP", "router_passes",
            "stalled", "congestion_by_block", "place_and_route"]
 
-#: Passes without a new low of overused wires after which the router is stopped.
+#: Passes without a new low of what is left to resolve after which the router is stopped.
 #: A build of the 85F that converged (at pass 110) reached a new low at least every
 #: 15 passes; those that turned stayed above their lowest for 70 passes and more.
 STALL_PASSES = 100
-#: A router whose last pass left at most this many wires overused is near the end,
+#: A router whose last pass left at most this many wires and connections is near the end,
 #: and is stopped only after :data:`NEAR_STALL_PASSES` passes without a new low: a
 #: build of the 85F hovered between 2 and 19 for a hundred passes after pass 97.
 NEAR_WIRES = 50
@@ -35,23 +38,30 @@ HEATMAP = "congestion"
 #: Blocks the routing report names, most overused first.
 BLOCKS_REPORTED = 10
 
-_PASS = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
+_PASS = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+) .*?(?:tmgfail=(\d+) )?archfail=")
 _REPORT = re.compile(rf"{HEATMAP}_(\w+?)_(\d+)\.csv$")
 
 
 def router_passes(log):
-    """``[(pass, overused wires), ...]`` from the text of nextpnr's log."""
-    return [(int(p), int(o)) for p, o in _PASS.findall(log)]
+    """``[(pass, overused wires, connections missing the clock), ...]`` from the text of
+    nextpnr's log (the last 0 without timing-driven ripup)."""
+    return [(int(p), int(o), int(f or 0)) for p, o, f in _PASS.findall(log)]
+
+
+def _lowest(passes):
+    """``(pass, left)``: the first pass that left least to resolve, and how much."""
+    return min(((p, o + f) for p, o, f in passes), key=lambda p: (p[1], p[0]))
 
 
 def stalled(passes, patience=STALL_PASSES, near_patience=NEAR_STALL_PASSES):
     """Whether routing with these ``passes`` no longer converges: its lowest count of
-    overused wires (not zero) was reached ``patience`` passes or more ago, or
-    ``near_patience`` passes ago if the last pass left :data:`NEAR_WIRES` or fewer."""
+    overused wires and connections missing the clock (not zero) was reached
+    ``patience`` passes or more ago, or ``near_patience`` passes ago if the last pass
+    left :data:`NEAR_WIRES` or fewer."""
     if not passes:
         return False
-    best_pass, best = min(passes, key=lambda p: (p[1], p[0]))
-    near = passes[-1][1] <= NEAR_WIRES
+    best_pass, best = _lowest(passes)
+    near = sum(passes[-1][1:]) <= NEAR_WIRES
     return best > 0 and passes[-1][0] - best_pass >= (near_patience if near else patience)
 
 
@@ -98,9 +108,10 @@ def place_and_route(argv, out_dir, log_path, output_path, *, patience=STALL_PASS
     ``--router2-heatmap`` among its options; its output into ``output_path``), and stop
     it when its routing has stalled.
 
-    Returns ``(returncode, routing)``: ``routing`` says the passes, the overused wires at
-    the last and at the lowest, whether the router converged or was stopped, and the
-    blocks most overused at the last pass reported.
+    Returns ``(returncode, routing)``: ``routing`` says the passes, the overused wires
+    and connections missing the clock at the last pass, their sum at the lowest, whether
+    the router converged or was stopped, and the blocks most overused at the last pass
+    reported.
     """
     # An earlier build's reports in this folder would outrank this one's passes.
     _prune(out_dir, keep=0)
@@ -119,8 +130,9 @@ def place_and_route(argv, out_dir, log_path, output_path, *, patience=STALL_PASS
     routing = {"passes": passes[-1][0] if passes else 0, "stopped": stopped,
                "converged": not stopped and proc.returncode == 0}
     if passes:
-        best_pass, best = min(passes, key=lambda p: (p[1], p[0]))
-        routing.update(overused=passes[-1][1], lowest_overused=best, lowest_at_pass=best_pass)
+        best_pass, best = _lowest(passes)
+        routing.update(overused=passes[-1][1], failing=passes[-1][2], lowest_left=best,
+                       lowest_at_pass=best_pass)
     routing["congested_blocks"] = []
     if stopped and kept:
         # The report of the last pass may be half written: the one before is whole.

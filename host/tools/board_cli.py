@@ -280,9 +280,11 @@ def cmd_build(args):
         _print_blocks(rep)
         print("  bitstream        none: placement only (--place-only)")
     elif routing.get("stopped"):
+        failing = routing.get("failing", 0)
+        missing = f" and {failing:,} connections missing the clock" if failing else ""
         print(f"  routing          NOT CONVERGED: router2 stopped at pass {routing['passes']} with "
-              f"{routing['overused']:,} overused wires, its lowest {routing['lowest_overused']:,} "
-              f"at pass {routing['lowest_at_pass']} "
+              f"{routing['overused']:,} overused wires{missing}, its lowest "
+              f"{routing['lowest_left']:,} at pass {routing['lowest_at_pass']} "
               f"({routing['passes'] - routing['lowest_at_pass']} passes without a new low)")
         print("  congested blocks (overuse of the wires of their nets, at the last whole pass)")
         for c in routing["congested_blocks"]:

@@ -183,7 +183,7 @@ def test_build_summary_names_the_congested_blocks_of_a_stalled_router(monkeypatc
     report = {"board": "ulx3s", "device": "LFE5U-85F", "package": "CABGA381", "preset": "ulx3s",
               "clock_mhz": 25.0, "baud": 1_000_000, "bitstream": None,
               "routing": {"passes": 190, "stopped": True, "converged": False, "overused": 97,
-                          "lowest_overused": 39, "lowest_at_pass": 88,
+                          "failing": 0, "lowest_left": 39, "lowest_at_pass": 88,
                           "congested_blocks": [{"block": "system.device.pmem.core", "overuse": 116},
                                                {"block": "system.sdram", "overuse": 30}]}}
     monkeypatch.setattr(build_module, "build", lambda *a, **k: report)
