@@ -52,9 +52,10 @@ BOARDS = {
                    "board's SDRAM (tables of 50,000 + 50,000 rows, batches of 16)",
                    # 50 MHz from the PLL, placed and routed for timing, router2's
                    # bounding boxes 8 tiles wider than its nets' (nextpnr's default 3,
-                   # where it turns on this chip): 53.2 MHz at seed 4 with the gateware
-                   # of 1c4e928 (docs/boards.md, "The clock of the 85F", for the others).
-                   placer="static", clock_mhz=50, seed=4,
+                   # where it turns on this chip), and the nets of connections that
+                   # miss the clock rerouted until none does (``--tmg-ripup``): met at
+                   # seeds 3, 4 and 5 (docs/boards.md, "The clock of the 85F").
+                   placer="static", clock_mhz=50, seed=4, nextpnr_opts=("--tmg-ripup",),
                    nextpnr_settings=(("router2/bbMargin/x", 8), ("router2/bbMargin/y", 8))),
     "ulx3s-12f": Board("ulx3s-12f", ULX3S_12F_Platform, Ulx3sTop, "ulx3s-12f", 1_000_000,
                        "Radiona ULX3S, ECP5 LFE5U-12F: the pooling device (lookup engine, "

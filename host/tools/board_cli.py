@@ -251,6 +251,8 @@ def cmd_build(args):
         return 1
     print(f"trainingcxl build: {rep['board']} ({rep['device']}, {rep['package']}), preset "
           f"{rep['preset']}, {rep['clock_mhz']:g} MHz clock, UART {rep['baud']} baud")
+    if rep.get("nextpnr_opts"):
+        print("  nextpnr options  " + " ".join(rep["nextpnr_opts"]))
     if rep.get("nextpnr_settings"):
         print("  nextpnr settings " + ", ".join(f"{k}={v}" for k, v in rep["nextpnr_settings"].items()))
     if args.dry_run:

@@ -38,6 +38,8 @@ def test_build_plan_has_every_stage_and_the_clock_constraint(name, tmp_path):
     pnr = rep["plan"][1]["command"]
     assert pnr[pnr.index("--placer") + 1] == BOARDS[name].placer
     assert ("--no-tmdriv" in pnr) == ("--no-tmdriv" in BOARDS[name].nextpnr_opts)
+    # The board's own options (the 85F's --tmg-ripup, which its clock depends on).
+    assert all(opt in pnr for opt in BOARDS[name].nextpnr_opts)
     # State machines one-hot, and the start-up reset that brings them to their
     # first state (Yosys drops their initial values).
     assert 'fsm_encoding "\\"one-hot\\""' in next(tmp_path.glob("*.ys")).read_text()
