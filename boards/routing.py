@@ -48,9 +48,16 @@ def router_passes(log):
     return [(int(p), int(o), int(f or 0)) for p, o, f in _PASS.findall(log)]
 
 
+def _left(entry):
+    """What a pass of :func:`router_passes` left to resolve: wires and connections."""
+    _, overused, failing = entry
+    return overused + failing
+
+
 def _lowest(passes):
     """``(pass, left)``: the first pass that left least to resolve, and how much."""
-    return min(((p, o + f) for p, o, f in passes), key=lambda p: (p[1], p[0]))
+    best = min(passes, key=lambda entry: (_left(entry), entry[0]))
+    return best[0], _left(best)
 
 
 def stalled(passes, patience=STALL_PASSES, near_patience=NEAR_STALL_PASSES):
@@ -61,7 +68,7 @@ def stalled(passes, patience=STALL_PASSES, near_patience=NEAR_STALL_PASSES):
     if not passes:
         return False
     best_pass, best = _lowest(passes)
-    near = sum(passes[-1][1:]) <= NEAR_WIRES
+    near = _left(passes[-1]) <= NEAR_WIRES
     return best > 0 and passes[-1][0] - best_pass >= (near_patience if near else patience)
 
 

@@ -282,7 +282,7 @@ def cmd_build(args):
         _print_blocks(rep)
         print("  bitstream        none: placement only (--place-only)")
     elif routing.get("stopped"):
-        failing = routing.get("failing", 0)
+        failing = routing["failing"]
         missing = f" and {failing:,} connections missing the clock" if failing else ""
         print(f"  routing          NOT CONVERGED: router2 stopped at pass {routing['passes']} with "
               f"{routing['overused']:,} overused wires{missing}, its lowest "

@@ -185,13 +185,14 @@ def test_build_summary_names_the_congested_blocks_of_a_stalled_router(monkeypatc
     report = {"board": "ulx3s", "device": "LFE5U-85F", "package": "CABGA381", "preset": "ulx3s",
               "clock_mhz": 25.0, "baud": 1_000_000, "bitstream": None,
               "routing": {"passes": 190, "stopped": True, "converged": False, "overused": 97,
-                          "failing": 0, "lowest_left": 39, "lowest_at_pass": 88,
+                          "failing": 3, "lowest_left": 39, "lowest_at_pass": 88,
                           "congested_blocks": [{"block": "system.device.pmem.core", "overuse": 116},
                                                {"block": "system.sdram", "overuse": 30}]}}
     monkeypatch.setattr(build_module, "build", lambda *a, **k: report)
     assert main(["build", "--board", "ulx3s"]) == 1
     out = capsys.readouterr().out
     assert "NOT CONVERGED" in out and "pass 190" in out and "39 at pass 88" in out
+    assert "97 overused wires and 3 connections missing the clock" in out
     assert "system.device.pmem.core" in out and "116" in out
 
 
