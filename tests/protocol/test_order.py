@@ -1,0 +1,102 @@
+"""The order of a batch's operations, over the fake device (seconds, no simulator).
+
+docs/design.md, "Checkpoint protocol"; docs/relaxed-lookup.md, "Rules the host keeps".
+"""
+
+import numpy as np
+import pytest
+
+from trainingcxl.host.protocol.systems import SYSTEMS
+
+BATCHES = 6
+#: The systems whose device engines pool, update, log and commit.
+ENGINES = [name for name, s in SYSTEMS.items() if s.engines]
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_each_update_is_logged_before_and_committed_after(fake_training, name):
+    """Write-ahead and commit order: batch b's update runs after a logged lookup of b and
+    after the commit record of b - 1 is persistent; COMMIT(b) comes after the update."""
+    t = fake_training(name, batches=BATCHES)
+    for b in range(1, BATCHES + 1):
+        update, error = t.done("UPDATE", b)
+        assert error == "NONE", f"UPDATE({b}) refused: {error}"
+        logged = t.at("LOOKUP", b, nolog=False)
+        assert logged is not None and logged < t.at("UPDATE", b), f"UPDATE({b}) before its log"
+        commit_before, commit_error = t.done("COMMIT", b - 1)
+        assert commit_error == "NONE" and commit_before < t.at("UPDATE", b), \
+            f"UPDATE({b}) ran before the commit record of batch {b - 1} was persistent"
+        assert update < t.at("COMMIT", b), f"COMMIT({b}) submitted before UPDATE({b}) completed"
+    assert t.record["consistent"] and not t.record["errors"]
+
+
+@pytest.mark.parametrize("name", ["cxl-d", "near-data"])
+def test_a_logging_pass_logs_what_the_lookup_did_not(fake_training, name):
+    t = fake_training(name, batches=3)
+    for b in range(1, 4):
+        first = t.at("LOOKUP", b, nolog=True)
+        assert first is not None and first < t.at("LOOKUP", b, nolog=False) < t.at("UPDATE", b)
+    assert (t.at("local_host_memory", None) is not None) == (not SYSTEMS[name].coherent)
+
+
+def test_strict_order_looks_up_after_the_update_before(fake_training):
+    t = fake_training("cxl-b", batches=BATCHES)
+    for b in range(1, BATCHES):
+        assert t.done("UPDATE", b)[0] < t.at("LOOKUP", b + 1)
+    assert t.at("FINISH", 2) is None and t.record["relaxed"] is False
+
+
+def test_relaxed_order_looks_up_early_and_finishes_after_the_update(fake_training):
+    """LOOKUP*(b+1) before UPDATE(b), FINISH(b+1) after it and before UPDATE(b+1); the
+    pooled vectors still equal the golden model's bit for bit."""
+    t = fake_training("cxl", batches=BATCHES)
+    deferred = 0
+    for b in range(1, BATCHES):
+        early = t.at("LOOKUP", b + 1, relaxed=True)
+        assert early is not None and early < t.at("UPDATE", b)
+        assert t.done("UPDATE", b)[0] < t.at("FINISH", b + 1) < t.at("UPDATE", b + 1)
+        assert t.done("FINISH", b + 1)[1] == "NONE"
+        deferred += t.trace[t.done("LOOKUP", b + 1)[0]].info["deferred"]
+    assert deferred > 0, "no row was deferred: the relaxed order was not exercised"
+    assert t.record["pooled_mismatches"] == 0 and t.record["consistent"]
+
+
+def test_a_deferred_list_overflow_falls_back_to_strict_order(fake_training):
+    t = fake_training("cxl", batches=BATCHES, defer_depth=2)
+    assert t.record["fallbacks"] > 0
+    for b in range(2, BATCHES + 1):
+        i, error = t.done("LOOKUP", b)
+        if error == "DEFER_OVERFLOW":
+            # The lookup is run again, strictly, after the update; nothing is finished.
+            strict = t.at("LOOKUP", b, relaxed=False)
+            assert strict is not None and t.done("UPDATE", b - 1)[0] < strict
+            assert t.at("FINISH", b) is None
+    assert t.record["pooled_mismatches"] == 0 and t.record["consistent"]
+
+
+def test_relaxed_and_strict_orders_train_the_same_tables(fake_training):
+    strict = fake_training("cxl", batches=BATCHES, relaxed=False)
+    relaxed = fake_training("cxl", batches=BATCHES)
+    assert all(np.array_equal(a, b) for a, b in zip(strict.tables(), relaxed.tables()))
+
+
+@pytest.mark.parametrize("name", ["cxl-b", "cxl"])
+def test_snapshots_follow_their_commit_and_stay_within_k(fake_training, name):
+    """SNAPSHOT_MLP(b) after COMMIT(b) (with K = 0 for every batch, valid before the next
+    batch's lookup); with a pull slower than a batch, every lookup still sees the
+    snapshots at most K behind the commits, and the staged copy never changes during
+    a pull."""
+    k = SYSTEMS[name].staleness
+    t = fake_training(name, batches=BATCHES, pull_cycles=30_000)
+    for b in range(1, BATCHES + 1):
+        snapshot = t.at("SNAPSHOT_MLP", b)
+        assert snapshot is not None or k > 0
+        assert snapshot is None or t.at("COMMIT", b) < snapshot
+        looked = t.trace[t.done("LOOKUP", b)[0]].info
+        assert looked["committed"] - looked["snapshot"] <= k
+        if k == 0 and b < BATCHES:
+            assert t.at("snapshot_valid", b) < t.at("LOOKUP", b + 1)
+    assert not t.device.violations
+    assert t.run.durable >= BATCHES - k
+    if k:
+        assert any(e.what == "stall" for e in t.trace), "the slow pull never held a lookup"
