@@ -1,119 +1,82 @@
 """Lookup datapath in amaranth.sim: engine + PMEM model + a behavioural host memory."""
 
+import functools
 import random
 
 import numpy as np
 import pytest
-from amaranth import Module
-from amaranth.lib import wiring
-from amaranth.sim import Simulator
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
-from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.checkpoint.logger import UndoLogger
 from trainingcxl.hdl.compute.lookup import LookupEngine
-from trainingcxl.hdl.pmem.controller import PmemController
-from trainingcxl.spec.config import Config, PmemTiming
+from trainingcxl.spec.config import PmemTiming
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.golden import embedding_bag_sum
-from trainingcxl.sim.amaranth_host import host_port_model, row_lines, words_to_lines
+from trainingcxl.sim.amaranth_host import words_to_lines
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 TIMING = PmemTiming(read_latency=10, write_latency=6, write_rate=(1, 1), read_rate=(3, 5),
                     wpq_depth=8, read_depth=16)
 
 
-def cfg_for(dim=16, tables=(24, 40), max_pooling=6, registered=False):
-    """A small device whose undo log ring is two groups; ``registered``: the boards' register slices."""
-    cfg = Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
-                 commit_lines=2, snapshot_lines=2, host_window=4, register_slices=registered)
-    return cfg.replace(log_lines=2 * cfg.group_lines)
+@pytest.fixture
+def cfg_for(small_config):
+    """A small device on this file's PMEM timing, tables of 24 and 40 rows unless given."""
+    return functools.partial(small_config, TIMING, tables=(24, 40))
 
 
-class Harness(wiring.Component):
-    """The lookup engine on PMEM; with ``log``, its undo logger too."""
-
-    def __init__(self, cfg, *, log=False):
-        self.engine = LookupEngine(cfg)
-        self.logger = UndoLogger(cfg) if log else None
-        self.pmem = PmemController(cfg, n_ports=3 if log else 2)
-        super().__init__({})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.engine = self.engine
-        m.submodules.pmem = self.pmem
-        wiring.connect(m, self.engine.pmem, self.pmem.port1)
-        if self.logger is not None:
-            m.submodules.logger = self.logger
-            wiring.connect(m, self.engine.log, self.logger.tap)
-            wiring.connect(m, self.logger.pmem, self.pmem.port2)
-            m.d.comb += self.logger.flush.eq(~self.engine.busy)
-        return m
-
-
-def run_lookups(cfg, tables, batches, *, seed=0, ops=None, log=False):
-    """Load ``tables`` into PMEM, run one LOOKUP per batch, return the host writes of each.
+@pytest.fixture
+def run_lookups(engine_on_pmem):
+    """``run_lookups(cfg, tables, batches, *, seed=0, ops=None, log=False)``: load ``tables``
+    into PMEM, run one LOOKUP per batch, return the host writes of each.
 
     With ``log`` the undo logger takes the rows (generation 1), each batch id ``b``
     after batch ``b - 1`` was made durable; each result then ends in the records
     written so far."""
-    h = Harness(cfg, log=log)
-    eng = h.engine
-    rng = random.Random(seed)
-    host = {}
-    writes = {}
-    results = []
-    IDX, OFF, OUT = 0x1000, 0x2000, 0x3000
 
-    async def main(ctx):
-        port = h.pmem.port0
-        ctx.set(port.wack.ready, 1)
-        for t, table in enumerate(tables):
-            for r, row in enumerate(table):
-                for j, line in enumerate(row_lines(row)):
-                    addr = cfg.table_base[t] + r * cfg.lines_per_row + j
-                    await stream_put(ctx, port.req, {"op": LineOp.WRITE, "addr": addr, "tag": 0,
-                                                     "data": line, "be": (1 << 64) - 1})
-        while ctx.get(h.pmem.wpq_level):
-            await ctx.tick()
-        if log:
-            ctx.set(h.logger.enable, 1)
-            ctx.set(h.logger.gen, 1)
-        for b, (indices, offsets) in enumerate(batches):
-            op, batch_id, relaxed = ops[b] if ops else (Op.LOOKUP, b, 0)
-            if log:
-                ctx.set(h.logger.durable, batch_id - 1)
-                ctx.set(h.logger.durable_valid, batch_id > 0)
-            if op != Op.FINISH:
-                host.clear()
-                writes.clear()
-            for k, line in enumerate(words_to_lines(indices)):
-                host[IDX + k] = line
-            for k, line in enumerate(words_to_lines(offsets)):
-                host[OFF + k] = line
-            await stream_put(ctx, eng.desc, {
-                "op": op, "batch": batch_id, "n_bags": len(offsets) - 1, "relaxed": relaxed,
-                "n_indices": len(indices), "idx_addr": IDX, "off_addr": OFF, "vec_addr": OUT,
-            })
-            done = await stream_get(ctx, eng.done, timeout=50_000)
-            assert done.batch == batch_id
-            if log:
-                for _ in range(5000):
-                    if ctx.get(h.logger.drained):
-                        break
-                    await ctx.tick()
-                results.append((done.error, dict(writes), ctx.get(h.logger.records)))
-            else:
-                results.append((done.error, dict(writes)))
+    def run(cfg, tables, batches, *, seed=0, ops=None, log=False):
+        h = engine_on_pmem(cfg, LookupEngine(cfg), ["pmem"], logger=UndoLogger(cfg) if log else None)
+        eng = h.engine
+        host, writes, results = {}, {}, []
+        IDX, OFF, OUT = 0x1000, 0x2000, 0x3000
 
-    sim = Simulator(h)
-    sim.add_clock(1e-8)
-    sim.add_testbench(main)
-    for port in (eng.off_mem, eng.idx_mem, eng.out_mem):
-        sim.add_testbench(host_port_model(port, host, rng, writes), background=True)
-    sim.run()
-    return results
+        async def main(ctx):
+            ctx.set(h.pmem.port0.wack.ready, 1)
+            await h.load(ctx, tables)
+            if log:
+                ctx.set(h.logger.enable, 1)
+                ctx.set(h.logger.gen, 1)
+            for b, (indices, offsets) in enumerate(batches):
+                op, batch_id, relaxed = ops[b] if ops else (Op.LOOKUP, b, 0)
+                if log:
+                    ctx.set(h.logger.durable, batch_id - 1)
+                    ctx.set(h.logger.durable_valid, batch_id > 0)
+                if op != Op.FINISH:
+                    host.clear()
+                    writes.clear()
+                for k, line in enumerate(words_to_lines(indices)):
+                    host[IDX + k] = line
+                for k, line in enumerate(words_to_lines(offsets)):
+                    host[OFF + k] = line
+                await stream_put(ctx, eng.desc, {
+                    "op": op, "batch": batch_id, "n_bags": len(offsets) - 1, "relaxed": relaxed,
+                    "n_indices": len(indices), "idx_addr": IDX, "off_addr": OFF, "vec_addr": OUT,
+                })
+                done = await stream_get(ctx, eng.done, timeout=50_000)
+                assert done.batch == batch_id
+                if log:
+                    for _ in range(5000):
+                        if ctx.get(h.logger.drained):
+                            break
+                        await ctx.tick()
+                    results.append((done.error, dict(writes), ctx.get(h.logger.records)))
+                else:
+                    results.append((done.error, dict(writes)))
+
+        h.simulate(main, (eng.off_mem, eng.idx_mem, eng.out_mem), host, random.Random(seed), writes)
+        return results
+
+    return run
 
 
 def pooled_from_writes(cfg, writes, n_bags, base=0x3000):
@@ -126,7 +89,7 @@ def pooled_from_writes(cfg, writes, n_bags, base=0x3000):
 
 
 @pytest.mark.parametrize("dim,registered", [(16, False), (32, False), (16, True)])
-def test_lookup_matches_golden_bit_for_bit(dim, registered):
+def test_lookup_matches_golden_bit_for_bit(dim, registered, cfg_for, run_lookups):
     cfg = cfg_for(dim=dim, registered=registered)
     tables = initial_tables(cfg, seed=3)
     wl = SyntheticWorkload(cfg, seed=5, batch_size=5)
@@ -151,7 +114,7 @@ def test_lookup_matches_golden_bit_for_bit(dim, registered):
         np.testing.assert_array_equal(got, want.pooled)
 
 
-def test_pooling_wraps_and_is_order_independent():
+def test_pooling_wraps_and_is_order_independent(cfg_for, run_lookups):
     cfg = cfg_for(tables=(4, 4))
     big = np.full((4, 16), 0x7FFF0000, dtype=np.int32)
     big[1] = -0x7FFF0000
@@ -176,7 +139,8 @@ def test_pooling_wraps_and_is_order_independent():
     ("offsets_no_indices", ErrorCode.BAD_OFFSETS),
 ])
 @pytest.mark.parametrize("registered", [False, True])
-def test_bad_batches_complete_with_an_error_and_the_engine_keeps_working(case, code, registered):
+def test_bad_batches_complete_with_an_error_and_the_engine_keeps_working(case, code, registered,
+                                                                         cfg_for, run_lookups):
     cfg = cfg_for(registered=registered)
     tables = initial_tables(cfg, seed=1)
     good = (np.array([1, 2, 3], np.uint32), np.array([0, 2, 3], np.uint32))
@@ -199,7 +163,7 @@ def test_bad_batches_complete_with_an_error_and_the_engine_keeps_working(case, c
 
 
 @pytest.mark.parametrize("dim", [16, 32])
-def test_relaxed_lookup_then_finish_equals_strict(dim):
+def test_relaxed_lookup_then_finish_equals_strict(dim, cfg_for, run_lookups):
     # With no update in between, deferring rows and adding them in FINISH must
     # give exactly the strict pooled vectors; the second batch shares many rows.
     cfg = cfg_for(dim=dim, tables=(24, 40))
@@ -221,7 +185,7 @@ def test_relaxed_lookup_then_finish_equals_strict(dim):
     np.testing.assert_array_equal(final, want)
 
 
-def test_without_the_relaxed_block_relaxed_lookup_and_finish_are_refused():
+def test_without_the_relaxed_block_relaxed_lookup_and_finish_are_refused(cfg_for, run_lookups):
     # Boards leave relaxed-lookup support out: no row marks, no deferred list,
     # no finisher. A relaxed LOOKUP or a FINISH must then be refused rather
     # than run as something else, and strict lookups must stay exact.
@@ -240,7 +204,7 @@ def test_without_the_relaxed_block_relaxed_lookup_and_finish_are_refused():
     np.testing.assert_array_equal(pooled_from_writes(cfg, results[3][1], b1.n_bags), want)
 
 
-def test_log_too_small_counts_distinct_rows():
+def test_log_too_small_counts_distinct_rows(cfg_for, run_lookups):
     """A ring of two groups (12 records of a batch): a batch of 24 indices over 12
     distinct rows is logged (12 records); a batch of 13 distinct rows completes with
     LOG_TOO_SMALL once the ring is full of its records, which nothing can free before

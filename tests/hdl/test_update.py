@@ -1,100 +1,78 @@
 """Update engine in amaranth.sim: engine + PMEM model + behavioural host memory."""
 
+import functools
 import random
 
 import numpy as np
 import pytest
-from amaranth import Module
-from amaranth.lib import wiring
-from amaranth.sim import Simulator
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.compute.update import UpdateEngine
-from trainingcxl.hdl.pmem.controller import PmemController
-from trainingcxl.spec.config import Config, PmemTiming
+from trainingcxl.spec.config import PmemTiming
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.golden import embedding_update
-from trainingcxl.sim.amaranth_host import host_port_model, row_lines, words_to_lines
+from trainingcxl.sim.amaranth_host import row_lines, words_to_lines
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 TIMING = PmemTiming(read_latency=10, write_latency=12, write_rate=(1, 2), read_rate=(3, 5),
                     wpq_depth=4, read_depth=8)
 
 
-def cfg_for(dim=16, tables=(12, 20), max_pooling=6, registered=False):
-    """A small device whose undo log ring is two groups; ``registered``: the boards' register slices."""
-    cfg = Config(tables=tables, dim=dim, max_pooling=max_pooling, max_bags=64, pmem=TIMING,
-                 commit_lines=2, snapshot_lines=2, host_window=4, register_slices=registered)
-    return cfg.replace(log_lines=2 * cfg.group_lines)
+@pytest.fixture
+def cfg_for(small_config):
+    """A small device on this file's PMEM timing, tables of 12 and 20 rows unless given."""
+    return functools.partial(small_config, TIMING, tables=(12, 20))
 
 
-class Harness(wiring.Component):
-    def __init__(self, cfg):
-        self.engine = UpdateEngine(cfg)
-        self.pmem = PmemController(cfg, n_ports=3)
-        super().__init__({})
+@pytest.fixture
+def run_updates(engine_on_pmem):
+    """``run_updates(cfg, tables, batches, *, seed=0)``: load ``tables``, run one UPDATE per
+    ``(indices, offsets, deltas)``; return errors and final tables."""
 
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.engine = self.engine
-        m.submodules.pmem = self.pmem
-        wiring.connect(m, self.engine.pmem_rd, self.pmem.port1)
-        wiring.connect(m, self.engine.pmem_wr, self.pmem.port2)
-        return m
+    def run(cfg, tables, batches, *, seed=0):
+        h = engine_on_pmem(cfg, UpdateEngine(cfg), ["pmem_rd", "pmem_wr"])
+        eng = h.engine
+        host, writes = {}, {}
+        errors, final, counters = [], [], {}
+        IDX, OFF, VEC = 0x1000, 0x2000, 0x3000
+        lpr = cfg.lines_per_row
 
+        async def main(ctx):
+            port = h.pmem.port0
+            ctx.set(port.wack.ready, 1)
+            ctx.set(port.rdata.ready, 1)
+            await h.load(ctx, tables)
+            for b, (indices, offsets, deltas) in enumerate(batches):
+                host.clear()
+                for base, lines in ((IDX, words_to_lines(indices)), (OFF, words_to_lines(offsets)),
+                                    (VEC, row_lines(deltas))):
+                    for k, line in enumerate(lines):
+                        host[base + k] = line
+                await stream_put(ctx, eng.desc, {
+                    "op": Op.UPDATE, "batch": b, "n_bags": len(offsets) - 1,
+                    "n_indices": len(indices), "idx_addr": IDX, "off_addr": OFF, "vec_addr": VEC,
+                })
+                done = await stream_get(ctx, eng.done, timeout=100_000)
+                assert done.batch == b
+                errors.append(done.error)
+                # Completion means persistent: the write-pending queue is already empty.
+                assert ctx.get(h.pmem.wpq_level) == 0
+            for t, rows in enumerate(cfg.tables):
+                raw = b""
+                for k in range(rows * lpr):
+                    await stream_put(ctx, port.req, {"op": LineOp.READ,
+                                                     "addr": cfg.table_base[t] + k})
+                    raw += (await stream_get(ctx, port.rdata)).data.to_bytes(64, "little")
+                final.append(np.frombuffer(raw, np.int32).reshape(rows, cfg.dim))
+            counters["forwarded"] = ctx.get(eng.forwarded)
+            counters["lines"] = ctx.get(eng.lines)
 
-def run_updates(cfg, tables, batches, *, seed=0):
-    """Load ``tables``, run one UPDATE per ``(indices, offsets, deltas)``; return errors and final tables."""
-    h = Harness(cfg)
-    eng = h.engine
-    rng = random.Random(seed)
-    host, writes = {}, {}
-    errors = []
-    final = []
-    counters = {}
-    IDX, OFF, VEC = 0x1000, 0x2000, 0x3000
-    lpr = cfg.lines_per_row
+        h.simulate(main, (eng.off_mem, eng.idx_mem, eng.delta_mem), host, random.Random(seed),
+                   writes)
+        return errors, final, counters
 
-    async def main(ctx):
-        port = h.pmem.port0
-        ctx.set(port.wack.ready, 1)
-        ctx.set(port.rdata.ready, 1)
-        for t, table in enumerate(tables):
-            for k, line in enumerate(row_lines(table)):
-                await stream_put(ctx, port.req, {"op": LineOp.WRITE, "addr": cfg.table_base[t] + k,
-                                                 "data": line, "be": (1 << 64) - 1})
-        for b, (indices, offsets, deltas) in enumerate(batches):
-            host.clear()
-            for base, lines in ((IDX, words_to_lines(indices)), (OFF, words_to_lines(offsets)),
-                                (VEC, row_lines(deltas))):
-                for k, line in enumerate(lines):
-                    host[base + k] = line
-            await stream_put(ctx, eng.desc, {
-                "op": Op.UPDATE, "batch": b, "n_bags": len(offsets) - 1,
-                "n_indices": len(indices), "idx_addr": IDX, "off_addr": OFF, "vec_addr": VEC,
-            })
-            done = await stream_get(ctx, eng.done, timeout=100_000)
-            assert done.batch == b
-            errors.append(done.error)
-            # Completion means persistent: the write-pending queue is already empty.
-            assert ctx.get(h.pmem.wpq_level) == 0
-        for t, rows in enumerate(cfg.tables):
-            raw = b""
-            for k in range(rows * lpr):
-                await stream_put(ctx, port.req, {"op": LineOp.READ, "addr": cfg.table_base[t] + k})
-                raw += (await stream_get(ctx, port.rdata)).data.to_bytes(64, "little")
-            final.append(np.frombuffer(raw, np.int32).reshape(rows, cfg.dim))
-        counters["forwarded"] = ctx.get(eng.forwarded)
-        counters["lines"] = ctx.get(eng.lines)
-
-    sim = Simulator(h)
-    sim.add_clock(1e-8)
-    sim.add_testbench(main)
-    for port in (eng.off_mem, eng.idx_mem, eng.delta_mem):
-        sim.add_testbench(host_port_model(port, host, rng, writes), background=True)
-    sim.run()
-    return errors, final, counters
+    return run
 
 
 def random_deltas(rng, n_bags, dim):
@@ -102,7 +80,7 @@ def random_deltas(rng, n_bags, dim):
 
 
 @pytest.mark.parametrize("dim,registered", [(16, False), (32, False), (16, True)])
-def test_update_with_heavy_duplication_matches_golden(dim, registered):
+def test_update_with_heavy_duplication_matches_golden(dim, registered, cfg_for, run_updates):
     cfg = cfg_for(dim=dim, registered=registered)
     rng = np.random.default_rng(4)
     tables = initial_tables(cfg, seed=2)
@@ -130,7 +108,7 @@ def test_update_with_heavy_duplication_matches_golden(dim, registered):
         np.testing.assert_array_equal(final[t], want[t])
 
 
-def test_update_wraps():
+def test_update_wraps(cfg_for, run_updates):
     cfg = cfg_for(tables=(4, 4))
     tables = [np.full((4, 16), -2**31 + 5, np.int32), np.zeros((4, 16), np.int32)]
     deltas = np.full((2, 16), 10, np.int32)
@@ -141,7 +119,7 @@ def test_update_wraps():
 
 
 @pytest.mark.parametrize("registered", [False, True])
-def test_a_bad_batch_changes_nothing_and_the_next_one_runs(registered):
+def test_a_bad_batch_changes_nothing_and_the_next_one_runs(registered, cfg_for, run_updates):
     cfg = cfg_for(registered=registered)
     tables = initial_tables(cfg, seed=5)
     rng = np.random.default_rng(1)
