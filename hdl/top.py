@@ -14,7 +14,7 @@ from .control import ControlBusSignature, ControlWindow
 from .cxl.cache_agent import CacheAgent
 from .cxl.link import CxlLink
 from .cxl.mem_target import CxlMemTarget
-from .cxl.messages import CxlCacheSignature, CxlMemSignature
+from .cxl.channels import CxlCacheSignature, CxlMemSignature
 from .common.absent import AbsentEngine
 from .common.register_slice import LinePortSlice, through_slice
 from .dispatch import Dispatcher

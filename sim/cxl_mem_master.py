@@ -5,8 +5,8 @@ import collections
 import cocotb
 from cocotb.triggers import Event
 
-from trainingcxl.hdl.cxl.messages import (M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode, S2MDrs,
-                                          S2MNdr, TAG_BITS)
+from trainingcxl.spec.cxl_messages import (M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode, S2MDrs,
+                                           S2MNdr, TAG_BITS)
 from .streams import StreamSink, StreamSource, wait_or_fail
 
 __all__ = ["CxlMemMaster", "ProtocolError"]

@@ -383,7 +383,7 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
         # pytest's assertion rewriting for the benches' own modules only: cocotb
         # otherwise rewrites every module imported after it starts (numpy's and
         # ours too, some in the middle of a run), seconds a run.
-        "COCOTB_REWRITE_ASSERTION_FILES": "bench_*.py job_*.py",
+        "COCOTB_REWRITE_ASSERTION_FILES": "bench_*.py *_app.py",
     }
     if quiet:
         env.update({"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING"})

@@ -18,9 +18,14 @@ LAYERS = (
     ("boards", 2, ("trainingcxl.boards",)),
     ("driver", 3, ("trainingcxl.host.driver",)),
     ("protocol", 4, ("trainingcxl.host.protocol",)),
-    # The cocotb jobs are entry points that the runner starts inside a simulator.
-    ("tools", 5, ("trainingcxl.host.tools", "trainingcxl.sim.jobs")),
-    ("cli", 6, ("trainingcxl.host", "trainingcxl.host.cli")),
+    # Jobs: what a command asks of the layers below, as typed records.
+    ("jobs", 5, ("trainingcxl.host.jobs",)),
+    # The applications the runner starts inside a simulator, and their launcher.
+    ("apps", 6, ("trainingcxl.host.apps",)),
+    # What the commands share: argument types, fan-out on a cluster, journals, plans.
+    ("tools", 7, ("trainingcxl.host.tools",)),
+    ("commands", 8, ("trainingcxl.host.commands",)),
+    ("cli", 9, ("trainingcxl.host", "trainingcxl.host.cli")),
 )
 
 
@@ -64,9 +69,72 @@ def test_imports_point_down():
 @pytest.mark.parametrize("module, target", [
     ("trainingcxl.hdl.top", "trainingcxl.host.model.golden"),
     ("trainingcxl.spec.config", "trainingcxl.hdl.control"),
-    ("trainingcxl.host.protocol.training", "trainingcxl.host.tools.campaign"),
+    ("trainingcxl.host.protocol.training", "trainingcxl.host.commands.campaign"),
 ])
 def test_an_upward_import_is_found(module, target):
     """The check itself: an upward import added to a module is reported."""
     bad = upward_imports([module], imports=lambda m: [*module_imports(m), (target, 1)])
     assert [(m, t) for m, _, t, _ in bad] == [(module, target)]
+
+
+def import_cycles(modules, imports=module_imports):
+    """The strongly connected groups of more than one module in the import graph
+    (imports inside functions count): each is a cycle."""
+    graph = {m: {t for t, _ in imports(m) if t in modules} for m in modules}
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(m):                       # Tarjan's algorithm
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        on_stack.add(m)
+        for t in graph[m]:
+            if t not in index:
+                visit(t)
+                low[m] = min(low[m], low[t])
+            elif t in on_stack:
+                low[m] = min(low[m], index[t])
+        if low[m] == index[m]:
+            group = []
+            while True:
+                t = stack.pop()
+                on_stack.discard(t)
+                group.append(t)
+                if t == m:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for m in modules:
+        if m not in index:
+            visit(m)
+    return groups
+
+
+def test_no_import_cycles():
+    modules = set(all_modules())
+    cycles = import_cycles(modules)
+    assert not cycles, "import cycles:\n" + "\n".join("  " + " <-> ".join(c) for c in cycles)
+
+
+def test_an_import_cycle_is_found():
+    """The check itself: a module importing one that imports it back is a cycle."""
+    edges = {"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}
+    assert import_cycles(set(edges), imports=lambda m: [(t, 1) for t in edges[m]]) == [["a", "b", "c"]]
+
+
+#: Module names used by two modules for different things, left to rename.
+SHARED_NAMES = {"bridge", "controller", "export", "formal", "layouts", "netlist", "pool", "streams",
+                "top"}
+
+
+def test_no_new_module_shares_a_file_name():
+    """A file name says what the module is: a new module does not take a name another
+    module already has (the names of :data:`SHARED_NAMES` predate this check)."""
+    modules = all_modules()
+    packages = {m.rsplit(".", 1)[0] for m in modules}
+    by_name = {}
+    for module in modules:
+        if module not in packages:
+            by_name.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+    shared = {k: v for k, v in by_name.items() if len(v) > 1 and k not in SHARED_NAMES}
+    assert not shared, "\n".join(f"  {k}: {', '.join(v)}" for k, v in sorted(shared.items()))

@@ -8,7 +8,8 @@ from trainingcxl.spec.bridge_protocol import (BOARD_MAGIC, IDLE_TIMEOUT_BITS, MA
                                               MAX_RSP_PAYLOAD, POWER_FAIL_CYCLES, REQ_LEN,
                                               REQ_SYNC, RSP_LEN, RSP_SYNC, Command, Status)
 from ..control import ControlBusSignature
-from ..cxl.messages import CxlMemSignature, M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode
+from trainingcxl.spec.cxl_messages import M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode
+from ..cxl.channels import CxlMemSignature
 from .host_window import HostPortSignature
 
 __all__ = ["HostBridge", "BRIDGE_VERSION"]

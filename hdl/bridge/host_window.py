@@ -4,8 +4,8 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..cxl.messages import (CQID_BITS, UQID_BITS, D2HReqOpcode, H2DRspOpcode,
-                            CxlCacheSignature)
+from trainingcxl.spec.cxl_messages import CQID_BITS, D2HReqOpcode, H2DRspOpcode, UQID_BITS
+from ..cxl.channels import CxlCacheSignature
 from trainingcxl.spec.config import LINE_BITS
 
 __all__ = ["HostPortSignature", "HostWindow"]

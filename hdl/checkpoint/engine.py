@@ -6,11 +6,10 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
+from trainingcxl.spec.config import ADDR_BITS, GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
 from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, UNDO, UNDO_GROUP
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LineOp, LinePortSignature
-from ..cxl.messages import ADDR_BITS
 from .crc import CRC_INIT, CRC_XOR, crc_part
 from .layouts import CSUM, group_layout, header_layout, sealed_header
 from .snapshot import SnapshotPuller

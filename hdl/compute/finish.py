@@ -5,9 +5,8 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS
+from trainingcxl.spec.config import ADDR_BITS, LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
-from ..cxl.messages import ADDR_BITS
 from .gather import defer_layout, mark_layout
 from .pool import SumPool
 

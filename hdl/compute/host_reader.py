@@ -5,9 +5,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS
+from trainingcxl.spec.config import ADDR_BITS, LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
-from ..cxl.messages import ADDR_BITS
 
 __all__ = ["HostLineReader", "HostWordReader"]
 

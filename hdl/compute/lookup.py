@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
 from ..checkpoint.logger import UndoTapSignature
-from ..cxl.messages import ADDR_BITS
+from trainingcxl.spec.config import ADDR_BITS
 from .bags import BagSequencer
 from .finish import Finisher
 from .gather import RowGather, defer_layout

@@ -5,10 +5,9 @@ from amaranth.hdl import ResetInserter
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS
+from trainingcxl.spec.config import ADDR_BITS, LINE_BITS
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from ..common.line_port import LinePortSignature
-from ..cxl.messages import ADDR_BITS
 from .bags import BagSequencer, bag_layout
 from .host_reader import HostLineReader, HostWordReader
 from .rmw import RmwUnit, rmw_layout

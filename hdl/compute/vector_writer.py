@@ -4,9 +4,8 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS
+from trainingcxl.spec.config import ADDR_BITS, LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
-from ..cxl.messages import ADDR_BITS
 from .pool import pooled_layout
 
 __all__ = ["VectorWriter"]

@@ -5,11 +5,12 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS
+from trainingcxl.spec.config import ADDR_BITS, LINE_BITS
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
 from ..common.register_slice import on_entry, through_slice
-from .messages import ADDR_BITS, CxlCacheSignature, D2HReqOpcode, H2DRspOpcode
+from trainingcxl.spec.cxl_messages import D2HReqOpcode, H2DRspOpcode
+from .channels import CxlCacheSignature
 
 __all__ = ["CacheAgent"]
 

@@ -6,8 +6,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.arbiter import RoundRobin
 from ..common.rate import RateLimiter
-from .messages import (CxlCacheSignature, CxlMemSignature, D2HData, D2HReq, H2DData, H2DRsp,
-                       M2SReq, M2SRwD, S2MDrs, S2MNdr)
+from trainingcxl.spec.cxl_messages import (D2HData, D2HReq, H2DData, H2DRsp, M2SReq, M2SRwD,
+                                           S2MDrs, S2MNdr)
+from .channels import CxlCacheSignature, CxlMemSignature
 
 __all__ = ["MIN_LATENCY", "LATENCY_BITS", "LinkDirection", "CxlLink", "link_depth"]
 

@@ -4,12 +4,13 @@ from amaranth import *
 from amaranth.lib import data, enum, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
+from trainingcxl.spec.config import ADDR_BITS, LINE_BITS, LINE_BYTES
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
 from ..common.register_slice import on_entry, through_slice
-from .messages import (ADDR_BITS, TAG_BITS, CxlMemSignature, M2SReqOpcode, M2SRwDOpcode,
-                       S2MDrsOpcode, S2MNdrOpcode)
+from trainingcxl.spec.cxl_messages import (M2SReqOpcode, M2SRwDOpcode, S2MDrsOpcode, S2MNdrOpcode,
+                                           TAG_BITS)
+from .channels import CxlMemSignature
 
 __all__ = ["MemError", "CxlMemTarget", "ERROR_LOG_DEPTH"]
 

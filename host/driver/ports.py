@@ -3,13 +3,13 @@
 from cocotb.triggers import ClockCycles, First, Lock, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
-from trainingcxl.hdl.cxl.messages import D2HData, D2HReq, S2MDrs, S2MNdr
+from trainingcxl.spec.cxl_messages import D2HData, D2HReq, S2MDrs, S2MNdr
 from trainingcxl.sim.backdoor import ram_array
 from trainingcxl.sim.bench_env import PERIOD_NS
 from trainingcxl.sim.control_driver import ControlDriver
 from trainingcxl.sim.cxl_mem_master import CxlMemMaster
-from trainingcxl.sim.host_memory import GatewareHostMemory, HostMemory
-from trainingcxl.sim.mem_bulk import MemBulkDriver
+from trainingcxl.sim.cxl_cache_memory import GatewareHostMemory, HostMemory
+from trainingcxl.sim.bulk_master import MemBulkDriver
 from trainingcxl.sim.streams import StreamMonitor
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
 from trainingcxl.spec.host_layout import HostLayout
@@ -41,7 +41,7 @@ class PortsTransport:
     def __init__(self, dut, *, ctl, mem, host, media=None, bulk=None):
         self.dut, self.ctl, self.mem, self.host = dut, ctl, mem, host
         self.media = media
-        # Many lines at once go through the bulk master in gateware (:mod:`~trainingcxl.sim.mem_bulk`).
+        # Many lines at once go through the bulk master in gateware (:mod:`~trainingcxl.sim.bulk_master`).
         self.bulk = bulk
         self._bulk_free = Lock()
 

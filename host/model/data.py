@@ -8,7 +8,10 @@ import numpy as np
 from trainingcxl.host.model.evaluate import TestSet
 from trainingcxl.host.model.fixed import to_fixed
 
-__all__ = ["Batch", "SyntheticWorkload", "initial_tables"]
+__all__ = ["Batch", "SyntheticWorkload", "initial_tables", "ZIPF_ALPHA"]
+
+#: Zipf exponent of synthetic rows' popularity (heavy-tailed, as in Criteo).
+ZIPF_ALPHA = 1.05
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class SyntheticWorkload:
     batch_size: int = 16
     min_pooling: int = 0
     max_pooling: int | None = None
-    zipf_alpha: float = 1.05
+    zipf_alpha: float = ZIPF_ALPHA
     signal: float = 3.0
     #: Which stream of batches (0: training); another stream draws other samples from
     #: the same distribution and teacher (a held-out test set, :meth:`test_set`).

@@ -2,12 +2,22 @@
 
 A strategy is what :class:`~trainingcxl.host.protocol.training.TrainingRun`
 asks for every step of a batch; the loop itself never asks which system it
-runs. Three kinds cover every system (:mod:`.systems`):
+runs. A strategy is made of parts, each an object chosen once from the
+system's description (:func:`strategy`):
+
+* how data reaches the engines: :class:`CxlCache` (the engines reach GPU memory
+  themselves) or :class:`ExplicitCopies` (modelled DMA copies through host
+  memory, ``near-data``);
+* how rows are logged: :class:`LookupLogs` (the lookup's own reads),
+  :class:`LoggingPass` (a logged pass of its own after the GPU step) or
+  :class:`Unlogged`;
+* how batches are checkpointed and recovered (:mod:`.checkpoints`);
+* the order of lookups (:mod:`.order`).
+
+Three kinds of strategy cover every system (:mod:`.systems`):
 
 * :class:`Engines`: the device's engines pool and update (``near-data``,
-  ``cxl-d``, ``cxl-b``, ``cxl``); its flags say whether they reach GPU memory
-  over CXL.cache or through modelled copies, and whether rows are logged in a
-  pass of their own;
+  ``cxl-d``, ``cxl-b``, ``cxl``);
 * :class:`Software`: the host pools and updates over CXL.mem (``pmem``,
   :mod:`.software_path`) or on its own memory bus (``host-pmem``,
   :mod:`.host_pmem`) and checkpoints in software;
@@ -22,13 +32,13 @@ from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import LookupResult, lines_to_rows, rows_to_lines
 from trainingcxl.host.model.fixed import wrap32
 from trainingcxl.host.model.golden import coalesce_update
+from .checkpoints import SoftwareCheckpoints, Unchecked, device_checkpoints
 from .host_pmem import HostPmemEmbeddings
+from .order import RelaxedOrder, StrictOrder
 from .software_path import SoftwareEmbeddings
 
-__all__ = ["Engines", "Software", "LookupOnly", "strategy"]
-
-#: A snapshot pull the GPU waits for must end within this many cycles (a hang otherwise).
-SNAPSHOT_WAIT_CYCLES = 5_000_000
+__all__ = ["Engines", "Software", "LookupOnly", "strategy", "CxlCache", "ExplicitCopies",
+           "LookupLogs", "LoggingPass", "Unlogged"]
 
 
 def _coalesced(cfg, batch, deltas):
@@ -41,52 +51,92 @@ def _coalesced(cfg, batch, deltas):
     return batch.indices, batch.offsets, deltas, False
 
 
+# -- how data reaches the engines ------------------------------------------------------------
+
+class CxlCache:
+    """The engines read and write GPU memory over CXL.cache: nothing to copy."""
+
+    async def configure(self, run):
+        """Nothing to set up."""
+
+    async def copy(self, run, nbytes, hops=1):
+        """No copy: the engines reach the data where it is."""
+
+
+class ExplicitCopies:
+    """A non-coherent link: the engines' inputs and outputs are copied by DMA through host
+    memory, and the host waits for each copy."""
+
+    async def configure(self, run):
+        # The copies put the engines' inputs and outputs in the device's own buffer: no
+        # CXL link between the engines and that memory.
+        await run.device.local_host_memory()
+
+    async def copy(self, run, nbytes, hops=1):
+        await run.copy(nbytes, hops=hops)
+
+
+# -- how rows are logged -----------------------------------------------------------------
+
+class LookupLogs:
+    """Batch-aware logging: the lookup's own row reads are logged."""
+
+    nolog = False
+
+    async def before_update(self, run, b, batch):
+        """Nothing more to log; returns the error that stops the update."""
+        return ErrorCode.NONE
+
+
+class Unlogged(LookupLogs):
+    """The lookup logs nothing, and nothing else does (no checkpoints)."""
+
+    nolog = True
+
+
+class LoggingPass(LookupLogs):
+    """Logging on the critical path: the lookup does not log; after the GPU step the
+    batch's rows are read again, this time logged, and the ``UPDATE`` then waits until
+    every record is persistent."""
+
+    nolog = True
+
+    async def before_update(self, run, b, batch):
+        run.enter("log", b)
+        return (await run.device.lookup(b, batch.indices, batch.offsets)).error
+
+
 class Engines:
-    """The device's engines do the embedding work and its checkpoint engine checkpoints."""
+    """The device's engines do the embedding work; ``path`` is how data reaches them,
+    ``logging`` how rows are logged, ``checkpoints`` how batches are checkpointed."""
 
-    def __init__(self, system):
-        self.system = system
-
-    def bind(self, run):
-        """Called once by the run that uses this strategy."""
+    def __init__(self, *, path, logging, checkpoints):
+        self.path, self.logging, self.checkpoints = path, logging, checkpoints
 
     def stats(self):
         """What the host did beside the device, to add to the run's ``host`` figures."""
         return {}
 
+    def order(self, relaxed, runtime):
+        """The lookup order (:mod:`.order`): relaxed if asked and ``runtime`` can overlap."""
+        if not relaxed:
+            return StrictOrder()
+        if not runtime.overlaps:
+            raise ValueError("relaxed order overlaps the next lookup with this batch; this "
+                             "runtime runs one thing at a time (a board trains in strict order)")
+        return RelaxedOrder()
+
     async def configure(self, run):
-        await run.device.configure_checkpoints(run.k, enable=run.checkpointing)
-        if not self.system.coherent:
-            # Explicit copies put the engines' inputs and outputs in the device's own
-            # buffer: no CXL link between the engines and that memory.
-            await run.device.local_host_memory()
-
-    async def format(self, run):
-        """Power-up on empty media: RECOVER finds nothing and formats the checkpoint state."""
-        if run.checkpointing:
-            error = (await run.device.recover()).error
-            if error != ErrorCode.NO_CHECKPOINT:
-                raise RuntimeError(f"RECOVER on blank media gave {error.name}: the media holds an "
-                                   f"earlier run (power-cycle or reprogram a board)")
-
-    async def checkpoint_zero(self, run, params):
-        dev = run.device
-        if await dev.commit(0) != ErrorCode.NONE:
-            raise RuntimeError("COMMIT of batch 0 refused")
-        await dev.stage_mlp(params)
-        if await dev.snapshot(0) != ErrorCode.NONE:
-            raise RuntimeError("SNAPSHOT_MLP of batch 0 refused")
-        await dev.wait_snapshot(0)
+        await self.checkpoints.configure(run)
+        await self.path.configure(run)
 
     async def lookup(self, run, b, batch, *, relaxed=False):
         dev = run.device
-        if not self.system.coherent:
-            await run.copy(4 * (len(batch.indices) + len(batch.offsets)))      # host -> device
+        await self.path.copy(run, 4 * (len(batch.indices) + len(batch.offsets)))  # host -> device
         looked = await dev.lookup(b, batch.indices, batch.offsets, relaxed=relaxed,
-                                  nolog=self.system.log_pass,
+                                  nolog=self.logging.nolog,
                                   after_submit=run.hook("lookup", b))
-        if not self.system.coherent:
-            await run.copy(batch.n_bags * run.cfg.dim * 4, hops=2)             # device -> host -> GPU
+        await self.path.copy(run, batch.n_bags * run.cfg.dim * 4, hops=2)    # device -> host -> GPU
         return looked
 
     async def finish(self, run, b, looked, n_bags):
@@ -99,113 +149,36 @@ class Engines:
     async def update(self, run, b, batch, deltas, looked):
         """Log (if the system logs in a pass of its own) and apply batch ``b``'s deltas;
         returns the error code."""
-        dev = run.device
-        if self.system.log_pass and run.checkpointing:
-            # Logging on the critical path: the batch's rows read again, this time logged;
-            # the UPDATE then waits until every record is persistent.
-            run.enter("log", b)
-            logged = await dev.lookup(b, batch.indices, batch.offsets)
-            if logged.error != ErrorCode.NONE:
-                return logged.error
+        logged = await self.logging.before_update(run, b, batch)
+        if logged != ErrorCode.NONE:
+            return logged
         run.enter("update", b)
         indices, offsets, rows_deltas, coalesced = _coalesced(run.cfg, batch, deltas)
-        if not self.system.coherent:
-            await run.copy((len(offsets) - 1) * run.cfg.dim * 4, hops=2)     # GPU -> host -> device
-        error, _ = await dev.update(b, indices, offsets, rows_deltas, coalesced=coalesced,
-                                    after_submit=run.hook("update", b))
+        await self.path.copy(run, (len(offsets) - 1) * run.cfg.dim * 4, hops=2)  # GPU -> host -> device
+        error, _ = await run.device.update(b, indices, offsets, rows_deltas, coalesced=coalesced,
+                                           after_submit=run.hook("update", b))
         return error
-
-    async def commit(self, run, b):
-        """COMMIT ``b`` without waiting for the record to persist: the device commits in
-        order, and :meth:`snapshot` checks that the commit before took effect.
-        Checkpointing stays off the host's critical path."""
-        await run.device.commit(b, wait=False, after_submit=run.hook("commit", b))
-        return ErrorCode.NONE
-
-    async def snapshot(self, run, b):
-        """Snapshot the MLP after batch ``b``. The device's pull is staged if the engine is
-        free; with a pull in flight that would leave the snapshots more than K behind,
-        the host waits for it."""
-        dev = run.device
-        if run.queued_snapshot:
-            # The staged copy may change only once the pull queued before has started.
-            await dev.wait_completed(run.queued_snapshot)
-            run.queued_snapshot = 0
-        st = await dev.checkpoint_state()
-        if st["committed"] is None or st["committed"] < b - 1:
-            run.record["errors"].append({"batch": b - 1, "commit": "NOT_COMMITTED",
-                                         "committed": st["committed"]})
-        if st["snapshot_busy"] and run.pulling is not None and b - run.pulling > run.k:
-            waited = 0
-            while st["snapshot_busy"]:
-                if waited > SNAPSHOT_WAIT_CYCLES:
-                    raise TimeoutError(f"batch {b}: the MLP snapshot pull of batch "
-                                       f"{run.pulling} still runs after {waited} cycles")
-                await run.runtime.wait(64)
-                waited += 64
-                st = await dev.checkpoint_state()
-        if st["durable"] is not None:
-            run.durable = max(run.durable, st["durable"])
-        if not st["snapshot_busy"]:
-            if not self.system.coherent:
-                await run.copy(run.cfg.mlp_params * 4, hops=2)             # GPU -> host -> device
-            await dev.stage_mlp(run.gpu.model.parameters())
-            if run.k == 0:
-                error = await dev.snapshot(b, after_submit=run.hook("snapshot", b))
-                if error != ErrorCode.NONE:
-                    raise RuntimeError(f"SNAPSHOT_MLP({b}) refused: {error.name}")
-            else:
-                # Relaxed snapshots: the pull is queued behind the commit and the host goes
-                # on; the SNAPSHOT register shows when it is done.
-                run.queued_snapshot = await dev.snapshot(b, wait=False,
-                                                         after_submit=run.hook("snapshot", b))
-            run.pulling = b
-        if run.k == 0:
-            st = await dev.wait_snapshot(b)
-            run.durable = max(run.durable, st["durable"])
-
-    async def recover(self, run):
-        return await run.device.recover()
-
-    async def durable_after_recovery(self, run, d):
-        st = await run.device.checkpoint_state()
-        return st["durable"] if st["durable"] is not None else d
-
-    async def check_committed(self, run, last):
-        if run.checkpointing:
-            st = await run.device.checkpoint_state()
-            if st["committed"] != last:
-                run.record["errors"].append({"batch": last, "commit": "NOT_COMMITTED",
-                                             "committed": st["committed"]})
 
 
 class Software(Engines):
     """``pmem``: the host reads every row over CXL.mem, the GPU pools and updates, the host
     writes the rows back, and checkpoints are software's (:mod:`.software_path`);
-    ``host-pmem``: the CPU does it all on its own memory bus (:mod:`.host_pmem`)."""
+    ``host-pmem``: the CPU does it all on its own memory bus (:mod:`.host_pmem`).
+    ``soft`` is the host's embeddings; the host has nothing to overlap, so its lookups
+    run in strict order."""
 
-    def __init__(self, system):
-        super().__init__(system)
-        self.soft = None
-
-    def bind(self, run):
-        kind = HostPmemEmbeddings if self.system.host_bus else SoftwareEmbeddings
-        self.soft = kind(run.device, checkpointing=run.checkpointing, wait=run.runtime.wait,
-                         now=run.runtime.now)
+    def __init__(self, soft, *, checkpoints):
+        super().__init__(path=CxlCache(), logging=Unlogged(), checkpoints=checkpoints)
+        self.soft = soft
 
     def stats(self):
         return dict(self.soft.stats)
 
+    def order(self, relaxed, runtime):
+        return StrictOrder()
+
     async def configure(self, run):
-        if run.checkpointing:
-            await self.soft.configure()
-
-    async def format(self, run):
-        pass
-
-    async def checkpoint_zero(self, run, params):
-        await self.soft.commit(0)
-        await self.soft.snapshot(0, params)
+        await self.checkpoints.configure(run)
 
     async def lookup(self, run, b, batch, *, relaxed=False):
         pooled, old = await self.soft.lookup(batch)
@@ -217,24 +190,6 @@ class Software(Engines):
         run.enter("update", b)
         await self.soft.update(b, batch, deltas, looked.old)
         return ErrorCode.NONE
-
-    async def commit(self, run, b):
-        await self.soft.commit(b)
-        return ErrorCode.NONE
-
-    async def snapshot(self, run, b):
-        """Stop-and-copy: training waits while the host copies the MLP."""
-        await self.soft.snapshot(b, run.gpu.model.parameters())
-        run.durable = b
-
-    async def recover(self, run):
-        return await self.soft.recover()
-
-    async def durable_after_recovery(self, run, d):
-        return d
-
-    async def check_committed(self, run, last):
-        pass
 
 
 class LookupOnly(Engines):
@@ -258,10 +213,32 @@ class LookupOnly(Engines):
         return ErrorCode.NONE
 
 
-def strategy(system):
-    """The strategy that trains the way ``system`` (:class:`~.systems.System`) says."""
+def strategy(system, *, device, runtime, checkpointing, staleness):
+    """The strategy that trains the way ``system`` (:class:`~.systems.System`) says, on
+    ``device`` and ``runtime``, with checkpoints (staleness bound ``staleness``) or
+    without."""
     if not system.engines:
-        return Software(system)
-    if not system.device_updates:
-        return LookupOnly(system)
-    return Engines(system)
+        kind = HostPmemEmbeddings if system.host_bus else SoftwareEmbeddings
+        soft = kind(device, checkpointing=checkpointing, wait=runtime.wait, now=runtime.now)
+        checkpoints = (SoftwareCheckpoints(soft) if checkpointing else
+                       Unchecked(configure=_nothing, recover=lambda run: soft.recover()))
+        return Software(soft, checkpoints=checkpoints)
+    path = CxlCache() if system.coherent else ExplicitCopies()
+    if checkpointing:
+        checkpoints = device_checkpoints(staleness, path)
+        logging = LoggingPass() if system.log_pass else LookupLogs()
+    else:
+        checkpoints = Unchecked(configure=_engine_off, recover=lambda run: run.device.recover())
+        logging = Unlogged() if system.log_pass else LookupLogs()
+    kind = Engines if system.device_updates else LookupOnly
+    return kind(path=path, logging=logging, checkpoints=checkpoints)
+
+
+async def _nothing(run):
+    """Software without checkpoints: the checkpoint regions stay the device's."""
+
+
+async def _engine_off(run):
+    """The device's checkpoint engine stays off (the GPU window and MLP registers are set
+    all the same)."""
+    await run.device.configure_checkpoints(run.k, enable=False)

@@ -16,7 +16,9 @@ initial state, committed and snapshotted before training starts.
 Three things vary, each an object the loop is given:
 
 * the *system* of the configuration ladder, a strategy (:mod:`.strategies`):
-  who pools and updates, how data moves, how rows are logged;
+  who pools and updates, how data moves, how rows are logged, how batches are
+  checkpointed (:mod:`.checkpoints`, which also keeps what the host knows of the
+  snapshots) and in which order lookups run (:mod:`.order`);
 * the *runtime*: the host's clock and concurrency. In simulation
   (:class:`~.timed.SimRuntime`) the GPU's and the copies' modelled time passes
   on the simulator's clock and the next batch's lookup can overlap this one;
@@ -86,14 +88,14 @@ class TrainingRun:
                  test_set=None, eval_every=0):
         self.device, self.cfg, self.data = device, device.config, data
         self.n, self.seed, self.k = batches, seed, staleness
-        self.system, self.strategy = system, strategy(system)
+        self.system = system
+        self.strategy = strategy(system, device=device, runtime=runtime,
+                                 checkpointing=checkpointing, staleness=staleness)
+        self.checkpoints = self.strategy.checkpoints
+        self.order = self.strategy.order(relaxed, runtime)
         self.runtime, self.failures = runtime, failures
         self.checkpointing = checkpointing
-        if relaxed and system.engines and not runtime.overlaps:
-            raise ValueError("relaxed order overlaps the next lookup with this batch; this "
-                             "runtime runs one thing at a time (a board trains in strict order)")
-        # Relaxed lookup order needs the engines; the host of ``pmem`` has nothing to overlap.
-        self.relaxed = relaxed and system.engines
+        self.relaxed = self.order.relaxed
         self.check_every = check_every
         self.test_set, self.eval_every = test_set, eval_every
         self.evals = {}                 # batch -> held-out metrics (the last attempt's)
@@ -101,7 +103,6 @@ class TrainingRun:
         # Batches from ``measure_from`` on form the measured window (counters at both ends).
         self.measure_from = measure_from
         self.window = None
-        self.queued_snapshot = 0        # sequence number of a SNAPSHOT_MLP not waited for
         self.until_plan_done = until_plan_done     # stop once every planned failure is behind
         # Train past ``batches`` (up to 4x) until every planned failure has happened.
         self.limit = 4 * batches if extend else batches
@@ -112,8 +113,6 @@ class TrainingRun:
         self._accounted = 0
         self.phase_len = {}
         self.batch_cycles = None
-        self.pulling = None             # batch whose snapshot pull is in flight
-        self.durable = 0                # newest batch the host has seen durable
         self.record = {"batches": batches, "loss": {}, "loss_ref": {}, "cycles_per_batch": {},
                        "checks": [], "errors": [], "pooled_mismatches": 0, "failures": [],
                        "relaxed": self.relaxed, "fallbacks": 0, "staleness": staleness,
@@ -124,9 +123,13 @@ class TrainingRun:
                            "gpu_copy_bytes": 0}
         self.counters = {}
         self._epoch_counters = {}
-        self.strategy.bind(self)
 
     # -- bookkeeping ---------------------------------------------------------------------
+
+    @property
+    def durable(self):
+        """The newest batch the host has seen durable."""
+        return self.checkpoints.durable
 
     def now(self):
         return self.runtime.now()
@@ -204,14 +207,13 @@ class TrainingRun:
         dev, cfg = self.device, self.cfg
         await self.failures.start(self)
         await self.strategy.configure(self)
-        await self.strategy.format(self)
+        await self.checkpoints.format(self)
         tables = initial_tables(cfg, seed=self.seed)
         await dev.load_tables(tables)
         self.golden = FixedPointTrainer(cfg, tables, seed=self.seed)
         self.reference = FloatTrainer(cfg, tables, seed=self.seed)
         self.gpu = Gpu(cfg, DenseModel(cfg, self.seed))
-        if self.checkpointing:
-            await self.strategy.checkpoint_zero(self, self.gpu.model.parameters())
+        await self.checkpoints.zero(self, self.gpu.model.parameters())
         self.history = GoldenHistory(self.golden, self.reference)     # remembers batch 0
         self._epoch_counters = await dev.counters(self.counter_regs)
         self.counters = {k: 0 for k in self._epoch_counters}
@@ -232,7 +234,7 @@ class TrainingRun:
         dev = self.device
         if dev.submitted:
             await dev.wait_completed(dev.submitted)     # commits not waited for
-        await self.strategy.check_committed(self, max(self.record["loss"], default=0))
+        await self.checkpoints.check_committed(self, max(self.record["loss"], default=0))
         end = await dev.counters(self.counter_regs)
         for k, v in end.items():
             self.counters[k] += v - self._start_counters.get(k, 0)
@@ -286,30 +288,14 @@ class TrainingRun:
             loss, deltas = self.gpu.step(batch, looked.pooled)
             self.host_stats["gpu_busy_cycles"] += self.gpu_cycles
             nxt = self.batch_data(b + 1) if b < self.limit else None
-            if self.relaxed and nxt is not None:
-                # The next batch's lookup runs while the GPU computes this one.
-                task = self.runtime.spawn(sysm.lookup(self, b + 1, nxt, relaxed=True))
-                await self.wait(self.gpu_cycles)
-                early = await task
-            else:
-                await self.wait(self.gpu_cycles)
-                early = None
+            early = await self.order.during_gpu(self, b, nxt)
             error = await sysm.update(self, b, batch, deltas, looked)
-            if early is not None:
-                if early.error == ErrorCode.DEFER_OVERFLOW:
-                    rec["fallbacks"] += 1               # too many shared rows: strict order
-                    early = None
-                else:
-                    await sysm.finish(self, b + 1, early, nxt.n_bags)
+            early = await self.order.after_update(self, b, early, nxt)
             self.enter("commit", b)
             self._remember(b)               # the golden state a recovery to b must find
             rec["loss"][b], rec["loss_ref"][b] = loss, loss_ref
             rec["cycles_per_batch"][b] = self.now() - c0
-            committed = ErrorCode.NONE
-            if self.checkpointing:
-                committed = await sysm.commit(self, b)
-                self.enter("snapshot", b)
-                await sysm.snapshot(self, b)
+            committed = await self.checkpoints.checkpoint(self, b)
             if ErrorCode.NONE not in (looked.error, error, committed) or \
                     len({looked.error, error, committed}) > 1:
                 rec["errors"].append({"batch": b, "lookup": looked.error.name,
@@ -363,19 +349,19 @@ class TrainingRun:
         """Cut the power, recover, check the invariants; returns the batch to resume at."""
         dev, cfg = self.device, self.cfg
         failure = {"cycle": self.failures.target, "phase": self.phase, "batch": self.batch,
-                   "durable_before": self.durable, "snapshot_in_flight": self.pulling is not None}
+                   "durable_before": self.durable,
+                   "snapshot_in_flight": self.checkpoints.pull_in_flight}
         if self.failures.cause is not None:
             failure["cause"] = self.failures.cause
         for k, v in self._epoch_counters.items():
             self.counters[k] += v - self._start_counters.get(k, 0)
         await self._cut_power()
-        self.pulling = None
-        self.queued_snapshot = 0
+        self.checkpoints.power_lost()
         nested = []
         while True:
             await self.strategy.configure(self)
             self.enter("recovery", self.batch)
-            finished, result = await self.failures.race(self, self.strategy.recover(self))
+            finished, result = await self.failures.race(self, self.checkpoints.recover(self))
             if finished:
                 error, d, m, rolled, cycles, lines = result
                 break
@@ -383,7 +369,7 @@ class TrainingRun:
             await self._cut_power()
         if error != ErrorCode.NONE:
             raise RuntimeError(f"RECOVER failed with {error.name} after {failure}")
-        durable = await self.strategy.durable_after_recovery(self, d)
+        await self.checkpoints.recovered(self, d)
         params = await dev.read_snapshot(m)
         tables_ok, mlp_ok = recovered_state_matches(self.history, d, m,
                                                     await dev.read_tables(), params)
@@ -411,7 +397,6 @@ class TrainingRun:
         # Resume from D with the MLP of m: the golden model does the same.
         self.golden, self.reference, self.gpu = resume_models(
             cfg, self.seed, self.history, d, m, params)
-        self.durable = durable
         self._epoch_counters = await dev.counters(self.counter_regs)
         self._start_counters = dict(self._epoch_counters)
         return d + 1

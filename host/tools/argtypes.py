@@ -62,7 +62,7 @@ def write_json(path, record):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
     tmp.replace(path)
 
 

@@ -127,10 +127,6 @@ def failure_summary(rec):
 
 
 def add_failure_options(sp):
-    sp.add_argument("--staleness", type=staleness, default=None, metavar="K",
-                    help="staleness bound K: training stalls while the newest MLP snapshot is "
-                         "more than K batches behind the newest commit (0: strict, snapshot "
-                         "every batch; default: the system's, 1 for cxl and 0 for the others)")
     sp.add_argument("--inject-failures", type=_nonneg, default=0, metavar="N",
                     help="cut the power N times at random cycles (drawn from --failure-seed), "
                          "recover, check the invariants and resume (default: 0)")
@@ -141,8 +137,8 @@ def add_failure_options(sp):
                     help=f"cut the power OFFSET cycles (default: random) into a phase "
                          f"({', '.join(PHASES)}), of batch BATCH if given; 'recovery' strikes "
                          f"the recovery after another failure; repeatable")
-    sp.add_argument("--failure-seed", type=_nonneg, default=None,
-                    help="seed of the random failure cycles (default: --seed)")
+    from trainingcxl.host.jobs import TrainJob
+    TrainJob.add_arguments(sp, "failure_seed", failure_seed={"type": _nonneg})
 
 
 def staleness(text):

@@ -1,52 +1,28 @@
 """Training jobs fanned out on a :mod:`~.cluster`, with a progress bar and an optional
 :mod:`~.journal`: what campaigns, sweeps and the benchmark run."""
 
-import json
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 __all__ = ["run_train", "Progress", "parallel_runs"]
 
 
 def run_train(spec):
-    """One training job in its own process; returns ``(spec, record or None, error text)``."""
+    """One training run of a fan-out in this worker's process: ``spec`` carries the
+    configuration and the :class:`~trainingcxl.host.jobs.TrainJob` as dicts (``config``,
+    ``job``), and ``waves_to``, a path for a waveform. Returns ``(spec, record or None,
+    error text or None)``; a run that failed after writing its record returns both."""
     from trainingcxl.spec.config import Config
-    from trainingcxl.sim.runner import BenchFailure, run_bench
-    cfg = Config.from_dict(spec["config"])
-    with tempfile.TemporaryDirectory(prefix="trainingcxl-run-") as tmp:
-        out = Path(tmp) / "run.json"
-        args = {**spec["args"], "out": str(out), "quiet": True}
-        error = None
-        # The simulator's own output goes to a log, kept for the error message.
-        log_path = Path(tmp) / "run.log"
-        saved = os.dup(1), os.dup(2)
-        with open(log_path, "w") as log_file:
-            os.dup2(log_file.fileno(), 1)
-            os.dup2(log_file.fileno(), 2)
-            try:
-                run_bench(spec.get("sim", "verilator"), cfg, "trainingcxl.sim.jobs.job_train",
-                          args=args, quiet=True, results_name=f"run{spec['index']}",
-                          work_dir=tmp, waves=spec.get("waves", False), log=lambda text: None)
-            except BenchFailure as e:
-                error = str(e)[-500:]
-            finally:
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
-                os.close(saved[0])
-                os.close(saved[1])
-        if error:
-            error += "\n" + log_path.read_text(errors="replace")[-3000:]
-        record = json.loads(out.read_text()) if out.exists() else None
-        if spec.get("waves") and spec.get("waves_to"):
-            from trainingcxl.sim.runner import waves_file
-            src = waves_file(spec.get("sim", "verilator"), cfg, work_dir=tmp)
-            if src.exists():
-                Path(spec["waves_to"]).parent.mkdir(parents=True, exist_ok=True)
-                Path(spec["waves_to"]).write_bytes(src.read_bytes())
-    return spec, record, error
+    from trainingcxl.host.apps.launch import launch
+    from trainingcxl.host.jobs import TrainJob
+    from trainingcxl.sim.runner import BenchFailure
+    job = TrainJob.from_dict(spec["job"]).replace(quiet=True)
+    try:
+        record = launch(job, Config.from_dict(spec["config"]), sim=spec.get("sim", "verilator"),
+                        capture=True, waves=spec.get("waves_to"), name=f"run{spec['index']}")
+        return spec, record, None
+    except BenchFailure as e:
+        return spec, e.record, str(e)
 
 
 class Progress:

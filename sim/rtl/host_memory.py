@@ -7,8 +7,8 @@ from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.hdl.common.ram import Ram
-from trainingcxl.hdl.cxl.messages import (CxlCacheSignature, D2HReqOpcode, H2DData, H2DRsp,
-                                          H2DRspOpcode, UQID_BITS)
+from trainingcxl.spec.cxl_messages import D2HReqOpcode, H2DData, H2DRsp, H2DRspOpcode, UQID_BITS
+from trainingcxl.hdl.cxl.channels import CxlCacheSignature
 from trainingcxl.spec.config import LINE_BITS
 
 __all__ = ["HostMemoryModel", "PIPELINE"]
@@ -27,7 +27,7 @@ _TIME_BITS = 16
 class HostMemoryModel(wiring.Component):
     """Answers the device's CXL.cache requests from ``lines`` lines at host line ``base``.
 
-    The gateware twin of :class:`trainingcxl.sim.host_memory.HostMemory` (which
+    The gateware twin of :class:`trainingcxl.sim.cxl_cache_memory.HostMemory` (which
     a bench uses when it injects faults, or on a simulator without backdoor
     RAMs): reads (``RdCurr``, ``RdShared``, ``RdOwn``) get ``H2D Data`` and
     writes (``ItoMWr``, ``WrCur``) ``GO_WritePull``, each ``delay_lo`` to

@@ -18,8 +18,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.hdl.common.ram import Ram
-from trainingcxl.hdl.cxl.messages import (CxlMemSignature, M2SReqOpcode, M2SRwDOpcode,
-                                          S2MNdrOpcode)
+from trainingcxl.spec.cxl_messages import M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode
+from trainingcxl.hdl.cxl.channels import CxlMemSignature
 from trainingcxl.spec.config import ADDR_BITS, LINE_BITS, LINE_BYTES
 
 __all__ = ["MemBulk", "IN_FLIGHT", "BULK_LINES"]

@@ -8,7 +8,7 @@ import pytest
 from trainingcxl.spec.descriptors import Op
 from trainingcxl.spec.registers import REG, Reg, constants
 from trainingcxl.host.driver.bridge import BridgeClient, BridgeError
-from trainingcxl.host.tools.board_cli import board_failures
+from trainingcxl.host.commands.train_targets import board_failures
 from trainingcxl.host.protocol.phases import BOARD_PHASES
 from trainingcxl.spec.bridge_protocol import Command, FrameError, Status, crc8, encode_request
 from trainingcxl.spec.config import PRESETS

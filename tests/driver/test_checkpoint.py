@@ -1,12 +1,12 @@
 """The checkpoint engine's rules on the whole device, under both simulators
-(:mod:`trainingcxl.sim.jobs.bench_checkpoint`)."""
+(``bench_checkpoint.py`` beside it)."""
 
 import pytest
 
 from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.runner import run_bench
 
-BENCH = "trainingcxl.sim.jobs.bench_checkpoint"
+BENCH = "bench_checkpoint"
 CONFIG = PRESETS["tiny"]
 
 pytestmark = pytest.mark.cocotb

@@ -2,7 +2,7 @@
 
 The device is converted and compiled once per simulator and configuration
 (cached under .cache/); each test below starts the simulator on one cocotb
-test of :mod:`trainingcxl.sim.jobs.bench_device`, whose docstrings say what they check.
+test of ``bench_device.py`` beside it, whose docstrings say what they check.
 """
 
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from trainingcxl.spec.config import PRESETS
 from trainingcxl.sim.runner import _INTERMEDIATES, build, run_bench
 
-BENCH = "trainingcxl.sim.jobs.bench_device"
+BENCH = "bench_device"
 CONFIG = PRESETS["tiny"]
 
 pytestmark = pytest.mark.cocotb

@@ -7,7 +7,7 @@ from amaranth.lib import wiring
 from trainingcxl.hdl.bridge.bridge import HostBridge
 from trainingcxl.hdl.bridge.host_window import HostWindow
 from trainingcxl.hdl.bridge.uart import UartRx, UartTx
-from trainingcxl.hdl.cxl.messages import D2HReqOpcode, H2DRspOpcode
+from trainingcxl.spec.cxl_messages import D2HReqOpcode, H2DRspOpcode
 from trainingcxl.spec.bridge_protocol import (POWER_FAIL_CYCLES, REQ_SYNC, RSP_LEN, Command,
                                               FrameError, Status, crc8, decode_response,
                                               encode_request)

@@ -10,9 +10,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.hdl.cxl.link import LATENCY_BITS, MIN_LATENCY, CxlLink, LinkDirection, link_depth
-from trainingcxl.hdl.cxl.messages import (CxlCacheSignature, CxlMemSignature, D2HReqOpcode,
-                                          H2DRspOpcode, M2SReqOpcode, M2SRwDOpcode,
-                                          S2MDrsOpcode)
+from trainingcxl.spec.cxl_messages import (D2HReqOpcode, H2DRspOpcode, M2SReqOpcode, M2SRwDOpcode,
+                                           S2MDrsOpcode)
+from trainingcxl.hdl.cxl.channels import CxlCacheSignature, CxlMemSignature
 from trainingcxl.spec.config import Config, LinkTiming
 from trainingcxl.sim.amaranth_streams import simulate as run, stream_get, stream_put
 

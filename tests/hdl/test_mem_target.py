@@ -9,7 +9,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from trainingcxl.hdl.cxl.mem_target import CxlMemTarget, MemError
-from trainingcxl.hdl.cxl.messages import (M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode)
+from trainingcxl.spec.cxl_messages import M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode
 from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.spec.config import Config, PmemTiming
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put

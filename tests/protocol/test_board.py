@@ -5,12 +5,13 @@ The host side is the code that drives a real board over a serial port
 simulated pins (``sim/board_uart.py``).
 """
 
-import json
 
 import pytest
 
 from trainingcxl.boards.targets import BOARDS
-from trainingcxl.sim.runner import board_top, run_bench
+from trainingcxl.sim.runner import board_top
+from trainingcxl.host.apps.launch import launch
+from trainingcxl.host.jobs import BoardJob
 
 pytestmark = pytest.mark.cocotb
 
@@ -19,11 +20,9 @@ def _train(sim, name, tmp_path, **args):
     """Train on board ``name``'s top, at the clock its build runs at."""
     board = BOARDS[name]
     cfg = board.config
-    out = tmp_path / "board.json"
-    job = {"seed": 0, "batch_size": cfg.model.batch_size, "out": str(out), "quiet": True, **args}
-    run_bench(sim, cfg, "trainingcxl.sim.jobs.job_board", top=board_top(board.clock_mhz), args=job,
-              quiet=True, results_name=f"board-{name}-{sim}", work_dir=tmp_path)
-    return json.loads(out.read_text())
+    job = BoardJob(seed=0, batch_size=cfg.model.batch_size, quiet=True).replace(**args)
+    return launch(job, cfg, sim=sim, top=board_top(board.clock_mhz), name=f"board-{name}-{sim}",
+                  work_dir=tmp_path)
 
 
 def test_board_trains_and_recovers_from_a_command_and_a_button_power_failure(tmp_path):

@@ -13,18 +13,17 @@ import pytest
 
 from trainingcxl.host.cli import main
 from trainingcxl.spec.config import PRESETS
-from trainingcxl.sim.runner import run_bench
+from trainingcxl.host.apps.launch import launch
+from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
 
 pytestmark = pytest.mark.cocotb
 CONFIG = PRESETS["tiny"]
-JOB = "trainingcxl.sim.jobs.job_train"
 
 
 def train(sim, tmp_path, name, config=CONFIG, **args):
-    out = tmp_path / f"{name}.json"
-    job = {"seed": 3, "batches": 5, "batch_size": 8, "check_every": 2, "out": str(out), **args}
-    run_bench(sim, config, JOB, args=job, results_name=f"failures-{name}")
-    return json.loads(out.read_text())
+    job = TrainJob(seed=3, batches=5, batch_size=8, check_every=2, system=CAMPAIGN_SYSTEM,
+                   test_samples=0).replace(**args)
+    return launch(job, config, sim=sim, name=f"failures-{name}")
 
 
 def assert_recovered(rec, at_least):

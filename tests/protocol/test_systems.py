@@ -2,24 +2,22 @@
 from power failures, does its embedding work and checkpoints where it says it does, and
 the RTL link and region counters see that traffic."""
 
-import json
 
 import pytest
 
 from trainingcxl.spec.config import PRESETS
 from trainingcxl.host.protocol.systems import SYSTEMS
-from trainingcxl.sim.runner import run_bench
+from trainingcxl.host.apps.launch import launch
+from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
 
 pytestmark = pytest.mark.cocotb
 CONFIG = PRESETS["tiny"]
-JOB = "trainingcxl.sim.jobs.job_train"
 
 
 def train(sim, tmp_path, name, **args):
-    out = tmp_path / f"{name}.json"
-    job = {"seed": 5, "batches": 4, "batch_size": 8, "check_every": 2, "out": str(out), **args}
-    run_bench(sim, CONFIG, JOB, args=job, results_name=f"systems-{name}")
-    return json.loads(out.read_text())
+    job = TrainJob(seed=5, batches=4, batch_size=8, check_every=2, system=CAMPAIGN_SYSTEM,
+                   test_samples=0).replace(**args)
+    return launch(job, CONFIG, sim=sim, name=f"systems-{name}")
 
 
 @pytest.mark.parametrize("name", list(SYSTEMS))
@@ -91,11 +89,9 @@ def test_host_pmem_costs_follow_its_constants(tmp_path):
     """Slower loads make host-pmem's batches longer, more modules make them shorter; the
     model trains the same either way."""
     def cycles(cfg, name):
-        out = tmp_path / f"{name}.json"
-        job = {"seed": 5, "batches": 3, "batch_size": 8, "check_every": 3, "out": str(out),
-               "system": "host-pmem", "measure_from": 2}
-        run_bench("verilator", cfg, JOB, args=job, results_name=f"host-pmem-{name}")
-        rec = json.loads(out.read_text())
+        job = TrainJob(seed=5, batches=3, batch_size=8, check_every=3, system="host-pmem",
+                       measure_from=2, test_samples=0)
+        rec = launch(job, cfg, name=f"host-pmem-{name}")
         assert rec["golden_match"]
         return rec["window"]["cycles"], rec["loss"]
     base, loss = cycles(CONFIG, "base")

@@ -1,11 +1,10 @@
 """Short training runs on the simulated device, under both simulators.
 
-The job (:mod:`trainingcxl.sim.jobs.job_train`) itself fails unless every pooled
+The application (:mod:`trainingcxl.host.apps.train`) itself fails unless every pooled
 vector and every table check equals the golden model; these tests add the
 record's own consistency.
 """
 
-import json
 
 import numpy as np
 import pytest
@@ -13,11 +12,11 @@ import pytest
 from trainingcxl.spec.config import PRESETS
 from trainingcxl.host.model.criteo import write_sample
 from trainingcxl.host.model.export import load_exported
-from trainingcxl.sim.runner import run_bench
+from trainingcxl.host.apps.launch import launch
+from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
 
 pytestmark = pytest.mark.cocotb
 CONFIG = PRESETS["tiny"]
-JOB = "trainingcxl.sim.jobs.job_train"
 
 
 @pytest.fixture(params=["verilator", "icarus"])
@@ -26,12 +25,11 @@ def sim(request):
 
 
 def run(sim, tmp_path, config=CONFIG, **args):
-    out = tmp_path / "train.json"
     small = sim == "icarus"                     # Icarus is about 30x slower
     job = {"seed": 2, "batches": 3 if small else 8, "batch_size": 8 if small else 16,
-           "check_every": 2 if small else 4, "out": str(out), **args}
-    run_bench(sim, config, JOB, args=job, results_name=f"train-{tmp_path.name}")
-    rec = json.loads(out.read_text())
+           "check_every": 2 if small else 4, **args}
+    rec = launch(TrainJob(system=CAMPAIGN_SYSTEM, test_samples=0).replace(**job), config,
+                 sim=sim, name=f"train-{tmp_path.name}")
     assert rec["golden_match"] and rec["pooled_mismatches"] == 0 and not rec["errors"]
     assert len(rec["loss"]) == job["batches"]
     assert [c["batch"] for c in rec["checks"]][0] == 0

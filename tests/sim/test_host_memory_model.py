@@ -3,7 +3,7 @@ the window, write pulls, and the protocol errors it counts."""
 
 import random
 
-from trainingcxl.hdl.cxl.messages import D2HReqOpcode, H2DRspOpcode
+from trainingcxl.spec.cxl_messages import D2HReqOpcode, H2DRspOpcode
 from trainingcxl.sim.amaranth_streams import simulate, stream_put
 from trainingcxl.sim.rtl.host_memory import PIPELINE, HostMemoryModel
 from trainingcxl.spec.config import PRESETS

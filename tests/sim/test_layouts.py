@@ -4,7 +4,7 @@ import pytest
 from amaranth.hdl import signed
 from amaranth.lib import data
 
-from trainingcxl.hdl.cxl.messages import D2HReq, D2HReqOpcode, M2SRwD, M2SRwDOpcode
+from trainingcxl.spec.cxl_messages import D2HReq, D2HReqOpcode, M2SRwD, M2SRwDOpcode
 from trainingcxl.sim.layouts import pack, unpack
 
 

@@ -5,7 +5,7 @@ answers counted, the bench's master passed through while it is idle."""
 
 import random
 
-from trainingcxl.hdl.cxl.messages import M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode
+from trainingcxl.spec.cxl_messages import M2SReqOpcode, M2SRwDOpcode, S2MNdrOpcode
 from trainingcxl.sim.amaranth_streams import simulate
 from trainingcxl.sim.rtl.mem_bulk import IN_FLIGHT, MemBulk
 

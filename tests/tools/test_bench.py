@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainingcxl.host.tools.bench import WORKLOADS, analyse_run
+from trainingcxl.host.tools.ladder import WORKLOADS, analyse_run
 from trainingcxl.host.cli import build_parser, main
 from trainingcxl.host.model.energy import DEFAULT_ENERGY, link_bytes
 from trainingcxl.host.protocol.systems import SYSTEMS, system
@@ -105,7 +105,7 @@ def test_the_loader_benchmark_prints_lines_per_second(tmp_path, capsys):
 
 
 def test_set_changes_every_workloads_configuration():
-    from trainingcxl.host.tools.bench import overridden
+    from trainingcxl.host.tools.ladder import overridden
     got = overridden(list(WORKLOADS.values()), ["host_pmem.modules=6"])
     assert [w.config.host_pmem.modules for w in got] == [6, 6]
     assert [w.config.hardware_digest() for w in got] == \
@@ -115,7 +115,7 @@ def test_set_changes_every_workloads_configuration():
 
 
 def test_the_table_compares_with_each_baseline_it_has():
-    from trainingcxl.host.tools.bench import _table
+    from trainingcxl.host.tools.ladder import table as _table
     fig = {"cycles_per_batch": 100.0, "checkpoint_overhead": 0.5, "link_bytes_per_batch": 0.0,
            "pmem_bytes_written_per_batch": {"total": 640.0}, "energy_per_batch_j": 0.002}
     lines = []

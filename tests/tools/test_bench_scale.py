@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from trainingcxl.host.cli import build_parser, main
-from trainingcxl.host.tools import bench_scale, pool
+from trainingcxl.host.commands import bench_scale
+from trainingcxl.host.tools import pool
 from trainingcxl.spec.config import SCALE_ROWS, scale_ladder
 
 from tests.tools.test_bench import record
@@ -102,7 +103,7 @@ def fake_run(monkeypatch, fail=None):
             yield spec, {"golden_match": True, "failures": [
                 {"recovery_cycles": 64_000, "rolled_back": 900, "recovery_lines": 1_800,
                  "consistent": True}]}, None
-    monkeypatch.setattr(bench_scale, "_ladder", ladder)
+    monkeypatch.setattr(bench_scale, "run_ladder", ladder)
     monkeypatch.setattr(pool, "parallel_runs", recoveries)
 
 

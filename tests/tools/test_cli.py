@@ -164,21 +164,22 @@ def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
 
 
 def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
-    from trainingcxl.host.tools import campaign as failures
+    from trainingcxl.host.commands import campaign as failures
     from trainingcxl.spec.config import PRESETS, Config
     reruns = []
     monkeypatch.setattr(failures, "run_train", lambda spec: reruns.append(spec) or (spec, None, None))
-    spec = {"index": 4, "config": PRESETS["tiny"].to_dict(), "args": {
-        "seed": 9, "batches": 3, "batch_size": 4, "staleness": 1, "relaxed": True,
-        "failures": [{"random": True}], "failure_seed": 2}}
+    from trainingcxl.host.jobs import TrainJob
+    spec = {"index": 4, "config": PRESETS["tiny"].to_dict(), "job": TrainJob(
+        seed=9, batches=3, batch_size=4, staleness=1, relaxed=True, system="cxl-b",
+        failures=({"random": True},), failure_seed=2).to_dict()}
     record = {"failures": [{"cycle": 500, "recovery_failure_cycles": [620]}]}
     folder = failures._reproducer(tmp_path, spec, record, "broken")
     repro = json.loads((folder / "repro.json").read_text())
-    assert repro["args"] == spec["args"] and repro["fired_cycles"] == [500, 620]
+    assert repro["job"] == spec["job"] and repro["fired_cycles"] == [500, 620]
     assert "--fail-at 500,620" in repro["command"] and "--relaxed" in repro["command"]
     assert Config.from_dict(json.loads((folder / "config.json").read_text())) == PRESETS["tiny"]
     # The run is replayed with tracing on, its waveform kept beside the reproducer.
-    assert reruns[0]["waves"] and reruns[0]["waves_to"] == str(folder / "waves.vcd")
+    assert reruns[0]["waves_to"] == str(folder / "waves.vcd")
 
 
 def test_the_simulated_board_runs_at_the_clock_it_is_named_for():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainingcxl.host.cli import main
-from trainingcxl.host.tools import campaign
+from trainingcxl.host.commands import campaign
 from trainingcxl.host.tools.cluster import LocalPool, TaskLost, parse_cluster
 from trainingcxl.host.tools.journal import Journal, task_digest
 

@@ -21,7 +21,7 @@ def test_fuzz_refuses_everything_and_corrupts_nothing(sim, cases, shards, tmp_pa
 
 
 def test_shards_add_up_and_a_failed_shard_is_named():
-    from trainingcxl.host.tools.fuzz import merge_shards
+    from trainingcxl.host.commands.fuzz import merge_shards
     def shard(i, cases, kind, not_refused=()):
         return ({"index": i}, {"cases": cases, "invalid": cases, "refused": cases - len(not_refused),
                                "corruptions": 0, "hangs": 0, "lost_commits": 0, "batches": cases // 10,

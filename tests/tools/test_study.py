@@ -7,7 +7,7 @@ import pytest
 
 from trainingcxl.host.cli import main
 from trainingcxl.host.model.data import SyntheticWorkload
-from trainingcxl.host.tools.study import _rtl_point, golden_run, replay, rtl_specs
+from trainingcxl.host.commands.study import _rtl_point, golden_run, replay, rtl_specs
 from trainingcxl.spec.config import Config, ModelShape
 
 CFG = Config(tables=(40, 30, 20), max_pooling=4, max_bags=512,

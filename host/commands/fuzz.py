@@ -1,18 +1,20 @@
 """``trainingcxl fuzz``: invalid inputs mixed with checked training, in shards.
 
 The cases are cut into shards of ``--shard-cases``; each shard is one run of
-``trainingcxl.sim.jobs.job_fuzz`` on a fresh device, seeded from the fuzz seed
+:mod:`trainingcxl.host.apps.fuzz_app` on a fresh device, seeded from the fuzz seed
 and its shard number alone, so the tally does not depend on where or on how
 many workers the shards ran (:mod:`.cluster`).
 """
 
 import time
 
+from .options import config_option
 from trainingcxl.host.tools.argtypes import nonneg, positive, write_json
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.host.tools import pool
+from trainingcxl.host.jobs import FuzzJob
 
-__all__ = ["shard_seed", "fuzz_shard", "merge_shards", "cmd_fuzz", "add_fuzz_command"]
+__all__ = ["shard_seed", "fuzz_shard", "merge_shards", "cmd_fuzz", "register"]
 
 #: The counts of a shard's record that add up over shards.
 COUNTS = ("cases", "invalid", "refused", "corruptions", "hangs", "lost_commits", "batches")
@@ -27,13 +29,15 @@ def shard_seed(seed, shard):
 def fuzz_shard(spec):
     """One shard in its own simulation; returns ``(spec, record or None, error text)``."""
     from trainingcxl.spec.config import Config
-    from trainingcxl.host.tools.jobs import run_job
+    from trainingcxl.host.apps.launch import launch
     from trainingcxl.sim.runner import BenchFailure
     try:
-        record = run_job(spec["sim"], Config.from_dict(spec["config"]), spec["args"],
-                         job="fuzz", partial=True)
+        record = launch(FuzzJob.from_dict(spec["job"]), Config.from_dict(spec["config"]),
+                        sim=spec["sim"])
     except BenchFailure as e:
-        return spec, None, str(e)[-3000:]
+        if e.record is None:
+            return spec, None, str(e)[-3000:]
+        record = e.record
     return spec, record, None
 
 
@@ -65,7 +69,7 @@ def cmd_fuzz(args):
     sizes = [min(args.shard_cases, args.cases - first)
              for first in range(0, args.cases, args.shard_cases)]
     specs = [{"index": k, "sim": args.sim, "config": cfg.to_dict(),
-              "args": {"cases": n, "seed": shard_seed(args.seed, k), "every": args.every}}
+              "job": FuzzJob(cases=n, seed=shard_seed(args.seed, k), every=args.every).to_dict()}
              for k, n in enumerate(sizes)]
     print(f"trainingcxl fuzz: {args.cases} invalid inputs (seed {args.seed}) in {len(specs)} "
           f"shard(s), a checked training batch every {args.every}, on {args.sim}", flush=True)
@@ -97,7 +101,7 @@ def cmd_fuzz(args):
     return 0 if good else 1
 
 
-def add_fuzz_command(sub, config_option):
+def register(sub):
     sp = sub.add_parser(
         "fuzz", help="send random invalid CXL.mem messages and descriptors between checked "
                      "training batches",

@@ -16,7 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from .options import config_option
 from trainingcxl.host.protocol.phases import BATCH_PHASES
+from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
 from trainingcxl.host.tools.argtypes import (nonneg as _nonneg, positive as _positive,
                                              write_json as _write_json)
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
@@ -25,7 +27,7 @@ from trainingcxl.host.tools.plans import check_checkpoint_regions, staleness as 
 from trainingcxl.host.tools import pool
 from trainingcxl.host.tools.pool import run_train
 
-__all__ = ["add_commands", "campaign_specs", "cmd_campaign", "cmd_sweep", "run_tasks", "tally"]
+__all__ = ["register", "campaign_specs", "cmd_campaign", "cmd_sweep", "run_tasks", "tally"]
 
 
 def tally(results):
@@ -59,19 +61,18 @@ def _reproducer(out_dir, spec, record, error):
     folder.mkdir(parents=True, exist_ok=True)
     fired = [{"at": c} for f in (record or {}).get("failures", []) if f.get("cycle")
              for c in [f["cycle"], *f.get("recovery_failure_cycles", [])]]
-    a = spec["args"]
+    a = spec["job"]
     command = (f"trainingcxl train --config {folder / 'config.json'} --seed {a['seed']} "
-               f"--system {a.get('system', 'cxl-b')} "
+               f"--system {a['system']} "
                f"--batches {a['batches']} --batch-size {a['batch_size']} "
                f"--staleness {a['staleness']}{' --relaxed' if a['relaxed'] else ''}"
                + (f" --fail-at {','.join(str(f['at']) for f in fired)}" if fired else ""))
-    # The simulation is deterministic: the job arguments alone replay the run.
-    repro = {"config": spec["config"], "args": a, "fired_cycles": [f["at"] for f in fired],
+    # The simulation is deterministic: the job alone replays the run.
+    repro = {"config": spec["config"], "job": a, "fired_cycles": [f["at"] for f in fired],
              "error": error, "command": command}
     (folder / "repro.json").write_text(json.dumps(repro, indent=2))
     (folder / "config.json").write_text(json.dumps(spec["config"], indent=2))
-    _, _, _ = run_train({**spec, "args": repro["args"], "waves": True,
-                          "waves_to": str(folder / "waves.vcd")})
+    run_train({**spec, "waves_to": str(folder / "waves.vcd")})
     return folder
 
 
@@ -129,10 +130,12 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
                 plan.append({"phase": rng.choice(BATCH_PHASES)})
             else:
                 plan.append({"random": True})
-        specs.append({"index": i, "config": cfg.to_dict(), "args": {
-            "seed": seed * 1000 + i, "batches": batches, "batch_size": batch_size,
-            "check_every": 1000, "relaxed": relaxed, "staleness": k, "failures": plan,
-            "extend": True, "failure_seed": seed * 1000 + i}, "staleness": k, "relaxed": relaxed})
+        job = TrainJob(seed=seed * 1000 + i, batches=batches, batch_size=batch_size,
+                       system=CAMPAIGN_SYSTEM, check_every=1000, relaxed=relaxed, staleness=k,
+                       failures=tuple(plan), extend=True, failure_seed=seed * 1000 + i,
+                       test_samples=0)
+        specs.append({"index": i, "config": cfg.to_dict(), "job": job.to_dict(),
+                      "staleness": k, "relaxed": relaxed})
     return specs
 
 
@@ -173,7 +176,7 @@ def cmd_campaign(args):
         c["failures"] += len(fs)
         c["consistent"] += sum(f["consistent"] for f in fs)
         ok = bool(rec) and rec.get("golden_match") and not error
-        details.append({"index": spec["index"], "seed": spec["args"]["seed"],
+        details.append({"index": spec["index"], "seed": spec["job"]["seed"],
                         "staleness": spec["staleness"], "relaxed": spec["relaxed"],
                         "failures": len(fs), "ok": ok, "error": error})
         if not ok and args.reproducers:
@@ -222,14 +225,15 @@ def cmd_sweep(args):
         check_checkpoint_regions(cfg, args.batch_size, relaxed=args.relaxed)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
-    common = {"seed": args.seed, "batch_size": args.batch_size, "check_every": 1000,
-              "relaxed": args.relaxed, "staleness": args.staleness, "until_plan_done": True}
+    common = TrainJob(seed=args.seed, batch_size=args.batch_size, system=CAMPAIGN_SYSTEM,
+                      check_every=1000, relaxed=args.relaxed, staleness=args.staleness,
+                      until_plan_done=True, test_samples=0)
     t0 = time.monotonic()
     with open_cluster(args.cluster, args.jobs) as cluster:
         cluster.prebuild([cfg])
         # 1. Measure: a batch's length, and a recovery's after a failure in an update.
-        spec = {"index": 0, "config": cfg.to_dict(), "args": {
-            **common, "batches": 4, "failures": [{"phase": "update", "batch": 3, "offset": 20}]}}
+        spec = {"index": 0, "config": cfg.to_dict(), "job": common.replace(
+            batches=4, failures=({"phase": "update", "batch": 3, "offset": 20},)).to_dict()}
         _, (_, probe, error) = next(iter(cluster.run(run_train, [spec])))
         if error or not probe:
             print(f"error: the measuring run failed: {error}", file=sys.stderr)
@@ -255,7 +259,8 @@ def cmd_sweep(args):
                                              {"phase": "recovery", "offset": r})]
                   for part in _chunks(rec_offsets, args.points_per_run)]
         specs = [{"index": k, "config": cfg.to_dict(),
-                  "args": {**common, "batches": 3 + len(plan) + 2, "failures": plan}}
+                  "job": common.replace(batches=3 + len(plan) + 2,
+                                        failures=tuple(plan)).to_dict()}
                  for k, plan in enumerate(plans)]
         results, execution = run_tasks("sweep", args, cluster, specs, lambda r: "")
     execution["wall_s"] = round(time.monotonic() - t0, 1)
@@ -313,7 +318,7 @@ def _fan_out_options(sp, kind):
                          "command line as the interrupted run; without it the journal starts anew)")
 
 
-def add_commands(sub, config_option):
+def register(sub):
     sp = sub.add_parser(
         "campaign", help="many training runs with random power failures, in parallel",
         description="Runs independent training runs on Verilator, each with random power "

@@ -1,7 +1,7 @@
 """cocotb tests of the checkpoint engine on the whole device, under Verilator and Icarus.
 
 Run through pytest (``tests/driver/test_checkpoint.py``). Training runs
-with injected power failures live in :mod:`trainingcxl.sim.jobs.job_train`; these
+with injected power failures live in :mod:`trainingcxl.host.apps.train`; these
 tests pin down the engine's rules one at a time.
 """
 
@@ -10,12 +10,12 @@ import numpy as np
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.spec.registers import Reg
-from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
+from trainingcxl.spec.cxl_messages import S2MNdrOpcode
 from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.golden import coalesce_update, embedding_update
 from trainingcxl.host.driver.ports import DeviceTB
-from ..bench_env import bench_args, bench_config
+from trainingcxl.sim.bench_env import bench_args, bench_config
 
 NONE = ErrorCode.NONE
 

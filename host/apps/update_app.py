@@ -18,27 +18,29 @@ from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.golden import embedding_update
 from trainingcxl.host.driver.ports import DeviceTB
-from ..bench_env import bench_args, bench_config
-from .job_lookup import progress
+from trainingcxl.sim.bench_env import bench_config
+from trainingcxl.host.jobs import UpdateJob
+from .launch import read_job
+from .lookup_app import progress
 
 
 @cocotb.test()
 async def update_job(dut):
-    args = bench_args()
     cfg = bench_config()
-    seed = args.get("seed", 0)
+    job, out_path = read_job(UpdateJob)
+    seed = job.seed
     tb = DeviceTB(dut, cfg, seed=seed, protocol_checks=False)
     await tb.reset()
     tables = initial_tables(cfg, seed=seed)
     await tb.load_tables(tables)
-    wl = SyntheticWorkload(cfg, seed=seed, batch_size=args.get("batch_size", 64),
-                           min_pooling=args.get("min_pooling", 0))
+    wl = SyntheticWorkload(cfg, seed=seed, batch_size=job.batch_size,
+                           min_pooling=job.min_pooling)
     rng = np.random.default_rng(seed)
     rd_num, rd_den = cfg.pmem.read_rate
     wr_num, wr_den = cfg.pmem.write_rate
     want = tables
     batches = []
-    n = args.get("batches", 2)
+    n = job.batches
     for i in range(n):
         b = wl.batch(i)
         deltas = rng.integers(-2**10, 2**10, size=(b.n_bags, cfg.dim)).astype(np.int32)
@@ -67,6 +69,6 @@ async def update_job(dut):
     busy = sum(r["busy_cycles"] for r in batches)
     record = {"batches": batches, "lines": lines, "bound_cycles": bound, "busy_cycles": busy,
               "update_efficiency": bound / busy if busy else 0.0, "golden_match": match}
-    with open(args["out"], "w") as f:
+    with open(out_path, "w") as f:
         json.dump(record, f, indent=2)
     assert match, "the tables differ from the golden model after the updates"

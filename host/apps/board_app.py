@@ -6,9 +6,7 @@ The host side is exactly the one that drives a real board
 :func:`~trainingcxl.host.protocol.board.board_training`); only the transport
 differs: :class:`~trainingcxl.sim.board_uart.UartPins` instead of a serial port.
 
-Arguments (from the runner): ``seed``, ``batches``, ``batch_size``,
-``staleness``, ``failures`` (``[batch, phase]`` pairs), ``button`` (batches at
-whose start the board's button is pressed) and ``out`` (the JSON record).
+The job is a :class:`~trainingcxl.host.jobs.BoardJob`.
 """
 
 import json
@@ -21,11 +19,13 @@ from cocotb.triggers import ClockCycles, Timer
 from trainingcxl.host.driver.bridge import BoardDevice, BridgeClient
 from trainingcxl.host.protocol.board import BoardFailures, board_training
 from trainingcxl.host.model.data import SyntheticWorkload
-from ..board_uart import UartPins
-from ..backdoor import SdramLines
-from ..rtl.sdram_model import Violation
-from ..bench_env import PERIOD_NS, bench_args, bench_config
-from ..runner import BOARD_SIM_DIVISOR
+from trainingcxl.sim.board_uart import UartPins
+from trainingcxl.sim.backdoor import SdramLines
+from trainingcxl.sim.rtl.sdram_model import Violation
+from trainingcxl.sim.bench_env import PERIOD_NS, bench_config
+from trainingcxl.host.jobs import BoardJob
+from .launch import read_job
+from trainingcxl.sim.runner import BOARD_SIM_DIVISOR
 from trainingcxl.host.protocol.training import progress
 
 
@@ -48,8 +48,8 @@ class _ButtonPresses(BoardFailures):
 
 @cocotb.test()
 async def board_job(dut):
-    args = bench_args()
     cfg = bench_config()
+    job, out_path = read_job(BoardJob)
     Clock(dut.clk, PERIOD_NS, unit="ns").start()
     dut.button.value = 0
     dut.rx.value = 1
@@ -63,15 +63,16 @@ async def board_job(dut):
         # Tables go into the chip model and come back from it directly (a board moves
         # them over the UART): a table of 100,000 rows would take billions of cycles.
         device.transport.media = SdramLines.open(cfg.sdram)
-    data = SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"])
-    batches = args.get("batches", 4)
-    failures = [tuple(f) for f in args.get("failures", [])]
+    batch_size = cfg.model.batch_size if job.batch_size is None else job.batch_size
+    data = SyntheticWorkload(cfg, seed=job.seed, batch_size=batch_size)
+    batches = job.batches
+    failures = [tuple(f) for f in job.failures]
     await device.check_identity()
-    run = board_training(device, data, batches=batches, seed=args.get("seed", 0),
-                         staleness=args.get("staleness", 0), failures=failures,
-                         log=(lambda text: None) if args.get("quiet") else progress,
+    run = board_training(device, data, batches=batches, seed=job.seed,
+                         staleness=job.staleness, failures=failures,
+                         log=(lambda text: None) if job.quiet else progress,
                          failure_source=_ButtonPresses(failures, batches=batches, dut=dut,
-                                                       presses=args.get("button", [])))
+                                                       presses=job.button))
     wall0 = time.perf_counter()
     record = await run.run()
     record["loss"] = [record["loss"][b] for b in sorted(record["loss"])]
@@ -86,7 +87,7 @@ async def board_job(dut):
     record["golden_match"] = (record["consistent"] and not record["errors"]
                               and violation == Violation.NONE)
     record["wall_s"] = time.perf_counter() - wall0
-    with open(args["out"], "w") as f:
+    with open(out_path, "w") as f:
         json.dump(record, f, indent=2, default=str)
     assert violation == Violation.NONE, f"the SDRAM controller broke a rule: {violation.name}"
     assert record["golden_match"], "the board diverged from the golden model (see the progress lines)"

@@ -8,8 +8,8 @@ import cocotb
 import numpy as np
 from cocotb.triggers import Timer
 
-from trainingcxl.hdl.cxl.messages import (D2HData, D2HReq, D2HReqOpcode, H2DData, H2DRsp,
-                                          H2DRspOpcode, UQID_BITS)
+from trainingcxl.spec.cxl_messages import (D2HData, D2HReq, D2HReqOpcode, H2DData, H2DRsp,
+                                           H2DRspOpcode, UQID_BITS)
 from .streams import StreamSink, StreamSource
 
 __all__ = ["HostMemory", "GatewareHostMemory"]

@@ -40,16 +40,18 @@ from pathlib import Path
 
 import numpy as np
 
+from .options import config_option
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
 from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.history import GoldenHistory
 from trainingcxl.spec.config import PRESETS, Config
-from .argtypes import nonneg, positive, save_figure, write_json
-from .cluster import LocalPool
-from .pool import Progress, run_train
+from trainingcxl.host.jobs import TrainJob
+from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure, write_json
+from trainingcxl.host.tools.cluster import LocalPool
+from trainingcxl.host.tools.pool import Progress, run_train
 
-__all__ = ["MODES", "STUDY_K", "golden_run", "replay", "recover", "add_study_command"]
+__all__ = ["MODES", "STUDY_K", "golden_run", "replay", "recover", "register"]
 
 MODES = ("trainingcxl", "cpr")
 STUDY_K = (0, 1, 8, 64, 256)
@@ -162,14 +164,12 @@ def _rtl_point(spec):
     """One RTL run with failures, replayed on the golden model: ``(spec, outcome dict)``."""
     cfg = Config.from_dict(spec["config"])
     with tempfile.TemporaryDirectory(prefix="trainingcxl-study-") as tmp:
-        job = dict(spec)
-        job["args"] = {**spec["args"], "dump": tmp}
-        _, rec, error = run_train(job)
+        _, rec, error = run_train({**spec, "job": {**spec["job"], "dump": tmp}})
         if rec is None or error:
             return spec, {"error": (error or "no record")[-400:]}
         tables = np.load(Path(tmp) / "tables.npz")
         mlp = np.load(Path(tmp) / "mlp.npz")
-        a = spec["args"]
+        a = spec["job"]
         recs = [(f["recovered_batch"], f["recovered_mlp_batch"]) for f in rec["failures"]]
         history = replay(cfg, _workload(cfg, a["seed"], a["batch_size"]), rec["stopped_after"],
                          seed=a["seed"], recoveries=recs)
@@ -192,10 +192,10 @@ def rtl_specs(count, seed):
     out = []
     for i in range(count):
         k, relaxed = (0, 1, 8)[i % 3], bool(i // 3 % 2)
-        out.append({"index": f"study-rtl{i}", "config": cfg.to_dict(), "args": {
-            "seed": seed + i, "batches": 12, "batch_size": 8, "check_every": 4,
-            "relaxed": relaxed, "staleness": k, "system": "cxl",
-            "failures": [{"random": True}] * 3, "failure_seed": seed + i, "extend": True}})
+        job = TrainJob(seed=seed + i, batches=12, batch_size=8, check_every=4, relaxed=relaxed,
+                       staleness=k, system="cxl", failures=({"random": True},) * 3,
+                       failure_seed=seed + i, extend=True, test_samples=0)
+        out.append({"index": f"study-rtl{i}", "config": cfg.to_dict(), "job": job.to_dict()})
     return out
 
 
@@ -343,7 +343,7 @@ def cmd_study(args):
     return 0 if len(agree) == len(rtl) else 1
 
 
-def add_study_command(sub, config_option):
+def register(sub):
     sp = sub.add_parser(
         "study", help="what relaxed recovery costs in test accuracy (golden model, RTL sample)",
         description="Trains the same synthetic workload with power failures at a fixed rate "

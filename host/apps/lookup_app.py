@@ -1,10 +1,7 @@
 """A lookup workload on the simulated device: the job behind ``trainingcxl lookup-demo``
 and ``trainingcxl bench-lookup``.
 
-Arguments come from the runner (:func:`~trainingcxl.host.driver.ports.bench_args`):
-``seed``, ``batches``, ``batch_size``, ``min_pooling``, ``max_pooling``,
-``zipf_alpha``, ``host_delay`` (cycles, a pair), ``protocol_checks`` and ``out``
-(where the JSON record goes).
+The job is a :class:`~trainingcxl.host.jobs.LookupJob`.
 Every batch is checked against the golden model; the test fails on any mismatch.
 """
 
@@ -19,7 +16,9 @@ from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.golden import embedding_bag_sum
 from trainingcxl.host.driver.ports import DeviceTB
-from ..bench_env import bench_args, bench_config
+from trainingcxl.sim.bench_env import bench_config
+from trainingcxl.host.jobs import LookupJob
+from .launch import read_job
 
 
 def progress(text):
@@ -28,12 +27,11 @@ def progress(text):
 
 @cocotb.test()
 async def lookup_job(dut):
-    args = bench_args()
     cfg = bench_config()
-    seed = args.get("seed", 0)
-    delay = args.get("host_delay")
-    tb = DeviceTB(dut, cfg, seed=seed, host_delay=tuple(delay) if delay else None,
-                  protocol_checks=args.get("protocol_checks", False))
+    job, out_path = read_job(LookupJob)
+    seed = job.seed
+    tb = DeviceTB(dut, cfg, seed=seed, host_delay=job.host_delay,
+                  protocol_checks=job.protocol_checks)
     await tb.reset()
     await tb.check_identity()
 
@@ -44,14 +42,13 @@ async def lookup_job(dut):
     load_cycles = await tb.cycles() - c0
     progress(f"  loaded {cfg.table_lines} table lines through CXL.mem in {load_cycles} cycles")
 
-    wl = SyntheticWorkload(cfg, seed=seed, batch_size=args.get("batch_size", 16),
-                           min_pooling=args.get("min_pooling", 0),
-                           max_pooling=args.get("max_pooling"),
-                           zipf_alpha=args.get("zipf_alpha", 1.05))
+    wl = SyntheticWorkload(cfg, seed=seed, batch_size=job.batch_size,
+                           min_pooling=job.min_pooling, max_pooling=job.max_pooling,
+                           zipf_alpha=job.zipf_alpha)
     batches = []
     sim_wall = 0.0
     sim_cycles = 0
-    for i in range(args.get("batches", 4)):
+    for i in range(job.batches):
         b = wl.batch(i)
         before = await tb.counters()
         t = time.perf_counter()
@@ -71,13 +68,13 @@ async def lookup_job(dut):
             "error": res.error.name, "golden_match": bool(match),
         }
         batches.append(rec)
-        progress(f"  batch {i + 1}/{args.get('batches', 4)}: {b.n_bags} bags, {b.n_indices} rows, "
+        progress(f"  batch {i + 1}/{job.batches}: {b.n_bags} bags, {b.n_indices} rows, "
                  f"{res.cycles} cycles, {rec['lines_per_cycle']:.3f} lines/cycle, "
                  f"golden {'match' if match else 'MISMATCH'}")
     total = await tb.counters()
     record = {
         "config": cfg.to_dict(),
-        "args": {k: v for k, v in args.items() if k != "out"},
+        "job": job.to_dict(),
         "load_cycles": load_cycles,
         "batches": batches,
         "counters": total,
@@ -89,8 +86,13 @@ async def lookup_job(dut):
         "total_cycles_per_s": (total["cycles"] - c0) / (time.perf_counter() - wall0),
         "golden_match": all(r["golden_match"] for r in batches),
     }
-    if "out" in args:
-        with open(args["out"], "w") as f:
-            json.dump(record, f, indent=2)
+    # The PMEM read rate the engine reached while busy, against the model's peak.
+    record["pmem_lines"] = sum(b["pmem_lines"] for b in batches)
+    record["busy_cycles"] = sum(b["busy_cycles"] for b in batches)
+    record["peak_lines_per_cycle"] = cfg.pmem.read_rate[0] / cfg.pmem.read_rate[1]
+    record["lines_per_cycle"] = (record["pmem_lines"] / record["busy_cycles"]
+                                 if record["busy_cycles"] else 0.0)
+    with open(out_path, "w") as f:
+        json.dump(record, f, indent=2)
     tb.check_models()
     assert record["golden_match"], "some batch differs from the golden model"

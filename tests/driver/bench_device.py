@@ -12,14 +12,14 @@ from cocotb.triggers import ClockCycles
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.spec.registers import Reg
-from trainingcxl.hdl.cxl.messages import S2MNdrOpcode
+from trainingcxl.spec.cxl_messages import S2MNdrOpcode
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
 from trainingcxl.host.driver.device import DeviceError
 from trainingcxl.host.driver.ports import DeviceTB
-from ..bench_env import bench_args, bench_config
-from ..layouts import pack
-from ..streams import StreamMonitor, random_pauses
+from trainingcxl.sim.bench_env import bench_args, bench_config
+from trainingcxl.sim.layouts import pack
+from trainingcxl.sim.streams import StreamMonitor, random_pauses
 
 FULL = (1 << 64) - 1
 

@@ -1,9 +1,8 @@
 """Fuzzing the device: random invalid CXL.mem messages and descriptors mixed with
 checked training traffic (the job behind ``trainingcxl fuzz``).
 
-Arguments (:func:`~trainingcxl.host.driver.ports.bench_args`): ``cases`` (invalid
-inputs to send), ``seed``, ``every`` (a checked lookup, update and commit after
-every that many invalid inputs) and ``out`` (where the JSON record goes).
+The job is a :class:`~trainingcxl.host.jobs.FuzzJob`: ``cases`` invalid inputs,
+with a checked lookup, update and commit after ``every`` of them.
 
 After every invalid input the job checks that it was refused as specified
 (error code, CXL.mem response, error counter); after every valid batch that
@@ -20,14 +19,16 @@ import numpy as np
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.spec.registers import Reg
-from trainingcxl.hdl.cxl.messages import M2SReqOpcode, M2SRwDOpcode, S2MDrsOpcode, S2MNdrOpcode
+from trainingcxl.spec.cxl_messages import M2SReqOpcode, M2SRwDOpcode, S2MDrsOpcode, S2MNdrOpcode
 from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
-from ..cxl_mem_master import FULL_BE
+from trainingcxl.sim.cxl_mem_master import FULL_BE
 from trainingcxl.host.driver.device import rows_to_lines
 from trainingcxl.host.driver.ports import DeviceTB
-from ..bench_env import bench_args, bench_config
+from trainingcxl.sim.bench_env import bench_config
+from trainingcxl.host.jobs import FuzzJob
+from .launch import read_job
 
 #: The kinds of invalid input, each with the refusal it must get.
 KINDS = ("mem_unmapped_read", "mem_unmapped_write", "mem_protected_write", "mem_poisoned_write",
@@ -205,11 +206,9 @@ class Fuzzer:
 
 @cocotb.test()
 async def fuzz_job(dut):
-    args = bench_args()
     cfg = bench_config()
-    seed = args.get("seed", 0)
-    cases = args.get("cases", 100)
-    every = max(1, args.get("every", 10))
+    job, out_path = read_job(FuzzJob)
+    seed, cases, every = job.seed, job.cases, max(1, job.every)
     rng = random.Random(seed)
     tb = DeviceTB(dut, cfg, seed=seed)
     await tb.reset()
@@ -281,9 +280,8 @@ async def fuzz_job(dut):
         rec["corruptions"] += int((g != w).any(axis=1).sum())
     rec["counters"] = {"mem_errors": await tb.ctl.read(Reg.MEM_ERRORS),
                        "descriptor_errors": fuzz.cleared_errors + (await tb.ctl.read(Reg.ERROR) >> 32)}
-    if "out" in args:
-        with open(args["out"], "w") as f:
-            json.dump(rec, f, indent=2)
+    with open(out_path, "w") as f:
+        json.dump(rec, f, indent=2)
     assert rec["hangs"] == 0, rec.get("hang")
     assert rec["refused"] == rec["invalid"], f"not refused: {rec['not_refused'][:5]}"
     assert rec["corruptions"] == 0 and rec["lost_commits"] == 0, rec

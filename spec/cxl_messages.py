@@ -1,10 +1,12 @@
-"""CXL.mem and CXL.cache messages (a simplified subset of CXL 2.0).
+"""CXL.mem and CXL.cache messages (a simplified subset of CXL 2.0): the wire format.
 
-Every channel is a stream whose payload is one of the structs below. Field
-encodings follow the CXL 2.0 specification (section 3.2 for CXL.cache, 3.3 for
-CXL.mem) where the specification has them; fields this model does not need
-(meta data, snoop types, LD-ID, traffic class) are left out. Addresses are
-line addresses, Address[51:6], so a message cannot be misaligned.
+The gateware (``hdl/cxl/``), the simulation harness and the driver's ports all
+read this module. Every channel is a stream (``hdl/cxl/channels.py``) whose
+payload is one of the structs below. Field encodings follow the CXL 2.0
+specification (section 3.2 for CXL.cache, 3.3 for CXL.mem) where it has them;
+fields this model does not need (meta data, snoop types, LD-ID, traffic class)
+are left out. Addresses are line addresses, Address[51:6], so a message cannot
+be misaligned.
 
 Departures from the specification, all in responses:
 
@@ -16,17 +18,15 @@ Departures from the specification, all in responses:
   does for data errors.
 """
 
-from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, enum
 
-from trainingcxl.spec.config import ADDR_BITS, LINE_BITS, LINE_BYTES
+from .config import ADDR_BITS, LINE_BITS, LINE_BYTES
 
 __all__ = [
-    "ADDR_BITS", "TAG_BITS", "CQID_BITS", "UQID_BITS",
+    "TAG_BITS", "CQID_BITS", "UQID_BITS",
     "M2SReqOpcode", "M2SRwDOpcode", "S2MNdrOpcode", "S2MDrsOpcode",
     "D2HReqOpcode", "H2DRspOpcode",
     "M2SReq", "M2SRwD", "S2MNdr", "S2MDrs", "D2HReq", "H2DRsp", "H2DData", "D2HData",
-    "CxlMemSignature", "CxlCacheSignature",
 ]
 
 TAG_BITS = 16
@@ -88,24 +88,6 @@ class S2MDrs(data.Struct):
     data: LINE_BITS
 
 
-class CxlMemSignature(wiring.Signature):
-    """CXL.mem as seen by the device (the subordinate)."""
-
-    def __init__(self):
-        super().__init__({
-            "m2s_req": In(stream.Signature(M2SReq)),
-            "m2s_rwd": In(stream.Signature(M2SRwD)),
-            "s2m_ndr": Out(stream.Signature(S2MNdr)),
-            "s2m_drs": Out(stream.Signature(S2MDrs)),
-        })
-
-    def __eq__(self, other):
-        return isinstance(other, CxlMemSignature)
-
-    def __repr__(self):
-        return "CxlMemSignature()"
-
-
 # -- CXL.cache --------------------------------------------------------------------
 
 class D2HReqOpcode(enum.Enum, shape=5):
@@ -149,21 +131,3 @@ class D2HData(data.Struct):
     uqid: UQID_BITS
     poison: 1
     data: LINE_BITS
-
-
-class CxlCacheSignature(wiring.Signature):
-    """CXL.cache as seen by the device (the requester)."""
-
-    def __init__(self):
-        super().__init__({
-            "d2h_req": Out(stream.Signature(D2HReq)),
-            "d2h_data": Out(stream.Signature(D2HData)),
-            "h2d_rsp": In(stream.Signature(H2DRsp)),
-            "h2d_data": In(stream.Signature(H2DData)),
-        })
-
-    def __eq__(self, other):
-        return isinstance(other, CxlCacheSignature)
-
-    def __repr__(self):
-        return "CxlCacheSignature()"

@@ -3,7 +3,7 @@
 The scale ladder of :func:`trainingcxl.spec.config.scale_ladder` (8 tables of
 10^3, 10^5 or 10^6 rows; batches of 32, 256 or 2048 samples) runs on the
 chosen systems with and without checkpointing, through the ladder's own runs
-and analysis (:mod:`trainingcxl.host.tools.bench`). Every batch size of one
+and analysis (:mod:`trainingcxl.host.commands.bench`). Every batch size of one
 table size shares one device, so the ladder needs one simulator build per
 table size. Per table size a further ``cxl`` run cuts the power in an update
 and measures the recovery, to show its cost does not follow the table's size.
@@ -13,8 +13,8 @@ import argparse
 import time
 
 from trainingcxl.host.tools.argtypes import save_figure, write_json
-from trainingcxl.host.tools.bench import (
-    Workload, _ladder, _recovery_row, _recovery_spec, _summarise, comparison, overridden)
+from trainingcxl.host.tools.ladder import (
+    Workload, comparison, overridden, recovery_row, recovery_spec, run_ladder, summarise)
 from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.spec.config import SCALE_BATCHES, SCALE_ROWS, scale_ladder
 
@@ -70,7 +70,7 @@ def parse_batch_sizes(text):
 
 
 def scale_workloads(sizes=tuple(SCALE_ROWS), batch_sizes=SCALE_BATCHES):
-    """A :class:`~trainingcxl.host.tools.bench.Workload` for every table size and batch
+    """A :class:`~trainingcxl.host.commands.bench.Workload` for every table size and batch
     size, named like ``rm-1k/b32``. The devices are those of the whole ladder
     (sized for its largest batch), so a subset of batch sizes builds no other."""
     grid = dict(scale_ladder(sizes, tuple(sorted(set(SCALE_BATCHES) | set(batch_sizes)))))
@@ -105,8 +105,8 @@ def run_scale(args, say):
             f"{'on' if spec['checkpointing'] else 'off'}: {ok}, {per}"
             f"simulated in {(record or {}).get('wall_s', 0):.0f} s; {time.monotonic() - t0:.0f} s so far")
 
-    results, errors = _ladder(args, workloads, systems, say, on_result=progress)
-    summary = _summarise(results, workloads, systems)
+    results, errors = run_ladder(args, workloads, systems, say, on_result=progress)
+    summary = summarise(results, workloads, systems)
     for w in workloads:
         for s, fig in summary.get(w.name, {}).items():
             on, off = results[(w.name, s, True)][1], (results.get((w.name, s, False)) or (0, None))[1]
@@ -121,9 +121,9 @@ def run_scale(args, say):
         for w in workloads:
             first.setdefault(_split(w.name)[0], w)
         say("[scale] recovery: a power failure in an update on cxl, one run per table size")
-        specs = [_recovery_spec(k, w, args) for k, w in enumerate(first.values())]
+        specs = [recovery_spec(k, w, args) for k, w in enumerate(first.values())]
         for result in parallel_runs(specs, args.fan_out, lambda r: ""):
-            row = _recovery_row(*result)
+            row = recovery_row(*result)
             size, b = _split(row["workload"])
             row.update(size=size, rows=SCALE_ROWS[size], batch_size=b)
             recovery.append(row)

@@ -19,20 +19,8 @@ batch ``i``'s update; ``FINISH`` completes it after the update
 (docs/relaxed-lookup.md). The checks are the same, so the run proves the
 relaxed order bit-identical to the strict one.
 
-Arguments (from the runner): ``seed``, ``batches``, ``batch_size``, ``data``
-(``"synthetic"`` or a Criteo-format path), ``on_bad_lines``, ``check_every``,
-the held-out test set (``test``: a Criteo-format path; ``test_fraction``: the
-last part of ``data``; ``test_samples``: samples of another synthetic stream;
-none of them: no evaluation) and ``eval_every``,
-``relaxed``, ``staleness``, ``failures`` (a :class:`FailurePlan` entry list),
-``failure_seed``, ``until_plan_done`` (stop once every planned failure has
-happened), ``extend`` (train past ``batches``, up to 4x, until they have),
-``quiet``, ``dump`` (a folder), ``export`` (a folder: the trained model as a
-PyTorch state dict, :mod:`trainingcxl.host.model.export`), ``min_pooling`` and
-``zipf_alpha`` (of synthetic data), ``system`` (a rung of the ladder,
-:mod:`trainingcxl.host.protocol.systems`), ``checkpointing`` (false: no log, commits
-or snapshots), ``measure_from`` (first batch of the measured window, whose
-counter deltas go to ``window``) and ``out`` (the JSON record).
+The job is a :class:`~trainingcxl.host.jobs.TrainJob`; the record is written as JSON
+where :func:`~.launch.launch` asks.
 """
 
 import gc
@@ -47,53 +35,48 @@ from trainingcxl.host.model.criteo import CriteoDataset
 from trainingcxl.host.model.data import SyntheticWorkload
 from trainingcxl.host.model.export import export_model
 from trainingcxl.host.driver.ports import DeviceTB
-from ..bench_env import bench_args, bench_config
+from trainingcxl.sim.bench_env import bench_config
+from trainingcxl.host.jobs import TrainJob
+from .launch import read_job
 from trainingcxl.host.protocol.systems import system
 from trainingcxl.host.protocol.timed import FailurePlan, SimRuntime
 from trainingcxl.host.protocol.training import TrainingRun, progress
 
 
-def datasets(cfg, args):
-    """The training data and the held-out test set (``None``: no evaluation)."""
-    data = args.get("data", "synthetic")
-    if data == "synthetic":
-        train = SyntheticWorkload(cfg, seed=args.get("seed", 0), batch_size=args["batch_size"],
-                                  min_pooling=args.get("min_pooling", 0),
-                                  zipf_alpha=args.get("zipf_alpha", 1.05))
-        samples = args.get("test_samples", 0)
-        return train, (train.test_set(samples) if samples else None)
-    on_error = args.get("on_bad_lines", "raise")
-    train = CriteoDataset(cfg, data, batch_size=args["batch_size"], on_error=on_error)
-    if args.get("test_fraction"):
-        train, held = train.split(args["test_fraction"])
-        return train, held.test_set(f"the last {len(held)} samples of {Path(data).name}")
-    if args.get("test"):
-        return train, CriteoDataset(cfg, args["test"], batch_size=args["batch_size"],
-                                    on_error=on_error).test_set()
+def datasets(cfg, job):
+    """The training data and the held-out test set (``None``: no evaluation) of a
+    resolved :class:`~trainingcxl.host.jobs.TrainJob`."""
+    if job.data == "synthetic":
+        train = SyntheticWorkload(cfg, seed=job.seed, batch_size=job.batch_size,
+                                  min_pooling=job.min_pooling, zipf_alpha=job.zipf_alpha)
+        return train, (train.test_set(job.test_samples) if job.test_samples else None)
+    train = CriteoDataset(cfg, job.data, batch_size=job.batch_size, on_error=job.on_bad_lines)
+    if job.test_fraction:
+        train, held = train.split(job.test_fraction)
+        return train, held.test_set(f"the last {len(held)} samples of {Path(job.data).name}")
+    if job.test:
+        return train, CriteoDataset(cfg, job.test, batch_size=job.batch_size,
+                                    on_error=job.on_bad_lines).test_set()
     return train, None
 
 
 @cocotb.test()
 async def train_job(dut):
-    args = bench_args()
     cfg = bench_config()
-    n = args.get("batches", 50)
-    data, test_set = datasets(cfg, args)
-    tb = DeviceTB(dut, cfg, seed=args.get("seed", 0), protocol_checks=False)
+    job, out_path = read_job(TrainJob)
+    job = job.resolved(cfg)
+    data, test_set = datasets(cfg, job)
+    tb = DeviceTB(dut, cfg, seed=job.seed, protocol_checks=False)
     await tb.reset()
     await tb.check_identity()
-    plan = FailurePlan(args.get("failures", []), seed=args.get("failure_seed", 0))
-    run = TrainingRun(tb, data, system=system(args.get("system", "cxl-b")), runtime=SimRuntime(),
-                      failures=plan, batches=n, seed=args.get("seed", 0),
-                      staleness=args.get("staleness", 0),
-                      relaxed=bool(args.get("relaxed", cfg.relaxed_lookup)),
-                      check_every=args.get("check_every", 10),
-                      until_plan_done=args.get("until_plan_done", False),
-                      extend=args.get("extend", False),
-                      log=(lambda text: None) if args.get("quiet") else progress,
-                      checkpointing=args.get("checkpointing", True),
-                      measure_from=args.get("measure_from"),
-                      test_set=test_set, eval_every=args.get("eval_every", 0))
+    plan = FailurePlan(list(job.failures), seed=job.failure_seed)
+    run = TrainingRun(tb, data, system=system(job.system), runtime=SimRuntime(),
+                      failures=plan, batches=job.batches, seed=job.seed,
+                      staleness=job.staleness, relaxed=job.relaxed,
+                      check_every=job.check_every, until_plan_done=job.until_plan_done,
+                      extend=job.extend, log=(lambda text: None) if job.quiet else progress,
+                      checkpointing=job.checkpointing, measure_from=job.measure_from,
+                      test_set=test_set, eval_every=job.eval_every)
     # What exists now lives for the whole run: keep the collector from walking it again.
     gc.freeze()
     wall0 = time.perf_counter()
@@ -105,14 +88,14 @@ async def train_job(dut):
         record["aborted"] = f"{type(e).__name__}: {e}"
         record.update({"golden_match": False, "counters": run.counters,
                        "wall_s": time.perf_counter() - wall0})
-        with open(args["out"], "w") as f:
+        with open(out_path, "w") as f:
             json.dump(record, f, indent=2, default=str)
         raise
     done = sorted(record["loss"])
     for key in ("loss", "loss_ref", "cycles_per_batch"):
         record[key] = [record[key][b] for b in done]
     n = len(done)
-    complete = n >= args.get("batches", 50) or args.get("until_plan_done", False)
+    complete = n >= job.batches or job.until_plan_done
     record.update({
         "final_loss": float(np.mean(record["loss"][-min(10, n):])),
         "final_loss_ref": float(np.mean(record["loss_ref"][-min(10, n):])),
@@ -124,9 +107,9 @@ async def train_job(dut):
     })
     if getattr(data, "skipped", 0):
         record["skipped_lines"] = data.skipped
-    final = await tb.read_tables() if "dump" in args or "export" in args else None
-    if "dump" in args:
-        out = Path(args["dump"])
+    final = await tb.read_tables() if job.dump or job.export else None
+    if job.dump:
+        out = Path(job.dump)
         out.mkdir(parents=True, exist_ok=True)
         np.savez(out / "tables.npz", **{f"table{t}": x for t, x in enumerate(final)})
         mlp = {}
@@ -135,14 +118,14 @@ async def train_job(dut):
                 mlp[f"{part}_w{k}"], mlp[f"{part}_b{k}"] = w, b
         np.savez(out / "mlp.npz", **mlp)
         used = {}
-        for i in range(args.get("batches", 50)):
+        for i in range(job.batches):
             batch = data.batch(i)
             used[f"indices_{i}"], used[f"offsets_{i}"] = batch.indices, batch.offsets
             used[f"dense_{i}"], used[f"labels_{i}"] = batch.dense, batch.labels
         np.savez(out / "batches.npz", **used)
-    if "export" in args:
+    if job.export:
         # The device-trained model: the tables read back, the GPU's MLPs.
-        export_model(cfg, final, run.gpu.model, args["export"])
-    with open(args["out"], "w") as f:
+        export_model(cfg, final, run.gpu.model, job.export)
+    with open(out_path, "w") as f:
         json.dump(record, f, indent=2)
     assert record["golden_match"], "the device diverged from the golden model (see the progress lines)"

@@ -1,0 +1,281 @@
+"""``trainingcxl train``: DLRM training on the device against the golden model, with
+power failures, on a target (:data:`TARGETS`): the simulated device, the simulated
+board top, or a board on a serial port (:mod:`.train_targets`). A target object
+checks the command line for what it can do, runs the training and summarises it."""
+
+import sys
+import time
+from pathlib import Path
+
+from trainingcxl.spec.config import PRESETS
+from trainingcxl.host.jobs import JobError, TrainJob
+from trainingcxl.host.tools.argtypes import fraction, nonneg, positive, save_figure
+from trainingcxl.host.tools.plans import add_failure_options, failure_plan, failure_summary, staleness
+from . import report
+from .options import config_arg, sim_option
+from .train_targets import Board, SimulatedBoard, add_target_options
+
+__all__ = ["register"]
+
+
+def register(sub):
+    from trainingcxl.host.protocol.systems import SYSTEMS
+    from trainingcxl.host.tools.argtypes import add_set_option
+    sp = sub.add_parser("train", help="train DLRM on the simulated device against the golden model",
+                        description="Trains DLRM with the embedding tables in the simulated device's "
+                                    "PMEM: the device pools (LOOKUP) and updates (UPDATE) the "
+                                    "embeddings, a GPU model runs the MLPs and charges its cycles. "
+                                    "Every pooled vector, and the tables at regular checks, are "
+                                    "compared bit for bit with the golden model; a float32 reference "
+                                    "trains beside it. Each batch is committed and the MLP "
+                                    "snapshotted; with --inject-failures, --fail-at or --fail-in "
+                                    "the power fails at chosen moments, the device recovers "
+                                    "(RECOVER), the invariants of docs/design.md, \"Invariants\", "
+                                    "are checked against the golden model, and training resumes.")
+    sim_option(sp)
+    sp.add_argument("--config", type=config_arg, default=None,
+                    help=f"a preset ({', '.join(PRESETS)}) or a .json/.toml file of configuration "
+                         f"fields (default: small; on board targets the board's own)")
+    add_set_option(sp)
+    TrainJob.add_arguments(sp, "batches", "batch_size", "seed", batches={"type": positive},
+                           batch_size={"type": positive}, seed={"type": nonneg})
+    sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+    add_target_options(sp, TARGETS)
+    TrainJob.add_arguments(
+        sp, "data", "on_bad_lines", "test", "test_fraction", "test_samples", "eval_every",
+        "system", "relaxed", "staleness", "check_every", "dump", "export",
+        on_bad_lines={"choices": ("raise", "skip")}, test={"metavar": "FILE"},
+        test_fraction={"type": fraction, "metavar": "F"},
+        test_samples={"type": nonneg, "metavar": "N"}, eval_every={"type": nonneg, "metavar": "N"},
+        system={"choices": tuple(SYSTEMS)}, staleness={"type": staleness, "metavar": "K"},
+        check_every={"type": positive}, dump={"metavar": "DIR"}, export={"metavar": "DIR"})
+    sp.add_argument("--no-checkpoint", action="store_true",
+                    help="no undo log, commits or snapshots (to measure what checkpointing "
+                         "costs); power failures cannot be injected")
+    sp.add_argument("--plot", metavar="OUT.png", help="draw the loss curve, device vs float32, "
+                                                     "and the test AUC at each evaluation")
+    add_failure_options(sp)
+    sp.set_defaults(func=run)
+
+
+def run(args):
+    return TARGETS[args.target].train(args)
+
+
+class Simulation:
+    """The device's own ports in simulation, with the timing models."""
+
+    def train(self, args):
+        return train_on_sim(args)
+
+
+def sim_job(args, cfg):
+    """The :class:`TrainJob` the command line asks of the simulated device, resolved and
+    checked before anything is built; ``SystemExit`` says what does not fit."""
+    from trainingcxl.host.protocol.systems import SYSTEMS
+    from trainingcxl.host.tools.plans import check_checkpoint_regions
+    job = TrainJob.from_args(args, checkpointing=not args.no_checkpoint,
+                             failures=tuple(failure_plan(fail_at=args.fail_at, fail_in=args.fail_in,
+                                                         random=args.inject_failures)))
+    try:
+        job = job.resolved(cfg)
+    except JobError as e:
+        raise SystemExit(f"error: {e}")
+    system = SYSTEMS[job.system]
+    if job.batch_size * cfg.n_tables > cfg.max_bags:
+        raise SystemExit(f"error: --batch-size {job.batch_size} x {cfg.n_tables} tables exceeds "
+                         f"the configuration's max_bags ({cfg.max_bags})")
+    job = _held_out(job, cfg)
+    ds = None
+    if job.data != "synthetic":
+        from trainingcxl.host.model.criteo import CriteoDataset
+        try:     # fail here, before any build, on a bad file or a mismatched configuration
+            ds = CriteoDataset(cfg, job.data, batch_size=job.batch_size, on_error=job.on_bad_lines)
+            if job.test_fraction:
+                ds, held = ds.split(job.test_fraction)
+                held.test_set().check_labels()
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {e}")
+        if ds.skipped:
+            print(f"note: skipped {ds.skipped} malformed lines of {job.data}, first: "
+                  f"{ds.problems[0]}", file=sys.stderr)
+        job = job.replace(data=str(Path(job.data).resolve()))
+    if system.host_bus and args.sim != "verilator":
+        raise SystemExit("error: --system host-pmem reaches the media through Verilator's "
+                         "backdoor; use --sim verilator")
+    if any(e.get("phase") == "log" for e in job.failures) and not system.log_pass:
+        raise SystemExit(f"error: system {system.name} has no 'log' phase (only near-data and "
+                         f"cxl-d log in a pass of their own)")
+    if not job.checkpointing and job.failures:
+        raise SystemExit("error: power failures need checkpointing; drop --no-checkpoint or the "
+                         "failure options")
+    if job.relaxed and "relaxed" not in cfg.blocks:
+        why = f"system {system.name}" + (", --relaxed" if args.relaxed else "")
+        raise SystemExit(f"error: relaxed order ({why}) "
+                         f"needs the relaxed block, which this configuration leaves out "
+                         f"(blocks: {', '.join(cfg.blocks) or 'none'}); use a strict-order system "
+                         f"such as cxl-b")
+    if job.checkpointing:
+        # The undo log must hold the distinct rows of the batches live at once.
+        if ds is None:
+            from trainingcxl.host.model.data import SyntheticWorkload
+            ds = SyntheticWorkload(cfg, seed=job.seed, batch_size=job.batch_size)
+        try:
+            check_checkpoint_regions(cfg, job.batch_size,
+                                     [ds.batch(i) for i in range(job.batches)], relaxed=job.relaxed)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}")
+    for name in ("dump", "export"):
+        if getattr(job, name):
+            job = job.replace(**{name: str(Path(getattr(job, name)).resolve())})
+    return job
+
+
+def train_on_sim(args):
+    """Training on the simulated device: build, run, summarise."""
+    from trainingcxl.host.apps.launch import launch
+    from trainingcxl.host.protocol.systems import SYSTEMS
+    from trainingcxl.host.tools.argtypes import with_overrides
+    from trainingcxl.sim.runner import BenchFailure
+    from .options import check_device_top
+    if args.config is None:
+        args.config = with_overrides(PRESETS["small"], args.set)
+    for flag, value in (("--port", args.port), ("--baud", args.baud)):
+        if value is not None:
+            raise SystemExit(f"error: {flag} is for --target board")
+    cfg = args.config
+    check_device_top(cfg)
+    job = sim_job(args, cfg)
+    system = SYSTEMS[job.system]
+    order = "relaxed" if job.relaxed else "strict"
+    checkpoints = f"staleness K = {job.staleness}" if job.checkpointing else "checkpointing off"
+    print(f"trainingcxl train: system {system.name} ({system.summary}); {job.batches} batches of "
+          f"{job.batch_size} samples, {cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, "
+          f"{order} order, {checkpoints}, {len(job.failures)} power failures planned, on "
+          f"{args.sim}", flush=True)
+    t0 = time.monotonic()
+    try:
+        rec = launch(job, cfg, sim=args.sim)
+    except BenchFailure as e:
+        if e.record is None:
+            report.error(e)
+            return 1
+        rec = e.record
+    rec.update({"sim": args.sim, "config": cfg.to_dict(), "data": args.data,
+                "wall_s": time.monotonic() - t0})
+    if "aborted" in rec:
+        # The run stopped part-way: say where and why, keep what it found.
+        print(f"\nerror: the run stopped after {len(rec['loss'])} of {job.batches} batches: "
+              f"{rec['aborted']}", file=sys.stderr)
+        for text in failure_summary(rec):
+            print(text)
+        report.json_out(args.json, rec, "partial")
+        return 1
+    first = sum(rec["loss"][:10]) / len(rec["loss"][:10])
+    gap = abs(rec["final_loss"] - rec["final_loss_ref"]) / rec["final_loss_ref"]
+    print()
+    report.line("loss", f"{first:.4f} over the first batches -> {rec['final_loss']:.4f} over the "
+                        f"last (float32 reference {rec['final_loss_ref']:.4f}, {100 * gap:.2f}% apart)")
+    report.line("cycles", f"{rec['cycles']:,} in all, {rec['cycles'] // max(1, rec['batches']):,} "
+                          f"per batch (GPU model {rec['gpu_cycles_per_batch']:,} per batch)")
+    checked = ", ".join(str(c["batch"] + 1) for c in rec["checks"])
+    report.golden(rec["golden_match"], f"pooled vectors of every batch, tables after batches {checked}")
+    for text in _eval_summary(rec):
+        print(text)
+    c = rec["counters"]
+    report.line("device", f"{c['lookup_lines']:,} PMEM lines gathered, {c['update_lines']:,} "
+                          f"rewritten ({c['update_forwarded']:,} forwarded on chip)")
+    report.line("checkpointing", f"{c['log_records']:,} undo records, {c['snapshot_lines']:,} MLP "
+                f"lines snapshotted; updates waited {c['log_barrier']:,} cycles for the log, lookups "
+                f"{c['lookup_log_holds']:,} for log space and {c['ckpt_stalls']:,} for snapshots")
+    for text in failure_summary(rec):
+        print(text)
+    report.line("wall time", f"{rec['wall_s']:.1f} s")
+    if args.plot:
+        _plot_losses(rec, args.plot)
+        report.line("plot", args.plot)
+    if job.dump:
+        report.line("dump", f"{args.dump} (tables.npz, mlp.npz, batches.npz)")
+    if job.export:
+        report.line("model", f"{args.export} (model.npz: a PyTorch state dict, model.json)")
+    report.json_out(args.json, rec)
+    return 0 if rec["golden_match"] else 1
+
+
+def _held_out(job, cfg):
+    """``job`` with its test set checked against its data; refuses what does not fit,
+    before any build."""
+    if job.data == "synthetic":
+        if job.test or job.test_fraction:
+            raise SystemExit("error: --test and --test-fraction are for TSV data; synthetic data "
+                             "holds out --test-samples samples of another seeded stream")
+        if job.eval_every and not job.test_samples:
+            raise SystemExit("error: --eval-every needs a test set (--test-samples 0 has none)")
+        return job
+    job = job.replace(test_samples=0)
+    if job.test and job.test_fraction:
+        raise SystemExit("error: give --test FILE or --test-fraction F, not both")
+    if job.test:
+        from trainingcxl.host.model.criteo import CriteoDataset
+        try:
+            CriteoDataset(cfg, job.test, batch_size=job.batch_size,
+                          on_error=job.on_bad_lines).test_set().check_labels()
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {e}")
+        return job.replace(test=str(Path(job.test).resolve()))
+    if job.test_fraction:
+        return job
+    if job.eval_every:
+        raise SystemExit("error: --eval-every needs a test set: --test FILE or --test-fraction F")
+    print(f"note: no held-out test set for {job.data} (--test FILE or --test-fraction F); "
+          f"training loss only", file=sys.stderr)
+    return job
+
+
+def _eval_summary(rec):
+    """The summary's lines on the held-out evaluation after the last batch."""
+    if not rec.get("eval"):
+        return []
+    last = rec["eval"][-1]
+    d, r = last["device"], last["reference"]
+    head = f"  test set           {rec['test_set']['name']} ({d['positives']:,} positive), after " \
+           f"batch {last['batch']}:"
+    if d["auc"] is None:
+        return [head, f"                     {d['note']}; log loss {d['log_loss']:.4f} "
+                      f"(float32 {r['log_loss']:.4f})"]
+    return [head, f"                     AUC {d['auc']:.4f} (float32 {r['auc']:.4f}), log loss "
+                  f"{d['log_loss']:.4f} ({r['log_loss']:.4f}), accuracy {100 * d['accuracy']:.2f}% "
+                  f"({100 * r['accuracy']:.2f}%)"]
+
+
+def _plot_losses(record, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    evals = [e for e in record.get("eval", ()) if e["device"]["auc"] is not None]
+    fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 7, 4), squeeze=False)
+    ax = axes[0][0]
+    x = range(1, len(record["loss"]) + 1)
+    ax.plot(x, record["loss"], label="device (fixed-point embeddings)", lw=1.5)
+    ax.plot(x, record["loss_ref"], label="float32 reference", lw=1, ls="--")
+    ax.set_xlabel("batch")
+    ax.set_ylabel("training loss (binary cross-entropy)")
+    ax.set_title("trainingcxl: DLRM training on the RTL")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if evals:
+        ax = axes[0][1]
+        b = [e["batch"] for e in evals]
+        ax.plot(b, [e["device"]["auc"] for e in evals], "o-", label="device", lw=1.5)
+        ax.plot(b, [e["reference"]["auc"] for e in evals], "x--", label="float32 reference", lw=1)
+        ax.set_xlabel("batch")
+        ax.set_ylabel("test ROC AUC")
+        ax.set_title(f"held out: {record['test_set']['name']}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+#: Where ``train`` runs, by ``--target``.
+TARGETS = {"sim": Simulation(), "sim-board": SimulatedBoard(), "board": Board()}

@@ -1,0 +1,254 @@
+"""Jobs: what a command asks the layers below it to do, declared once.
+
+A job is a frozen record with its defaults and the help text of each field.
+The command line builds one from its options (:meth:`Job.add_arguments` takes
+the help and the default from the declaration, :meth:`Job.from_args` reads them
+back), validates it once against the configuration it runs on, and hands it
+down; it crosses into a simulator process as JSON (:meth:`Job.to_dict`,
+:meth:`Job.from_dict`, as :class:`~trainingcxl.spec.config.Config` does) and the
+application there (:mod:`trainingcxl.host.apps`) reads the same record back.
+Argparse namespaces stop at the command line.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from trainingcxl.host.model.data import ZIPF_ALPHA
+
+__all__ = ["JobError", "Job", "TrainJob", "LookupJob", "UpdateJob", "FuzzJob", "BoardJob",
+           "DEFAULT_SYSTEM", "CAMPAIGN_SYSTEM"]
+
+#: The rung ``train`` runs on unless told otherwise (docs/ladder.md).
+DEFAULT_SYSTEM = "cxl"
+#: The rung campaigns, sweeps and the study run: batch-aware checkpointing, with the
+#: lookup order and staleness K chosen per run rather than by the system.
+CAMPAIGN_SYSTEM = "cxl-b"
+
+
+class JobError(ValueError):
+    """A job the configuration or the target cannot run; the message says why."""
+
+
+def option(default, help, *, default_text=None, flag=None):
+    """A job field: its default and what it means (the command line's help).
+    ``default_text`` names a default that is decided later (``None`` fields);
+    ``flag``: the option takes no value and sets the field true (by default, for
+    fields whose default is a bool)."""
+    return field(default=default, metadata={"help": help, "default_text": default_text,
+                                            "flag": isinstance(default, bool) if flag is None
+                                            else flag})
+
+
+@dataclass(frozen=True)
+class Job:
+    """Base of the job records: serialisation and the command-line options."""
+    #: The application that runs the job inside a simulator (a module of
+    #: :mod:`trainingcxl.host.apps`).
+    app: ClassVar[str] = ""
+
+    def to_dict(self):
+        """The job as JSON data (tuples as lists), as it crosses into a simulator."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d):
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise JobError(f"unknown {cls.__name__} fields: {', '.join(sorted(unknown))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def help(cls, name, default=dataclasses.MISSING):
+        """The help text of field ``name`` with its default (or ``default``) named."""
+        f = cls._field(name)
+        value = f.default if default is dataclasses.MISSING else default
+        said = f.metadata.get("default_text") if value is None else None
+        if said is None and not f.metadata["flag"]:
+            said = value
+        return f.metadata["help"] + (f" (default: {said})" if said is not None else "")
+
+    @classmethod
+    def add_arguments(cls, parser, *names, defaults=None, **kwargs):
+        """Add ``--name`` options for the fields ``names``; ``defaults`` overrides a
+        field's default for this command, ``kwargs`` (by field name) add argparse
+        keywords such as ``type`` or ``choices``."""
+        defaults = defaults or {}
+        for name in names:
+            f = cls._field(name)
+            default = defaults.get(name, f.default)
+            extra = dict(kwargs.get(name, {}))
+            if f.metadata["flag"]:
+                extra.setdefault("action", "store_true")
+            parser.add_argument("--" + name.replace("_", "-"), dest=name, default=default,
+                                help=cls.help(name, default), **extra)
+
+    @classmethod
+    def from_args(cls, args, **changes):
+        """The job the command line asked for: every field the namespace carries,
+        then ``changes``."""
+        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                 if hasattr(args, f.name)}
+        return cls(**{**given, **changes})
+
+    @classmethod
+    def _field(cls, name):
+        for f in dataclasses.fields(cls):
+            if f.name == name:
+                return f
+        raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+@dataclass(frozen=True)
+class TrainJob(Job):
+    """DLRM training on the device against the golden model (``trainingcxl train``,
+    and every run of a campaign, sweep, benchmark or study)."""
+    app: ClassVar[str] = "train_app"
+    seed: int = option(0, "workload and table seed")
+    batches: int = option(50, "batches to run")
+    batch_size: int = option(None, "samples per batch; each sample has one bag per table",
+                             default_text="the configuration's model.batch_size")
+    data: str = option("synthetic", "'synthetic' (Zipf rows, a learnable signal) or a "
+                       "Criteo-format TSV file")
+    on_bad_lines: str = option("raise", "malformed TSV lines: stop with the line number, or "
+                               "skip and count them")
+    test: str = option(None, "with TSV data: a Criteo-format file of held-out samples to "
+                       "evaluate on")
+    test_fraction: float = option(None, "with TSV data: hold out the last F of the file's "
+                                  "samples (the Criteo convention: the test set is the end of "
+                                  "the file) and train on the rest")
+    test_samples: int = option(4096, "with synthetic data: evaluate on N samples of another "
+                               "seeded stream (0: no evaluation)")
+    eval_every: int = option(0, "evaluate on the test set every N batches as well as after "
+                             "the last (0: after the last only): log loss, ROC AUC and accuracy "
+                             "of the device-trained model (tables read back) and of the float32 "
+                             "reference")
+    system: str = option(DEFAULT_SYSTEM, "the rung of the evaluation ladder to train on")
+    relaxed: bool = option(None, "relaxed order: look up batch n+1 while the GPU computes "
+                           "batch n, before batch n's update, and finish it afterwards "
+                           "(bit-identical results; default: the system's, or the "
+                           "configuration's relaxed_lookup)", flag=True)
+    staleness: int = option(None, "staleness bound K: training stalls while the newest MLP "
+                            "snapshot is more than K batches behind the newest commit (0: "
+                            "strict, snapshot every batch)",
+                            default_text="the system's, 1 for cxl and 0 for the others")
+    checkpointing: bool = option(True, "undo log, commits and MLP snapshots")
+    check_every: int = option(10, "read the tables back and compare them every N batches (and "
+                              "at the first and last)")
+    failures: tuple = option((), "the power failure plan (entries of "
+                             "trainingcxl.host.protocol.timed.FailurePlan)")
+    failure_seed: int = option(None, "seed of the random failure cycles",
+                               default_text="the workload seed")
+    until_plan_done: bool = option(False, "stop once every planned failure has happened")
+    extend: bool = option(False, "train past the batches, up to 4x, until every planned "
+                          "failure has happened")
+    measure_from: int = option(None, "first batch of the measured window (counter deltas)")
+    min_pooling: int = option(0, "smallest bag of synthetic data")
+    zipf_alpha: float = option(ZIPF_ALPHA, "Zipf exponent of synthetic rows' popularity")
+    dump: str = option(None, "write final tables, MLP parameters and the batches used as .npz "
+                       "files into DIR")
+    export: str = option(None, "write the device-trained model into DIR: model.npz, float32 "
+                         "arrays named as a PyTorch DLRM's state dict (embeddings.T.weight, "
+                         "bottom_mlp.I.weight, ...), and model.json with its shapes "
+                         "(docs/usage.md, \"Exporting a model\")")
+    quiet: bool = option(False, "no line per batch")
+
+    def resolved(self, config):
+        """This job with what it left to the configuration and the system decided:
+        the batch size, the staleness bound, the lookup order, the failure seed."""
+        from trainingcxl.host.protocol.systems import SYSTEMS
+        if self.system not in SYSTEMS:
+            raise JobError(f"unknown system {self.system!r}; the systems are {', '.join(SYSTEMS)}")
+        system = SYSTEMS[self.system]
+        return self.replace(
+            batch_size=config.model.batch_size if self.batch_size is None else self.batch_size,
+            staleness=system.staleness if self.staleness is None else self.staleness,
+            relaxed=bool(system.engines and (
+                system.relaxed or config.relaxed_lookup if self.relaxed is None
+                else self.relaxed)),
+            failure_seed=self.seed if self.failure_seed is None else self.failure_seed)
+
+
+@dataclass(frozen=True)
+class LookupJob(Job):
+    """``LOOKUP`` batches checked against the golden model (``lookup-demo``,
+    ``bench-lookup``, the engine efficiency of ``bench``)."""
+    app: ClassVar[str] = "lookup_app"
+    seed: int = option(0, "workload and table seed")
+    batches: int = option(4, "batches to run")
+    batch_size: int = option(32, "samples per batch; each sample has one bag per table")
+    min_pooling: int = option(0, "smallest bag")
+    max_pooling: int = option(None, "largest bag", default_text="the configuration's")
+    zipf_alpha: float = option(ZIPF_ALPHA, "Zipf exponent of the rows' popularity")
+    host_delay: tuple = option(None, "host memory's answer delay in cycles, a (min, max) pair",
+                               default_text="the harness's")
+    protocol_checks: bool = option(False, "watch every stream the device drives")
+
+    @classmethod
+    def bandwidth(cls, config, **fields):
+        """Bags from half the largest up: long enough that the gather streams."""
+        return cls(min_pooling=config.max_pooling // 2, **fields)
+
+    def validated(self, config):
+        check_bags(config, self.batch_size)
+        if self.max_pooling is not None and not 0 <= self.max_pooling <= config.max_pooling:
+            raise JobError(f"--max-pooling must be in [0, {config.max_pooling}] for this "
+                           f"configuration")
+        return self
+
+
+@dataclass(frozen=True)
+class UpdateJob(Job):
+    """``UPDATE`` batches against the PMEM bound (``bench-update``, ``bench``)."""
+    app: ClassVar[str] = "update_app"
+    seed: int = option(0, "workload and table seed")
+    batches: int = option(2, "batches to run")
+    batch_size: int = option(64, "samples per batch; each sample has one bag per table")
+    min_pooling: int = option(0, "smallest bag")
+
+    @classmethod
+    def bandwidth(cls, config, **fields):
+        """Bags from a quarter of the largest up: hot rows repeat within a batch."""
+        return cls(min_pooling=config.max_pooling // 4, **fields)
+
+    def validated(self, config):
+        check_bags(config, self.batch_size)
+        return self
+
+
+@dataclass(frozen=True)
+class FuzzJob(Job):
+    """Invalid CXL.mem messages and descriptors between checked operations (``fuzz``)."""
+    app: ClassVar[str] = "fuzz_app"
+    seed: int = option(0, "fuzz seed")
+    cases: int = option(200, "invalid inputs to send")
+    every: int = option(10, "a checked valid operation after every N invalid inputs")
+
+
+@dataclass(frozen=True)
+class BoardJob(Job):
+    """Training through the UART host bridge of the simulated board top."""
+    app: ClassVar[str] = "board_app"
+    seed: int = option(0, "workload and table seed")
+    batches: int = option(4, "batches to run")
+    batch_size: int = option(None, "samples per batch", default_text="the board's")
+    staleness: int = option(0, "staleness bound K")
+    failures: tuple = option((), "(batch, phase) pairs: a power failure just after the phase's "
+                             "descriptor")
+    button: tuple = option((), "batches at whose start the board's button (FIRE 2) is pressed")
+    quiet: bool = option(False, "no line per batch")
+
+
+def check_bags(config, batch_size):
+    """A batch of ``batch_size`` samples must fit the descriptor's bags."""
+    if batch_size * config.n_tables > config.max_bags:
+        raise JobError(f"--batch-size {batch_size} x {config.n_tables} tables exceeds the "
+                       f"configuration's max_bags ({config.max_bags})")

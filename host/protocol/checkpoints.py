@@ -1,0 +1,253 @@
+"""How a system checkpoints: commits, MLP snapshots and recovery, and the state they keep.
+
+See docs/design.md, "Checkpoint protocol", and docs/checkpointing.md.
+
+A strategy (:mod:`.strategies`) holds one of these; the training loop
+(:mod:`.training`) asks it to format the media, checkpoint batch 0 and every
+batch after it, recover after a power failure and say what is durable. The
+host's view of the snapshots (the newest batch it has seen durable, the pull in
+flight, a ``SNAPSHOT_MLP`` not yet waited for) lives here, not in the run:
+
+* :class:`WaitedSnapshots` (K = 0): the device's engine commits and pulls each
+  batch's snapshot, and the host waits for the pull;
+* :class:`QueuedSnapshots` (K >= 1): the pull is queued behind the commit and
+  runs beside the next batches; the host waits only when the snapshots would
+  fall more than K behind;
+* :class:`SoftwareCheckpoints`: the host writes the commit records and
+  stop-and-copy snapshots itself (:mod:`.software_path`);
+* :class:`Unchecked`: nothing is checkpointed.
+"""
+
+from trainingcxl.spec.descriptors import ErrorCode
+from trainingcxl.host.driver.device import Recovery
+
+__all__ = ["Checkpoints", "Unchecked", "WaitedSnapshots", "QueuedSnapshots",
+           "SoftwareCheckpoints", "device_checkpoints"]
+
+#: A snapshot pull the GPU waits for must end within this many cycles (a hang otherwise).
+SNAPSHOT_WAIT_CYCLES = 5_000_000
+
+
+class Checkpoints:
+    """What the loop asks of a checkpoint scheme; this base class checkpoints nothing.
+
+    Attributes
+    ----------
+    durable : int
+        The newest batch the host has seen durable.
+    """
+
+    def __init__(self):
+        self.durable = 0
+
+    @property
+    def pull_in_flight(self):
+        """A snapshot pull was running, as far as the host knows."""
+        return False
+
+    async def configure(self, run):
+        """At every power-up, before anything else: set the device up for this scheme."""
+
+    async def format(self, run):
+        """Power-up on empty media."""
+
+    async def zero(self, run, params):
+        """Checkpoint batch 0 (the initial tables and ``params``, the initial MLP)."""
+
+    async def checkpoint(self, run, b):
+        """Commit batch ``b`` (its update done) and snapshot its MLP; returns the commit's
+        error code."""
+        return ErrorCode.NONE
+
+    async def check_committed(self, run, last):
+        """At the end of the run: the last batch's commit took effect."""
+
+    def power_lost(self):
+        """The host's state of the pulls went with the power."""
+
+    async def recover(self, run):
+        """``RECOVER`` after a power failure; returns a :class:`Recovery`."""
+        return Recovery(ErrorCode.NO_CHECKPOINT, None, None, 0, 0)
+
+    async def recovered(self, run, d):
+        """After a recovery to ``d``: what the host now knows to be durable."""
+        self.durable = d
+
+
+class Unchecked(Checkpoints):
+    """Nothing is checkpointed; ``configure`` and ``recover`` are the strategy's (a
+    device's checkpoint engine is turned off, not left as it was)."""
+
+    def __init__(self, *, configure, recover):
+        super().__init__()
+        self._configure, self._recover = configure, recover
+
+    async def configure(self, run):
+        await self._configure(run)
+
+    async def recover(self, run):
+        return await self._recover(run)
+
+
+class _DeviceCheckpoints(Checkpoints):
+    """The device's checkpoint engine commits and pulls snapshots; ``path`` is how the
+    MLP reaches the device (:mod:`.strategies`)."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.pulling = None             # batch whose snapshot pull is in flight
+
+    @property
+    def pull_in_flight(self):
+        return self.pulling is not None
+
+    def power_lost(self):
+        self.pulling = None
+
+    async def configure(self, run):
+        await run.device.configure_checkpoints(run.k, enable=True)
+
+    async def format(self, run):
+        """RECOVER finds nothing on blank media and formats the checkpoint state."""
+        error = (await run.device.recover()).error
+        if error != ErrorCode.NO_CHECKPOINT:
+            raise RuntimeError(f"RECOVER on blank media gave {error.name}: the media holds an "
+                               f"earlier run (power-cycle or reprogram a board)")
+
+    async def zero(self, run, params):
+        dev = run.device
+        if await dev.commit(0) != ErrorCode.NONE:
+            raise RuntimeError("COMMIT of batch 0 refused")
+        await dev.stage_mlp(params)
+        if await dev.snapshot(0) != ErrorCode.NONE:
+            raise RuntimeError("SNAPSHOT_MLP of batch 0 refused")
+        await dev.wait_snapshot(0)
+
+    async def checkpoint(self, run, b):
+        """COMMIT ``b`` without waiting for the record to persist: the device commits in
+        order, and the snapshot step checks that the commit before took effect.
+        Checkpointing stays off the host's critical path."""
+        await run.device.commit(b, wait=False, after_submit=run.hook("commit", b))
+        run.enter("snapshot", b)
+        await self._snapshot(run, b)
+        return ErrorCode.NONE
+
+    async def _before_snapshot(self, run):
+        """What must be done before the staged copy may change."""
+
+    async def _pull(self, run, b):
+        """Start the pull of batch ``b``'s staged MLP."""
+        raise NotImplementedError
+
+    async def _after_pull(self, run, b):
+        """What the host waits for once the pull of ``b`` is started."""
+
+    async def _snapshot(self, run, b):
+        """Snapshot the MLP after batch ``b``. The device's pull is staged if the engine is
+        free; with a pull in flight that would leave the snapshots more than K behind,
+        the host waits for it."""
+        dev = run.device
+        await self._before_snapshot(run)
+        st = await dev.checkpoint_state()
+        if st["committed"] is None or st["committed"] < b - 1:
+            run.record["errors"].append({"batch": b - 1, "commit": "NOT_COMMITTED",
+                                         "committed": st["committed"]})
+        if st["snapshot_busy"] and self.pulling is not None and b - self.pulling > run.k:
+            waited = 0
+            while st["snapshot_busy"]:
+                if waited > SNAPSHOT_WAIT_CYCLES:
+                    raise TimeoutError(f"batch {b}: the MLP snapshot pull of batch "
+                                       f"{self.pulling} still runs after {waited} cycles")
+                await run.runtime.wait(64)
+                waited += 64
+                st = await dev.checkpoint_state()
+        if st["durable"] is not None:
+            self.durable = max(self.durable, st["durable"])
+        if not st["snapshot_busy"]:
+            await self.path.copy(run, run.cfg.mlp_params * 4, hops=2)    # GPU -> host -> device
+            await dev.stage_mlp(run.gpu.model.parameters())
+            await self._pull(run, b)
+            self.pulling = b
+        await self._after_pull(run, b)
+
+    async def recover(self, run):
+        return await run.device.recover()
+
+    async def recovered(self, run, d):
+        st = await run.device.checkpoint_state()
+        self.durable = st["durable"] if st["durable"] is not None else d
+
+    async def check_committed(self, run, last):
+        st = await run.device.checkpoint_state()
+        if st["committed"] != last:
+            run.record["errors"].append({"batch": last, "commit": "NOT_COMMITTED",
+                                         "committed": st["committed"]})
+
+
+class WaitedSnapshots(_DeviceCheckpoints):
+    """K = 0: every batch's snapshot is pulled before the next batch starts."""
+
+    async def _pull(self, run, b):
+        error = await run.device.snapshot(b, after_submit=run.hook("snapshot", b))
+        if error != ErrorCode.NONE:
+            raise RuntimeError(f"SNAPSHOT_MLP({b}) refused: {error.name}")
+
+    async def _after_pull(self, run, b):
+        st = await run.device.wait_snapshot(b)
+        self.durable = max(self.durable, st["durable"])
+
+
+class QueuedSnapshots(_DeviceCheckpoints):
+    """K >= 1 (relaxed snapshots): the pull is queued behind the commit and the host goes
+    on; the ``SNAPSHOT`` register shows when it is done."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.queued = 0                 # sequence number of a SNAPSHOT_MLP not waited for
+
+    def power_lost(self):
+        super().power_lost()
+        self.queued = 0
+
+    async def _before_snapshot(self, run):
+        if self.queued:
+            # The staged copy may change only once the pull queued before has started.
+            await run.device.wait_completed(self.queued)
+            self.queued = 0
+
+    async def _pull(self, run, b):
+        self.queued = await run.device.snapshot(b, wait=False,
+                                                after_submit=run.hook("snapshot", b))
+
+
+def device_checkpoints(staleness, path):
+    """The device's checkpoint engine with staleness bound ``staleness``."""
+    return WaitedSnapshots(path) if staleness == 0 else QueuedSnapshots(path)
+
+
+class SoftwareCheckpoints(Checkpoints):
+    """The host's software checkpoints (``pmem``, ``host-pmem``): commit records and
+    stop-and-copy snapshots written by ``soft`` (:mod:`.software_path`)."""
+
+    def __init__(self, soft):
+        super().__init__()
+        self.soft = soft
+
+    async def configure(self, run):
+        await self.soft.configure()
+
+    async def zero(self, run, params):
+        await self.soft.commit(0)
+        await self.soft.snapshot(0, params)
+
+    async def checkpoint(self, run, b):
+        await self.soft.commit(b)
+        run.enter("snapshot", b)
+        # Stop-and-copy: training waits while the host copies the MLP.
+        await self.soft.snapshot(b, run.gpu.model.parameters())
+        self.durable = b
+        return ErrorCode.NONE
+
+    async def recover(self, run):
+        return await self.soft.recover()

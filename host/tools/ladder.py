@@ -1,0 +1,247 @@
+"""The configuration ladder's runs and their analysis, shared by ``bench`` and ``bench
+--scale``: the workloads, a training run per system with and without
+checkpointing (:func:`train_spec`, :func:`run_ladder`), the analysis of a run's
+measured window (:func:`analyse_run`), the recovery runs, and the summary
+tables. See docs/design.md, "Configuration ladder".
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from trainingcxl.spec.config import LINE_BYTES, Config, ModelShape
+from trainingcxl.host.model.energy import DEFAULT_ENERGY, Activity, link_bytes
+from trainingcxl.host.protocol.systems import SYSTEMS
+from trainingcxl.host.jobs import TrainJob
+from trainingcxl.host.tools.argtypes import with_overrides
+
+__all__ = ["Workload", "WORKLOADS", "BASELINES", "overridden", "baseline_key", "analyse_run",
+           "train_spec", "run_ladder", "recovery_spec", "recovery_row", "summarise",
+           "comparison", "table"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A device configuration and the synthetic data a benchmark trains on."""
+    name: str
+    summary: str
+    config: Config
+    batch_size: int
+    min_pooling: int
+    zipf_alpha: float = 1.05
+    args: dict = field(default_factory=dict)
+
+
+#: Like the paper's RM1/RM2 (embedding-dominated) and RM3/RM4 (MLP-dominated), in
+#: proportion rather than in size: on the ``pmem`` baseline the embedding work
+#: takes most of a batch of the first and a minority of the second.
+WORKLOADS = {w.name: w for w in (
+    Workload("embedding-heavy",
+             "4 tables of 128-1024 rows, bags of 0-16 rows (Zipf 1.05), small MLPs "
+             "(13-64-16, 64-1), batches of 32",
+             Config(tables=(512, 256, 1024, 128), max_pooling=16, max_bags=2048,
+                    model=ModelShape(bottom_hidden=(64,), top_hidden=(64,), batch_size=32)),
+             batch_size=32, min_pooling=0),
+    Workload("mlp-heavy",
+             "4 tables x 512 rows, bags of 1-4 rows (Zipf 1.05), large MLPs "
+             "(13-256-64-16, 256-128-1), batches of 64",
+             Config(tables=(512,) * 4, max_pooling=4, max_bags=2048,
+                    model=ModelShape(bottom_hidden=(256, 64), top_hidden=(256, 128),
+                                     batch_size=64)),
+             batch_size=64, min_pooling=1),
+)}
+
+
+def overridden(workloads, assignments):
+    """The workloads with ``--set`` applied to each one's configuration."""
+    if not assignments:
+        return workloads
+    return [dataclasses.replace(w, config=with_overrides(w.config, assignments)) for w in workloads]
+
+
+def _per_batch(value, batches):
+    return value / max(1, batches)
+
+
+#: Media accesses that ``host-pmem`` counts on the host (the device's counters do not see them).
+HOST_PMEM_COUNTS = ("pmem_reads", "pmem_writes", "pmem_writes_data", "pmem_writes_log",
+                    "pmem_writes_snapshot")
+#: The systems the others are compared with: the paper's baseline and ours over CXL.mem.
+BASELINES = ("host-pmem", "pmem")
+
+
+def baseline_key(name):
+    """``host-pmem`` -> ``host_pmem``: the suffix of ``speedup_vs_...`` figures."""
+    return name.replace("-", "_")
+
+
+def analyse_run(cfg, system_name, record, energy=DEFAULT_ENERGY):
+    """Figures per batch of one run's measured window."""
+    w = record["window"]
+    c, host, n = dict(w["counters"]), w["host"], w["batches"]
+    # host-pmem's CPU reaches the media on its own bus: its accesses are the host's counts.
+    for k in HOST_PMEM_COUNTS:
+        c[k] += host.get(k, 0)
+    sysm = SYSTEMS[system_name]
+    data = c["link_to_device_data"] + c["link_to_host_data"]
+    other = c["link_to_device"] + c["link_to_host"] - data
+    if not sysm.coherent and sysm.engines:
+        # near-data: CXL.cache reaches the device's own buffer, not the link (a read is
+        # a request and a data message; a write a request, a pull and a data message).
+        data -= c["cache_reads"] + c["cache_writes"]
+        other -= c["cache_reads"] + 2 * c["cache_writes"]
+    link = link_bytes(max(0, data), max(0, other)) + host.get("copy_bytes_device_link", 0)
+    gpu_busy = host.get("gpu_busy_cycles", 0) + host.get("gpu_embedding_cycles", 0)
+    activity = Activity(
+        cycles=w["cycles"], gpu_busy_cycles=min(gpu_busy, w["cycles"]),
+        pmem_lines_read=c["pmem_reads"], pmem_lines_written=c["pmem_writes"],
+        link_bytes=link + host.get("gpu_copy_bytes", 0),
+        engine_line_ops=c["lookup_lines"] + c["update_lines"],
+        host_line_ops=host.get("host_line_ops", 0),
+        host_cpu_cycles=min(host.get("host_cpu_cycles", 0), w["cycles"]))
+    joules = energy.energy(activity)
+    phases = {k[len("phase_"):]: _per_batch(v, n) for k, v in host.items() if k.startswith("phase_")}
+    return {
+        "batches": n,
+        "cycles_per_batch": _per_batch(w["cycles"], n),
+        "phases_per_batch": phases,
+        "pmem_bytes_written_per_batch": {
+            "data": _per_batch(c["pmem_writes_data"] * LINE_BYTES, n),
+            "log": _per_batch(c["pmem_writes_log"] * LINE_BYTES, n),
+            "snapshot": _per_batch(c["pmem_writes_snapshot"] * LINE_BYTES, n),
+            "total": _per_batch(c["pmem_writes"] * LINE_BYTES, n)},
+        "pmem_bytes_read_per_batch": _per_batch(c["pmem_reads"] * LINE_BYTES, n),
+        "link_bytes_per_batch": _per_batch(link, n),
+        "gpu_copy_bytes_per_batch": _per_batch(host.get("gpu_copy_bytes", 0), n),
+        "energy_per_batch_j": _per_batch(joules.total, n),
+        "energy_breakdown_per_batch_j": {k: _per_batch(v, n) for k, v in joules.as_dict().items()},
+        "stalls_per_batch": {k: _per_batch(c[k], n) for k in (
+            "lookup_stalls", "update_stalls", "log_full", "ckpt_stalls", "log_barrier",
+            "lookup_log_holds")},
+        "busy_per_batch": {"lookup": _per_batch(c["lookup_busy"], n),
+                           "update": _per_batch(c["update_busy"], n),
+                           "log": _per_batch(c.get("log_busy", 0), n),
+                           "snapshot": _per_batch(c.get("snapshot_busy", 0), n)},
+        "undo_records_per_batch": _per_batch(c["log_records"], n),
+    }
+
+
+# -- the runs --------------------------------------------------------------------------
+
+def train_spec(index, workload, system_name, checkpointing, args, *, failures=(), config=None):
+    sysm = SYSTEMS[system_name]
+    k = sysm.staleness if args.staleness is None else args.staleness
+    cfg = config or workload.config
+    return {
+        "index": index, "sim": "verilator", "config": cfg.to_dict(),
+        "workload": workload.name, "system": system_name, "checkpointing": checkpointing,
+        "job": TrainJob(seed=args.seed, batches=args.batches, batch_size=workload.batch_size,
+                        min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha,
+                        check_every=1 << 30, relaxed=sysm.relaxed, staleness=k,
+                        system=system_name, checkpointing=checkpointing, measure_from=2,
+                        failures=tuple(failures), test_samples=0).to_dict(),
+    }
+
+
+def run_ladder(args, workloads, systems, say, on_result=None):
+    """Every workload on every system, with and without checkpointing, in parallel.
+
+    Returns ``{(workload, system, checkpointing): (spec, record)}`` and the failed
+    runs (an error, no record, or a golden mismatch); ``on_result(spec, record,
+    error)`` is told of each run as it finishes."""
+    from trainingcxl.host.tools.pool import parallel_runs
+    specs = []
+    for w in workloads:
+        for s in systems:
+            for ckpt in (True, False):
+                specs.append(train_spec(len(specs), w, s, ckpt, args))
+    say(f"[ladder] {len(specs)} training runs ({len(workloads)} workloads x {len(systems)} "
+        f"systems x checkpointing on/off), {args.batches} batches each, {args.fan_out.workers} "
+        f"workers ({args.fan_out.name})")
+    args.fan_out.prebuild([w.config for w in workloads])
+    results, errors = {}, []
+    for spec, record, error in parallel_runs(specs, args.fan_out, lambda r: ""):
+        key = (spec["workload"], spec["system"], spec["checkpointing"])
+        if error or not record or not record.get("golden_match"):
+            errors.append({"run": key, "error": error or (record or {}).get("aborted", "mismatch")})
+        results[key] = (spec, record)
+        if on_result:
+            on_result(spec, record, error)
+    return results, errors
+
+
+def recovery_spec(index, workload, args, config=None):
+    """A ``cxl`` run of 4 batches with a power failure 200 cycles into batch 3's update."""
+    spec = train_spec(index, workload, "cxl", True, args, config=config,
+                       failures=[{"phase": "update", "batch": 3, "offset": 200}])
+    spec["job"].update({"batches": 4, "measure_from": None, "check_every": 2})
+    return spec
+
+
+def recovery_row(spec, record, error):
+    """The recovery of a :func:`recovery_spec` run: its cycles, the records rolled back,
+    the media lines it read (``recovery_lines``, when the device reports them) and the
+    log ring's size."""
+    from trainingcxl.spec.config import Config
+    f = (record or {}).get("failures") or [{}]
+    consistent = bool(f[0].get("consistent", False))
+    if not error and record and not record.get("golden_match"):
+        error = record.get("aborted", "golden mismatch")
+    elif not error and not consistent:
+        error = "no consistent recovery recorded"
+    return {"workload": spec["workload"], "log_lines": Config.from_dict(spec["config"]).log_size,
+            "recovery_cycles": f[0].get("recovery_cycles"), "rolled_back": f[0].get("rolled_back"),
+            "recovery_lines": f[0].get("recovery_lines"), "consistent": consistent, "error": error}
+
+
+#: The speed runs: ``train --config small`` on Verilator, and a run small enough for Icarus.
+def summarise(results, workloads, systems):
+    out = {}
+    for w in workloads:
+        rows = {}
+        for s in systems:
+            on = results.get((w.name, s, True))
+            off = results.get((w.name, s, False))
+            if not on or not on[1] or "window" not in on[1]:
+                continue
+            fig = analyse_run(w.config, s, on[1])
+            if off and off[1] and "window" in off[1]:
+                base = analyse_run(w.config, s, off[1])
+                fig["cycles_per_batch_no_checkpoint"] = base["cycles_per_batch"]
+                fig["checkpoint_overhead"] = fig["cycles_per_batch"] / base["cycles_per_batch"] - 1
+            fig["golden_match"] = bool(on[1].get("golden_match")) and bool(off and off[1]
+                                                                        and off[1].get("golden_match"))
+            rows[s] = fig
+        for base in BASELINES:
+            bf, key = rows.get(base), baseline_key(base)
+            for fig in rows.values():
+                if bf:
+                    fig[f"speedup_vs_{key}"] = bf["cycles_per_batch"] / fig["cycles_per_batch"]
+                    fig[f"energy_saving_vs_{key}"] = 1 - fig["energy_per_batch_j"] / bf["energy_per_batch_j"]
+        out[w.name] = rows
+    return out
+
+
+def comparison(value, kind):
+    """A speedup (``"x"``: ``1.34x``) or a saving (``"%"``: ``35.6%``) over a baseline;
+    ``-`` when the run has no such baseline (nothing to compare with, not 0)."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if kind == "x" else f"{value:.1%}"
+
+
+def table(name, rows, say):
+    say(f"\n  {name}")
+    say(f"  {'system':<10} {'cyc/batch':>10} {'ckpt ovh':>9} {'PMEM wr B':>10} {'link B':>10} "
+        f"{'energy mJ':>10}  {'speedup over':>15}  {'energy saving over':>18}")
+    say(f"  {'':<10} {'':>10} {'':>9} {'':>10} {'':>10} {'':>10}  "
+        f"{'host-pmem':>9} {'pmem':>5}  {'host-pmem':>9} {'pmem':>8}")
+    for s, f in rows.items():
+        ovh = f.get("checkpoint_overhead")
+        say(f"  {s:<10} {f['cycles_per_batch']:>10,.0f} "
+            f"{'-' if ovh is None else f'{100 * ovh:.2f}%':>9} "
+            f"{f['pmem_bytes_written_per_batch']['total']:>10,.0f} {f['link_bytes_per_batch']:>10,.0f} "
+            f"{1e3 * f['energy_per_batch_j']:>10.3f}  "
+            f"{comparison(f.get('speedup_vs_host_pmem'), 'x'):>9} "
+            f"{comparison(f.get('speedup_vs_pmem'), 'x'):>5}  "
+            f"{comparison(f.get('energy_saving_vs_host_pmem'), '%'):>9} "
+            f"{comparison(f.get('energy_saving_vs_pmem'), '%'):>8}")
