@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from trainingcxl.spec.config import LINE_BYTES, Config, ModelShape
+from trainingcxl.host.model.data import ZIPF_ALPHA
 from trainingcxl.host.model.energy import DEFAULT_ENERGY, Activity, link_bytes
 from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.host.jobs import TrainJob
@@ -27,7 +28,7 @@ class Workload:
     config: Config
     batch_size: int
     min_pooling: int
-    zipf_alpha: float = 1.05
+    zipf_alpha: float = ZIPF_ALPHA
     args: dict = field(default_factory=dict)
 
 
