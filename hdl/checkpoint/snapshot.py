@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import ADDR_BITS, LINE_BITS, LINE_BYTES
 from trainingcxl.spec.records import SNAPSHOT
 from ..common.line_port import LineOp, LinePortSignature
-from ..compute.host_reader import HostLineReader
+from ..common.host_reader import HostLineReader
 from .crc import CRC_INIT, CRC_XOR, CrcNetwork
 from .layouts import sealed_header
 

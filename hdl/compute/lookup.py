@@ -6,13 +6,13 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
-from ..common.line_port import LinePortSignature
-from ..checkpoint.logger import UndoTapSignature
 from trainingcxl.spec.config import ADDR_BITS
+from ..common.host_reader import HostWordReader
+from ..common.line_port import LinePortSignature
+from ..common.undo_tap import UndoTapSignature
 from .bags import BagSequencer
 from .finish import Finisher
 from .gather import RowGather, defer_layout
-from .host_reader import HostWordReader
 from .pool import SumPool
 from .vector_writer import VectorWriter
 

@@ -7,9 +7,9 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import ADDR_BITS, LINE_BITS
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
+from ..common.host_reader import HostLineReader, HostWordReader
 from ..common.line_port import LinePortSignature
 from .bags import BagSequencer, bag_layout
-from .host_reader import HostLineReader, HostWordReader
 from .rmw import RmwUnit, rmw_layout
 
 __all__ = ["RowScatter", "UpdateEngine"]

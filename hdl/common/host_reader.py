@@ -6,7 +6,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import ADDR_BITS, LINE_BITS
-from ..common.line_port import LineOp, LinePortSignature
+from .line_port import LineOp, LinePortSignature
 
 __all__ = ["HostLineReader", "HostWordReader"]
 
