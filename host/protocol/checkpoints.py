@@ -90,12 +90,13 @@ class Unchecked(Checkpoints):
 
 
 class _DeviceCheckpoints(Checkpoints):
-    """The device's checkpoint engine commits and pulls snapshots; ``path`` is how the
-    MLP reaches the device (:mod:`.strategies`)."""
+    """The device's checkpoint engine commits and pulls snapshots, the snapshots at most
+    ``k`` batches behind the commits; ``path`` is how the MLP reaches the device
+    (:mod:`.strategies`)."""
 
-    def __init__(self, path):
+    def __init__(self, k, path):
         super().__init__()
-        self.path = path
+        self.k, self.path = k, path
         self.pulling = None             # batch whose snapshot pull is in flight
 
     @property
@@ -106,7 +107,7 @@ class _DeviceCheckpoints(Checkpoints):
         self.pulling = None
 
     async def configure(self, run):
-        await run.device.configure_checkpoints(run.k, enable=True)
+        await run.device.configure_checkpoints(self.k, enable=True)
 
     async def format(self, run):
         """RECOVER finds nothing on blank media and formats the checkpoint state."""
@@ -153,7 +154,7 @@ class _DeviceCheckpoints(Checkpoints):
         if st["committed"] is None or st["committed"] < b - 1:
             run.record["errors"].append({"batch": b - 1, "commit": "NOT_COMMITTED",
                                          "committed": st["committed"]})
-        if st["snapshot_busy"] and self.pulling is not None and b - self.pulling > run.k:
+        if st["snapshot_busy"] and self.pulling is not None and b - self.pulling > self.k:
             waited = 0
             while st["snapshot_busy"]:
                 if waited > SNAPSHOT_WAIT_CYCLES:
@@ -202,8 +203,8 @@ class QueuedSnapshots(_DeviceCheckpoints):
     """K >= 1 (relaxed snapshots): the pull is queued behind the commit and the host goes
     on; the ``SNAPSHOT`` register shows when it is done."""
 
-    def __init__(self, path):
-        super().__init__(path)
+    def __init__(self, k, path):
+        super().__init__(k, path)
         self.queued = 0                 # sequence number of a SNAPSHOT_MLP not waited for
 
     def power_lost(self):
@@ -223,7 +224,7 @@ class QueuedSnapshots(_DeviceCheckpoints):
 
 def device_checkpoints(staleness, path):
     """The device's checkpoint engine with staleness bound ``staleness``."""
-    return WaitedSnapshots(path) if staleness == 0 else QueuedSnapshots(path)
+    return (WaitedSnapshots if staleness == 0 else QueuedSnapshots)(staleness, path)
 
 
 class SoftwareCheckpoints(Checkpoints):

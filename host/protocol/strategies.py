@@ -154,7 +154,8 @@ class Engines:
             return logged
         run.enter("update", b)
         indices, offsets, rows_deltas, coalesced = _coalesced(run.cfg, batch, deltas)
-        await self.path.copy(run, (len(offsets) - 1) * run.cfg.dim * 4, hops=2)  # GPU -> host -> device
+        # GPU -> host -> device
+        await self.path.copy(run, (len(offsets) - 1) * run.cfg.dim * 4, hops=2)
         error, _ = await run.device.update(b, indices, offsets, rows_deltas, coalesced=coalesced,
                                            after_submit=run.hook("update", b))
         return error

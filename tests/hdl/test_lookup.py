@@ -35,7 +35,8 @@ def run_lookups(engine_on_pmem):
     written so far."""
 
     def run(cfg, tables, batches, *, seed=0, ops=None, log=False):
-        h = engine_on_pmem(cfg, LookupEngine(cfg), ["pmem"], logger=UndoLogger(cfg) if log else None)
+        logger = UndoLogger(cfg) if log else None
+        h = engine_on_pmem(cfg, LookupEngine(cfg), ["pmem"], logger=logger)
         eng = h.engine
         host, writes, results = {}, {}, []
         IDX, OFF, OUT = 0x1000, 0x2000, 0x3000

@@ -2,7 +2,6 @@
 
 import asyncio
 
-import numpy as np
 import pytest
 
 from fake_device import FakeDevice

@@ -124,7 +124,8 @@ class FakeDevice(Device):
         self.pull = None                # (batch, slot, end cycle)
         self.stamps = {}                # (table, row) -> (gen, batch) logged
         self.marks = [(None, set()), (None, set())]     # per parity: (batch, rows looked up)
-        self.clean = [None, None]       # per parity: the last clean lookup's (batch, arrays, relaxed)
+        # Per parity: the last clean lookup's (batch, arrays, relaxed, nolog).
+        self.clean = [None, None]
         self.finished = set()           # batches whose relaxed lookup was finished
         self.deferred = None            # (batch, [(bag, (table, row))])
         self.host = {}                  # the GPU's memory: "out0", "out1", "mlp"
@@ -162,7 +163,8 @@ class FakeDevice(Device):
             raise PowerLost(f"power failure at cycle {self.clock}")
 
     async def power_fail(self):
-        """The power is cut (if it has not failed already) and comes back: volatile state is lost."""
+        """The power is cut (if it has not failed already) and comes back: what is volatile
+        is lost."""
         self.trace.append(Event("power_fail", None, self.clock, {"dropped": [
             (op.name, b) for op, b, _ in self.queue]}))
         self._power_on()
