@@ -5,6 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
+from trainingcxl.spec.registers import Reg
 
 __all__ = ["Dispatcher"]
 
@@ -85,6 +86,14 @@ class Dispatcher(wiring.Component):
             "stall_cycles": Out(32),
             "barrier_cycles": Out(32),
         })
+
+    @property
+    def counters(self):
+        """The control window's registers this dispatcher drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        # Without the checkpoint engine nothing holds a descriptor back: they read 0.
+        return ({Reg.CKPT_STALLS: self.stall_cycles, Reg.LOG_BARRIER: self.barrier_cycles}
+                if "checkpoint" in self._config.blocks else {})
 
     def elaborate(self, platform):
         m = Module()

@@ -21,24 +21,31 @@ from .dispatch import Dispatcher
 from .common.line_port import LinePortSignature
 from .pmem.controller import PmemController
 
-__all__ = ["Device", "DeviceState", "READ_GROUPS"]
+__all__ = ["Device", "DeviceState", "READ_GROUPS", "read_groups"]
 
-#: The control window's registers by the block whose values they show: on a
-#: board each group is read through a register beside its block
-#: (:class:`ControlWindow`'s ``read_groups``).
-READ_GROUPS = (
-    ("LOOKUP_BUSY", "LOOKUP_LINES", "LOOKUP_BAGS", "LOOKUP_OVERFLOWS", "LOOKUP_STALLS",
-     "LOOKUP_LOG_HOLDS"),
-    ("PMEM_READS", "PMEM_WRITES", "PMEM_READS_DATA", "PMEM_READS_LOG", "PMEM_READS_SNAPSHOT",
-     "PMEM_WRITES_DATA", "PMEM_WRITES_LOG", "PMEM_WRITES_SNAPSHOT", "MEDIA_LATE"),
-    ("CACHE_READS", "CACHE_WRITES", "CACHE_STRAYS", "CACHE_TIMEOUTS"),
-    ("MEM_ERRORS", "MEM_LAST_ERROR", *(f"MEM_ERROR_LOG{k}{s}" for k in range(4) for s in ("", "_ADDR"))),
-    ("UPDATE_BUSY", "UPDATE_LINES", "UPDATE_FORWARDED", "UPDATE_STALLS"),
-    ("CKPT_STATE", "COMMITTED", "SNAPSHOT", "DURABLE", "RECOVERED", "RECOVERED_INFO",
-     "RECOVER_CYCLES", "SNAPSHOT_LINES", "SNAPSHOT_BUSY"),
-    ("LOG_RECORDS", "LOG_FULL", "LOG_BUSY", "CKPT_STALLS", "LOG_BARRIER"),
-    ("LINK_TO_DEVICE", "LINK_TO_DEVICE_DATA", "LINK_TO_HOST", "LINK_TO_HOST_DATA"),
-)
+#: The blocks (by submodule name) that drive the control window's registers,
+#: grouped: on a board each group's registers are read through a register
+#: beside its blocks (:class:`ControlWindow`'s ``read_groups``).
+READ_GROUPS = (("lookup",), ("pmem",), ("cache_agent",), ("mem_target",), ("update",), ("ckpt",),
+               ("logger", "dispatch"), ("link",))
+
+
+def read_groups(blocks, groups=READ_GROUPS):
+    """The registers of each group of ``blocks`` (name -> component with ``counters``),
+    for :class:`ControlWindow`: a register in the first group whose blocks drive it,
+    absent blocks and empty groups left out."""
+    seen = set()
+    result = []
+    for names in groups:
+        regs = []
+        for name in names:
+            for reg in blocks[name].counters if name in blocks else ():
+                if reg not in seen:
+                    seen.add(reg)
+                    regs.append(reg)
+        if regs:
+            result.append(tuple(regs))
+    return tuple(result)
 
 
 class DeviceState(data.Struct):
@@ -121,8 +128,6 @@ class Device(wiring.Component):
         m.submodules.mem_target = target = CxlMemTarget(cfg)
         m.submodules.lookup = lookup = LookupEngine(cfg)
         m.submodules.dispatch = dispatch = Dispatcher(cfg)
-        m.submodules.control = control = ControlWindow(
-            cfg, read_groups=READ_GROUPS if cfg.register_slices else ())
         update = UpdateEngine(cfg) if has_update else AbsentEngine(cfg)
         m.submodules.update = update
         ckpt = CheckpointEngine(cfg) if has_ckpt else AbsentEngine(cfg)
@@ -150,6 +155,26 @@ class Device(wiring.Component):
         if outside:
             wiring.connect(m, pmem.media_port, wiring.flipped(self.media))
         m.submodules.cache_agent = agent = CacheAgent(cfg, n_ports=len(cache_ports))
+        if has_link:
+            m.submodules.link = link = CxlLink(cfg)
+
+        # Every block declares the registers it drives (its ``counters``).
+        blocks = {"mem_target": target, "lookup": lookup, "dispatch": dispatch, "update": update,
+                  "ckpt": ckpt, "pmem": pmem, "cache_agent": agent}
+        if has_ckpt:
+            blocks["logger"] = logger
+        if has_link:
+            blocks["link"] = link
+        m.submodules.control = control = ControlWindow(
+            cfg, read_groups=read_groups(blocks) if cfg.register_slices else ())
+        for block in blocks.values():
+            for reg, value in block.counters.items():
+                port = control.counter(reg)
+                if isinstance(value, dict):
+                    m.d.comb += [getattr(port, name).eq(v) for name, v in value.items()]
+                else:
+                    m.d.comb += port.eq(value)
+
         for k, client in enumerate(pmem_ports):
             # With register slices the controller puts its own slice on each port.
             wiring.connect(m, client, getattr(pmem, f"port{k}"))
@@ -166,7 +191,6 @@ class Device(wiring.Component):
 
         if has_link:
             # Every CXL.mem and CXL.cache message crosses the link model.
-            m.submodules.link = link = CxlLink(cfg)
             wiring.connect(m, wiring.flipped(self.cxl_mem), link.host_mem)
             wiring.connect(m, link.dev_mem, target.cxl)
             wiring.connect(m, wiring.flipped(self.cxl_cache), link.host_cache)
@@ -174,10 +198,6 @@ class Device(wiring.Component):
             m.d.comb += [
                 link.mem_latency.eq(control.link_latency.mem),
                 link.cache_latency.eq(control.link_latency.cache),
-                control.counter(Reg.LINK_TO_DEVICE).eq(link.to_device),
-                control.counter(Reg.LINK_TO_DEVICE_DATA).eq(link.to_device_data),
-                control.counter(Reg.LINK_TO_HOST).eq(link.to_host),
-                control.counter(Reg.LINK_TO_HOST_DATA).eq(link.to_host_data),
             ]
         else:
             wiring.connect(m, wiring.flipped(self.cxl_mem), target.cxl)
@@ -213,54 +233,17 @@ class Device(wiring.Component):
         wiring.connect(m, ckpt.done, dispatch.ckpt_done)
         wiring.connect(m, dispatch.done, control.done)
         m.d.comb += [
-            control.counter(Reg.LOOKUP_LOG_HOLDS).eq(lookup.log_holds),
             pmem.power_fail.eq(self.power_fail),
             self.irq.eq(control.irq),
             self.state.busy.eq(lookup.busy | (update.busy if has_update else 0)),
             self.state.error.eq(control.error),
             control.busy.eq(dispatch.busy | desc_held | lookup.busy
                             | (update.busy if has_update else 0)),
-            control.counter(Reg.LOOKUP_BUSY).eq(lookup.busy_cycles),
-            control.counter(Reg.LOOKUP_LINES).eq(lookup.lines),
-            control.counter(Reg.LOOKUP_BAGS).eq(lookup.bags),
-            control.counter(Reg.LOOKUP_OVERFLOWS).eq(lookup.overflows),
-            control.counter(Reg.LOOKUP_STALLS).eq(lookup.stall_cycles),
-            control.counter(Reg.PMEM_READS).eq(pmem.lines_read),
-            control.counter(Reg.PMEM_WRITES).eq(pmem.lines_written),
-            control.counter(Reg.CACHE_READS).eq(agent.lines_read),
-            control.counter(Reg.CACHE_WRITES).eq(agent.lines_written),
-            control.counter(Reg.MEM_ERRORS).eq(target.errors),
-            control.counter(Reg.CACHE_STRAYS).eq(agent.strays),
-            control.counter(Reg.CACHE_TIMEOUTS).eq(agent.timeouts),
-            control.counter(Reg.PMEM_READS_DATA).eq(pmem.reads_by_region[0]),
-            control.counter(Reg.PMEM_READS_LOG).eq(pmem.reads_by_region[1]),
-            control.counter(Reg.PMEM_READS_SNAPSHOT).eq(pmem.reads_by_region[2]),
-            control.counter(Reg.PMEM_WRITES_DATA).eq(pmem.writes_by_region[0]),
-            control.counter(Reg.PMEM_WRITES_LOG).eq(pmem.writes_by_region[1]),
-            control.counter(Reg.PMEM_WRITES_SNAPSHOT).eq(pmem.writes_by_region[2]),
-            control.counter(Reg.MEDIA_LATE).eq(pmem.media_late if cfg.media == "sdram" else 0),
             # Software checkpointing: the host writes the log, commits and snapshots.
             target.host_owns_checkpoints.eq(control.ckpt_ctrl.host_owns & ~control.ckpt_ctrl.enable),
-            control.counter(Reg.MEM_LAST_ERROR).kind.eq(target.last_error),
-            control.counter(Reg.MEM_LAST_ERROR).tag.eq(target.last_error_tag),
-            control.counter(Reg.MEM_LAST_ERROR).addr.eq(target.last_error_addr),
         ]
-        for k, record in enumerate(target.log):
-            entry = control.counter(Reg[f"MEM_ERROR_LOG{k}"])
-            m.d.comb += [
-                control.counter(Reg[f"MEM_ERROR_LOG{k}_ADDR"]).eq(record.addr),
-                entry.kind.eq(record.kind), entry.tag.eq(record.tag), entry.seq.eq(record.seq),
-            ]
-        if has_update:
-            m.d.comb += [
-                control.counter(Reg.UPDATE_BUSY).eq(update.busy_cycles),
-                control.counter(Reg.UPDATE_LINES).eq(update.lines),
-                control.counter(Reg.UPDATE_FORWARDED).eq(update.forwarded),
-                control.counter(Reg.UPDATE_STALLS).eq(update.stall_cycles),
-            ]
         if has_ckpt:
             wiring.connect(m, lookup.log, logger.tap)
-            state = control.counter(Reg.CKPT_STATE)
             m.d.comb += [
                 ckpt.enable.eq(control.ckpt_ctrl.enable),
                 ckpt.staleness.eq(control.ckpt_ctrl.staleness),
@@ -286,39 +269,7 @@ class Device(wiring.Component):
                 self.state.logging.eq(ckpt.logging),
                 self.state.recovering.eq(ckpt.recovering),
                 self.state.unrecovered.eq(~ckpt.ready),
-                state.ready.eq(ckpt.ready), state.logging.eq(ckpt.logging),
-                state.snapshot_busy.eq(ckpt.snap_busy), state.snapshot_failed.eq(ckpt.snap_failed),
-                state.staleness.eq(ckpt.staleness_in_force), state.gen.eq(ckpt.gen),
-                state.live_records.eq(logger.live),
-                control.counter(Reg.COMMITTED).batch.eq(ckpt.committed),
-                control.counter(Reg.COMMITTED).valid.eq(ckpt.committed_valid),
-                control.counter(Reg.SNAPSHOT).batch.eq(ckpt.snapshot),
-                control.counter(Reg.SNAPSHOT).valid.eq(ckpt.snapshot_valid),
-                control.counter(Reg.DURABLE).batch.eq(ckpt.durable),
-                control.counter(Reg.DURABLE).valid.eq(ckpt.durable_valid),
-                control.counter(Reg.RECOVERED).d.eq(ckpt.recovered_d),
-                control.counter(Reg.RECOVERED).m.eq(ckpt.recovered_m),
-                control.counter(Reg.RECOVERED_INFO).d_valid.eq(ckpt.recovered_flags[0]),
-                control.counter(Reg.RECOVERED_INFO).m_valid.eq(ckpt.recovered_flags[1]),
-                control.counter(Reg.RECOVERED_INFO).rolled_back.eq(ckpt.rolled_back),
-                control.counter(Reg.RECOVERED_INFO).lines_read.eq(ckpt.recover_lines),
-                control.counter(Reg.LOG_RECORDS).eq(logger.records),
-                control.counter(Reg.LOG_FULL).eq(logger.full_cycles),
-                control.counter(Reg.CKPT_STALLS).eq(dispatch.stall_cycles),
-                control.counter(Reg.LOG_BARRIER).eq(dispatch.barrier_cycles),
-                control.counter(Reg.RECOVER_CYCLES).eq(ckpt.recover_cycles),
-                control.counter(Reg.SNAPSHOT_LINES).eq(ckpt.snapshot_lines),
             ]
-            # Busy cycles of the checkpoint engines: records waiting to persist, a pull
-            # running. The logger's busy is counted a cycle late, from a register: it
-            # hangs on the lookup's take, and an adder at its end is a path of its own.
-            log_busy = Signal(32)
-            snapshot_busy = Signal(32)
-            logger_busy = Signal()
-            m.d.sync += [logger_busy.eq(logger.busy), log_busy.eq(log_busy + logger_busy),
-                         snapshot_busy.eq(snapshot_busy + ckpt.snap_busy)]
-            m.d.comb += [control.counter(Reg.LOG_BUSY).eq(log_busy),
-                         control.counter(Reg.SNAPSHOT_BUSY).eq(snapshot_busy)]
         else:
             # Nothing to hold the lookup for, nothing it has to wait for.
             m.d.comb += dispatch.log_drained.eq(1)

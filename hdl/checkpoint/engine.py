@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from trainingcxl.spec.config import ADDR_BITS, GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
 from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, UNDO, UNDO_GROUP
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
+from trainingcxl.spec.registers import Reg
 from ..common.line_port import LineOp, LinePortSignature
 from .crc import CRC_INIT, CRC_XOR, crc_part
 from .layouts import CSUM, group_layout, header_layout, sealed_header
@@ -96,6 +97,8 @@ class CheckpointEngine(wiring.Component):
     recovered_d, recovered_m : Out(32), recovered_flags : Out(2)
         Result of the last ``RECOVER``: D, m, and (D valid, m valid).
     rolled_back, recover_cycles, snapshot_lines, stall_cycles : Out(32)
+    snapshot_busy_cycles : Out(32)
+        Cycles a snapshot pull was in progress.
     recover_lines : Out(32)
         Media lines the last (or running) ``RECOVER`` read.
     """
@@ -135,8 +138,29 @@ class CheckpointEngine(wiring.Component):
             "recover_cycles": Out(32),
             "recover_lines": Out(32),
             "snapshot_lines": Out(32),
+            "snapshot_busy_cycles": Out(32),
             "stall_cycles": Out(32),
         })
+
+    @property
+    def counters(self):
+        """The control window's registers this engine drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        return {
+            Reg.CKPT_STATE: {"ready": self.ready, "logging": self.logging,
+                             "snapshot_busy": self.snap_busy, "snapshot_failed": self.snap_failed,
+                             "staleness": self.staleness_in_force, "gen": self.gen},
+            Reg.COMMITTED: {"batch": self.committed, "valid": self.committed_valid},
+            Reg.SNAPSHOT: {"batch": self.snapshot, "valid": self.snapshot_valid},
+            Reg.DURABLE: {"batch": self.durable, "valid": self.durable_valid},
+            Reg.RECOVERED: {"d": self.recovered_d, "m": self.recovered_m},
+            Reg.RECOVERED_INFO: {"d_valid": self.recovered_flags[0],
+                                 "m_valid": self.recovered_flags[1],
+                                 "rolled_back": self.rolled_back, "lines_read": self.recover_lines},
+            Reg.RECOVER_CYCLES: self.recover_cycles,
+            Reg.SNAPSHOT_LINES: self.snapshot_lines,
+            Reg.SNAPSHOT_BUSY: self.snapshot_busy_cycles,
+        }
 
     def elaborate(self, platform):
         m = Module()
@@ -214,6 +238,7 @@ class CheckpointEngine(wiring.Component):
             puller.count.eq(self.mlp_lines), puller.gen.eq(gen),
             self.snap_busy.eq(puller.busy), self.snapshot_lines.eq(puller.lines),
         ]
+        m.d.sync += self.snapshot_busy_cycles.eq(self.snapshot_busy_cycles + puller.busy)
         pull_slot = Signal()
         pull_batch = Signal(32)
         with m.If(puller.done):

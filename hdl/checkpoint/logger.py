@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
 from trainingcxl.spec.records import RING, UNDO, UNDO_GROUP
+from trainingcxl.spec.registers import Reg
 from ..common.line_port import LineOp, LinePortSignature
 from ..common.register_slice import through_slice
 from ..common.undo_tap import UndoTapSignature
@@ -88,6 +89,8 @@ class UndoLogger(wiring.Component):
         Records written in closed groups.
     full_cycles : Out(32)
         Cycles a row waited for a slot of a full ring.
+    busy_cycles : Out(32)
+        Cycles ``busy`` was high (counted a cycle late).
     query : In(1), query_addr : In(media_addr_bits), query_batch : In(32)
     query_logged : Out(1)
         Whether batch ``query_batch`` took the row queried
@@ -113,11 +116,19 @@ class UndoLogger(wiring.Component):
             "live": Out(32),
             "records": Out(32),
             "full_cycles": Out(32),
+            "busy_cycles": Out(32),
             "query": In(1),
             "query_addr": In(abits),
             "query_batch": In(32),
             "query_logged": Out(1),
         })
+
+    @property
+    def counters(self):
+        """The control window's registers this logger drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        return {Reg.CKPT_STATE: {"live_records": self.live}, Reg.LOG_RECORDS: self.records,
+                Reg.LOG_FULL: self.full_cycles, Reg.LOG_BUSY: self.busy_cycles}
 
     def elaborate(self, platform):
         m = Module()
@@ -407,6 +418,10 @@ class UndoLogger(wiring.Component):
         # the dispatcher may start then (it starts only after its clean LOOKUP).
         m.d.sync += self.drained.eq(quiet & ~w_open & (hdr_end == head))
         m.d.comb += self.busy.eq(~quiet | (~w_open & (hdr_end != head)))
+        # Busy cycles, counted a cycle late from a register: ``busy`` hangs on the
+        # lookup's take, and an adder at its end is a path of its own.
+        busy_late = Signal()
+        m.d.sync += [busy_late.eq(self.busy), self.busy_cycles.eq(self.busy_cycles + busy_late)]
 
         with m.If(self.restart):
             m.d.sync += [head.eq(0), tail.eq(0), tail_lsn.eq(0), g_head.eq(0), c_head.eq(0),

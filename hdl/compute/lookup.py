@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from trainingcxl.spec.config import ADDR_BITS
+from trainingcxl.spec.registers import Reg
 from ..common.host_reader import HostWordReader
 from ..common.line_port import LinePortSignature
 from ..common.undo_tap import UndoTapSignature
@@ -106,6 +107,14 @@ class LookupEngine(wiring.Component):
             "log": Out(UndoTapSignature(config.media_addr_bits)),
             "log_holds": Out(32),
         })
+
+    @property
+    def counters(self):
+        """The control window's registers this engine drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        return {Reg.LOOKUP_BUSY: self.busy_cycles, Reg.LOOKUP_LINES: self.lines,
+                Reg.LOOKUP_BAGS: self.bags, Reg.LOOKUP_OVERFLOWS: self.overflows,
+                Reg.LOOKUP_STALLS: self.stall_cycles, Reg.LOOKUP_LOG_HOLDS: self.log_holds}
 
     def elaborate(self, platform):
         m = Module()

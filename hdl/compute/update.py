@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import ADDR_BITS, LINE_BITS
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
+from trainingcxl.spec.registers import Reg
 from ..common.host_reader import HostLineReader, HostWordReader
 from ..common.line_port import LinePortSignature
 from .bags import BagSequencer, bag_layout
@@ -209,6 +210,13 @@ class UpdateEngine(wiring.Component):
             "lines": Out(32),
             "forwarded": Out(32),
         })
+
+    @property
+    def counters(self):
+        """The control window's registers this engine drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        return {Reg.UPDATE_BUSY: self.busy_cycles, Reg.UPDATE_LINES: self.lines,
+                Reg.UPDATE_FORWARDED: self.forwarded, Reg.UPDATE_STALLS: self.stall_cycles}
 
     def elaborate(self, platform):
         m = Module()

@@ -10,6 +10,7 @@ from ..common.line_port import LineOp, LinePortSignature
 from ..common.merge import StreamMerge
 from ..common.register_slice import on_entry, through_slice
 from trainingcxl.spec.cxl_messages import D2HReqOpcode, H2DRspOpcode
+from trainingcxl.spec.registers import Reg
 from .channels import CxlCacheSignature
 
 __all__ = ["CacheAgent"]
@@ -72,6 +73,13 @@ class CacheAgent(wiring.Component):
     @property
     def ports(self):
         return [getattr(self, f"port{i}") for i in range(self._n_ports)]
+
+    @property
+    def counters(self):
+        """The control window's registers this agent drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        return {Reg.CACHE_READS: self.lines_read, Reg.CACHE_WRITES: self.lines_written,
+                Reg.CACHE_STRAYS: self.strays, Reg.CACHE_TIMEOUTS: self.timeouts}
 
     def elaborate(self, platform):
         m = Module()

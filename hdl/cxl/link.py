@@ -8,6 +8,7 @@ from ..common.arbiter import RoundRobin
 from ..common.rate import RateLimiter
 from trainingcxl.spec.cxl_messages import (D2HData, D2HReq, H2DData, H2DRsp, M2SReq, M2SRwD,
                                            S2MDrs, S2MNdr)
+from trainingcxl.spec.registers import Reg
 from .channels import CxlCacheSignature, CxlMemSignature
 
 __all__ = ["MIN_LATENCY", "LATENCY_BITS", "LinkDirection", "CxlLink", "link_depth"]
@@ -249,6 +250,13 @@ class CxlLink(wiring.Component):
     def depth(self):
         """Entries of each channel's FIFO."""
         return self._depth
+
+    @property
+    def counters(self):
+        """The control window's registers this link model drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        return {Reg.LINK_TO_DEVICE: self.to_device, Reg.LINK_TO_DEVICE_DATA: self.to_device_data,
+                Reg.LINK_TO_HOST: self.to_host, Reg.LINK_TO_HOST_DATA: self.to_host_data}
 
     def elaborate(self, platform):
         m = Module()

@@ -10,6 +10,7 @@ from ..common.merge import StreamMerge
 from ..common.register_slice import on_entry, through_slice
 from trainingcxl.spec.cxl_messages import (M2SReqOpcode, M2SRwDOpcode, S2MDrsOpcode, S2MNdrOpcode,
                                            TAG_BITS)
+from trainingcxl.spec.registers import Reg
 from .channels import CxlMemSignature
 
 __all__ = ["MemError", "CxlMemTarget", "ERROR_LOG_DEPTH"]
@@ -108,6 +109,20 @@ class CxlMemTarget(wiring.Component):
         if not self._config.register_slices:
             return responses
         return through_slice(m, f"{name}_slice", responses)
+
+    @property
+    def counters(self):
+        """The control window's registers this target drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        return {
+            Reg.MEM_ERRORS: self.errors,
+            Reg.MEM_LAST_ERROR: {"kind": self.last_error, "tag": self.last_error_tag,
+                                 "addr": self.last_error_addr},
+            **{reg: value for k, record in enumerate(self.log) for reg, value in (
+                (Reg[f"MEM_ERROR_LOG{k}"], {"kind": record.kind, "tag": record.tag,
+                                            "seq": record.seq}),
+                (Reg[f"MEM_ERROR_LOG{k}_ADDR"], record.addr))},
+        }
 
     def elaborate(self, platform):
         m = Module()

@@ -8,6 +8,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import LINE_BITS, LINE_BYTES
+from trainingcxl.spec.registers import Reg
 from ..common.arbiter import RoundRobin
 from ..common.beats import BeatReceiver, BeatSender
 from ..common.line_port import LineOp, LinePortSignature
@@ -147,6 +148,20 @@ class PmemController(wiring.Component):
     @property
     def port_signature(self):
         return self._port_sig
+
+    @property
+    def counters(self):
+        """The control window's registers this controller drives: ``{Reg: value}``, or
+        ``{Reg: {field: value}}`` for some fields of one (the device connects them)."""
+        return {
+            Reg.PMEM_READS: self.lines_read, Reg.PMEM_WRITES: self.lines_written,
+            **{Reg[f"PMEM_READS_{r.upper()}"]: self.reads_by_region[k]
+               for k, r in enumerate(REGIONS)},
+            **{Reg[f"PMEM_WRITES_{r.upper()}"]: self.writes_by_region[k]
+               for k, r in enumerate(REGIONS)},
+            # With the media in block RAM the model's timing always holds.
+            Reg.MEDIA_LATE: self.media_late if self._media_port else C(0),
+        }
 
     def elaborate(self, platform):
         m = Module()

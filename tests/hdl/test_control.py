@@ -43,11 +43,39 @@ def test_identity_staging_and_unknown_registers(registered):
     run(tb, CFG.replace(register_slices=registered))
 
 
+def device_read_groups(config):
+    """The read groups a device built from ``config`` gives its window, from its blocks."""
+    from trainingcxl.hdl.checkpoint.engine import CheckpointEngine
+    from trainingcxl.hdl.checkpoint.logger import UndoLogger
+    from trainingcxl.hdl.compute.lookup import LookupEngine
+    from trainingcxl.hdl.compute.update import UpdateEngine
+    from trainingcxl.hdl.cxl.cache_agent import CacheAgent
+    from trainingcxl.hdl.cxl.link import CxlLink
+    from trainingcxl.hdl.cxl.mem_target import CxlMemTarget
+    from trainingcxl.hdl.dispatch import Dispatcher
+    from trainingcxl.hdl.pmem.controller import PmemController
+    from trainingcxl.hdl.top import read_groups
+    blocks = {"lookup": LookupEngine(config),
+              "pmem": PmemController(config, n_ports=1, media_port=True),
+              "cache_agent": CacheAgent(config, n_ports=1), "mem_target": CxlMemTarget(config),
+              "update": UpdateEngine(config), "ckpt": CheckpointEngine(config),
+              "logger": UndoLogger(config), "dispatch": Dispatcher(config), "link": CxlLink(config)}
+    for block in blocks.values():
+        block._MustUse__silence = True      # built for their declarations only
+    return read_groups(blocks)
+
+
+def test_every_register_the_window_shows_has_one_source():
+    """With every block, the blocks' declared counters are exactly the window's inputs."""
+    regs = [reg for group in device_read_groups(CFG) for reg in group]
+    assert sorted(regs) == sorted(ControlWindow.COUNTERS)
+
+
 def test_counters_read_through_their_groups_registers():
     """The board's read groups: every counter reads back its own value, two cycles
     after the take; a group naming a register the window computes itself is refused."""
-    from trainingcxl.hdl.top import READ_GROUPS
-    regs = [Reg[name] for group in READ_GROUPS for name in group]
+    groups = device_read_groups(CFG.replace(register_slices=True))
+    regs = [reg for group in groups for reg in group]
     value = {reg: (0x1000 + 37 * k) for k, reg in enumerate(regs)}
 
     async def tb(ctx, dut):
@@ -57,7 +85,7 @@ def test_counters_read_through_their_groups_registers():
             assert await access(ctx, dut, reg) == (value[reg], 0), reg
         assert await access(ctx, dut, Reg.ID) == (DEVICE_ID, 0)
         assert (await access(ctx, dut, 0xEE))[1] == 1
-    run(tb, CFG.replace(register_slices=True), read_groups=READ_GROUPS)
+    run(tb, CFG.replace(register_slices=True), read_groups=groups)
     with pytest.raises(ValueError, match="not counters: STATUS"):
         ControlWindow.read_groups([("LOOKUP_BUSY", "STATUS")])
 
