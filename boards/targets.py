@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from amaranth_boards.ulx3s import ULX3S_12F_Platform, ULX3S_85F_Platform
 
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from .ulx3s import Ulx3sTop
 
 __all__ = ["Board", "BOARDS", "board"]
@@ -14,7 +14,7 @@ __all__ = ["Board", "BOARDS", "board"]
 class Board:
     """One supported board.
 
-    ``preset`` names the device configuration (``spec/config.py``), which the
+    ``preset`` names the device configuration (``spec/presets.py``), which the
     host driver reads too; ``baud`` is the UART rate of the host bridge;
     ``seed`` the nextpnr placement seed the figures of docs/boards.md were built with;
     ``placer`` nextpnr's placer: ``"static"`` (electrostatic) spreads a large

@@ -9,6 +9,7 @@ from trainingcxl.host.commands import (bench, bench_lookup, bench_update, build_
                                        formal, fuzz, lookup_demo, make_criteo_sample,
                                        print_config, study, train, verilog)
 from trainingcxl.host.commands.options import resolve_config
+from trainingcxl.host.tools.argtypes import DefaultsHelpFormatter
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -27,6 +28,8 @@ def build_parser():
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(sub)
+    for parser in sub.choices.values():
+        parser.formatter_class = DefaultsHelpFormatter
     return p
 
 

@@ -176,6 +176,83 @@ class TrainJob(Job):
                 else self.relaxed)),
             failure_seed=self.seed if self.failure_seed is None else self.failure_seed)
 
+    def validated(self, config, *, sim="verilator", note=lambda text: None):
+        """This job resolved (:meth:`resolved`) and checked against ``config`` and the
+        simulator, before anything is built: the data and test files are read, the
+        batches must fit the descriptors and the undo log. :class:`JobError` says what
+        does not fit; ``note`` is told what is worth knowing (lines skipped, no test set)."""
+        from pathlib import Path
+        from trainingcxl.host.model.regions import check_checkpoint_regions
+        from trainingcxl.host.protocol.systems import SYSTEMS
+        job = self.resolved(config)
+        system = SYSTEMS[job.system]
+        check_bags(config, job.batch_size)
+        job, data = job._with_data(config, note)
+        if system.host_bus and sim != "verilator":
+            raise JobError("--system host-pmem reaches the media through Verilator's backdoor; "
+                           "use --sim verilator")
+        if any(e.get("phase") == "log" for e in job.failures) and not system.log_pass:
+            raise JobError(f"system {system.name} has no 'log' phase (only near-data and cxl-d "
+                           f"log in a pass of their own)")
+        if not job.checkpointing and job.failures:
+            raise JobError("power failures need checkpointing; drop --no-checkpoint or the "
+                           "failure options")
+        if job.relaxed and "relaxed" not in config.blocks:
+            why = f"system {system.name}" + (", --relaxed" if self.relaxed else "")
+            raise JobError(f"relaxed order ({why}) needs the relaxed block, which this "
+                           f"configuration leaves out (blocks: {', '.join(config.blocks) or 'none'}); "
+                           f"use a strict-order system such as cxl-b")
+        if job.checkpointing:
+            # The undo log must hold the distinct rows of the batches live at once.
+            try:
+                check_checkpoint_regions(config, job.batch_size,
+                                         [data.batch(i) for i in range(job.batches)],
+                                         relaxed=job.relaxed)
+            except ValueError as e:
+                raise JobError(str(e)) from None
+        paths = {name: str(Path(getattr(job, name)).resolve())
+                 for name in ("dump", "export") if getattr(job, name)}
+        return job.replace(**paths)
+
+    def _with_data(self, config, note):
+        """The job with its data and test set checked (TSV files read, paths made
+        absolute), and the training data."""
+        from pathlib import Path
+        from trainingcxl.host.model.criteo import CriteoDataset
+        from trainingcxl.host.model.data import SyntheticWorkload
+        if self.data == "synthetic":
+            if self.test or self.test_fraction:
+                raise JobError("--test and --test-fraction are for TSV data; synthetic data "
+                               "holds out --test-samples samples of another seeded stream")
+            if self.eval_every and not self.test_samples:
+                raise JobError("--eval-every needs a test set (--test-samples 0 has none)")
+            return self, SyntheticWorkload(config, seed=self.seed, batch_size=self.batch_size,
+                                           min_pooling=self.min_pooling,
+                                           zipf_alpha=self.zipf_alpha)
+        job = self.replace(test_samples=0, data=str(Path(self.data).resolve()))
+        if job.test and job.test_fraction:
+            raise JobError("give --test FILE or --test-fraction F, not both")
+        if not (job.test or job.test_fraction):
+            if job.eval_every:
+                raise JobError("--eval-every needs a test set: --test FILE or --test-fraction F")
+            note(f"no held-out test set for {self.data} (--test FILE or --test-fraction F); "
+                 f"training loss only")
+        try:
+            if job.test:
+                CriteoDataset(config, job.test, batch_size=job.batch_size,
+                              on_error=job.on_bad_lines).test_set().check_labels()
+                job = job.replace(test=str(Path(job.test).resolve()))
+            data = CriteoDataset(config, job.data, batch_size=job.batch_size,
+                                 on_error=job.on_bad_lines)
+            if job.test_fraction:
+                data, held = data.split(job.test_fraction)
+                held.test_set().check_labels()
+        except (OSError, ValueError) as e:
+            raise JobError(str(e)) from None
+        if data.skipped:
+            note(f"skipped {data.skipped} malformed lines of {self.data}, first: {data.problems[0]}")
+        return job, data
+
 
 @dataclass(frozen=True)
 class LookupJob(Job):

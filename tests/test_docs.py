@@ -34,7 +34,7 @@ def test_the_site_builds_without_warnings(site):
     assert status == 0
     for page in ("index", "design", "design-notes", "registers", "usage", "architecture",
                  "checkpointing", "relaxed-lookup", "ladder", "pmem", "boards", "verification",
-                 "results", "api/spec", "api/hdl"):
+                 "results", "api/spec", "api/hdl", "api/host"):
         assert (out / f"{page}.html").is_file(), page
 
 

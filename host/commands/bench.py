@@ -20,7 +20,7 @@ import time
 from trainingcxl.host.tools.argtypes import (add_set_option, nonneg, positive, save_figure,
                                              write_json)
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
-from trainingcxl.spec.config import SCALE_BATCHES, SCALE_ROWS
+from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS
 from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.host.jobs import LookupJob, TrainJob, UpdateJob
 from trainingcxl.host.tools.ladder import (BASELINES, WORKLOADS, baseline_key, overridden,
@@ -66,7 +66,7 @@ SPEED_RUNS = {"verilator": ("small", 30, None), "icarus": ("tiny", 3, 8)}
 def _sim_speed(args, say):
     """Simulated cycles per wall-second of a ``cxl`` training run (with every golden
     check) under each simulator (:data:`SPEED_RUNS`); the build is not timed."""
-    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.spec.presets import PRESETS
     from trainingcxl.host.tools.pool import run_train
     from trainingcxl.sim.runner import build
     speed = {}
@@ -129,7 +129,7 @@ def _bench_loader(args, say):
     import tempfile
     from pathlib import Path
     from trainingcxl.host.model.criteo import CriteoDataset, write_sample
-    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.spec.presets import PRESETS
     cfg, n = PRESETS["criteo-kaggle"], args.loader_lines
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sample.tsv"
@@ -164,7 +164,7 @@ def _bench_fan_out(args, say):
     is built before the clock starts; the engine's start-up is reported apart."""
     from trainingcxl.host.commands.campaign import campaign_specs, tally
     from trainingcxl.host.tools.pool import parallel_runs
-    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.spec.presets import PRESETS
     specs = campaign_specs(PRESETS["tiny"], failures=args.fan_out_failures, seed=args.seed,
                            **FAN_OUT_CAMPAIGN)
     say(f"[fan-out] a campaign of {len(specs)} runs x {FAN_OUT_CAMPAIGN['per_run']} planned "
@@ -312,7 +312,7 @@ def register(sub):
                          "with --scale: 3)")
     sp.add_argument("--staleness", type=nonneg, default=None,
                     help="staleness bound K for every system (default: each system's own)")
-    sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed (default: 0)")
+    sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed")
     add_cluster_options(sp, jobs_default=2)
     add_set_option(sp)
     sp.add_argument("--skip-engines", action="store_true", help="leave out the engine bandwidth runs")

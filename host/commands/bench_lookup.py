@@ -1,7 +1,7 @@
 """``trainingcxl bench-lookup``: the lookup engine's PMEM read rate against the PMEM
 model's peak, and the simulators' speed."""
 
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import JobError, LookupJob
 from trainingcxl.host.tools.argtypes import nonneg, positive
 from . import report

@@ -1,6 +1,6 @@
 """``trainingcxl bench --scale``: how the ladder's costs grow with table and batch size.
 
-The scale ladder of :func:`trainingcxl.spec.config.scale_ladder` (8 tables of
+The scale ladder of :func:`trainingcxl.spec.presets.scale_ladder` (8 tables of
 10^3, 10^5 or 10^6 rows; batches of 32, 256 or 2048 samples) runs on the
 chosen systems with and without checkpointing, through the ladder's own runs
 and analysis (:mod:`trainingcxl.host.commands.bench`). Every batch size of one
@@ -16,7 +16,7 @@ from trainingcxl.host.tools.argtypes import save_figure, write_json
 from trainingcxl.host.tools.ladder import (
     Workload, comparison, overridden, recovery_row, recovery_spec, run_ladder, summarise)
 from trainingcxl.host.protocol.systems import SYSTEMS
-from trainingcxl.spec.config import SCALE_BATCHES, SCALE_ROWS, scale_ladder
+from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS, scale_ladder
 
 __all__ = ["DEFAULT_SYSTEMS", "DEFAULT_BATCHES", "parse_sizes", "parse_batch_sizes",
            "scale_workloads", "run_scale", "report", "plot", "cmd_scale"]

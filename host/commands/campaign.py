@@ -23,7 +23,8 @@ from trainingcxl.host.tools.argtypes import (nonneg as _nonneg, positive as _pos
                                              write_json as _write_json)
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.host.tools.journal import Journal, default_journal, task_digest
-from trainingcxl.host.tools.plans import check_checkpoint_regions, staleness as _staleness
+from trainingcxl.host.model.regions import check_checkpoint_regions
+from trainingcxl.host.tools.plans import staleness as _staleness
 from trainingcxl.host.tools import pool
 from trainingcxl.host.tools.pool import run_train
 
@@ -330,18 +331,18 @@ def register(sub):
                     "failures, consistent, inconsistent, lost_commits and a breakdown by phase "
                     "and configuration. A bad run leaves a reproducer and its waveform.")
     config_option(sp, "tiny")
-    sp.add_argument("--failures", type=_positive, default=100, help="power failures to plan in all (default: 100)")
-    sp.add_argument("--per-run", type=_positive, default=10, help="failures planned per run (default: 10)")
-    sp.add_argument("--batches", type=_positive, default=6, help="batches per run (default: 6)")
-    sp.add_argument("--batch-size", type=_positive, default=8, help="samples per batch (default: 8)")
+    sp.add_argument("--failures", type=_positive, default=100, help="power failures to plan in all")
+    sp.add_argument("--per-run", type=_positive, default=10, help="failures planned per run")
+    sp.add_argument("--batches", type=_positive, default=6, help="batches per run")
+    sp.add_argument("--batch-size", type=_positive, default=8, help="samples per batch")
     sp.add_argument("--staleness", type=_staleness_list, default=[0, 1, 8], metavar="K[,K...]",
-                    help="staleness bounds to mix (default: 0,1,8)")
+                    help="staleness bounds to mix")
     sp.add_argument("--orders", type=_orders, default=["strict", "relaxed"], metavar="ORDER[,ORDER]",
-                    help="lookup orders to mix: strict, relaxed (default: strict,relaxed)")
-    sp.add_argument("--seed", type=_nonneg, default=0, help="campaign seed (default: 0)")
+                    help="lookup orders to mix: strict, relaxed")
+    sp.add_argument("--seed", type=_nonneg, default=0, help="campaign seed")
     _fan_out_options(sp, "campaign")
     sp.add_argument("--reproducers", metavar="DIR", default="campaign-failures",
-                    help="where bad runs leave a reproducer and waveform (default: campaign-failures)")
+                    help="where bad runs leave a reproducer and waveform")
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
     sp.set_defaults(func=cmd_campaign)
 
@@ -354,22 +355,21 @@ def register(sub):
                     "(or every --recovery-every-th) of the recovery, and checks that the "
                     "recovery after that gives the same result.")
     config_option(sp, "tiny")
-    sp.add_argument("--every", type=_positive, default=1, help="cycle step over the batch (default: 1)")
+    sp.add_argument("--every", type=_positive, default=1, help="cycle step over the batch")
     sp.add_argument("--recovery-every", type=_nonneg, default=1,
-                    help="cycle step over the recovery; 0 skips it (default: 1)")
+                    help="cycle step over the recovery; 0 skips it")
     sp.add_argument("--margin", type=_nonneg, default=200,
-                    help="cycles swept past the measured batch length (default: 200)")
-    sp.add_argument("--batch-size", type=_positive, default=4, help="samples per batch (default: 4)")
-    sp.add_argument("--staleness", type=_staleness, default=0, help="staleness bound K (default: 0)")
+                    help="cycles swept past the measured batch length")
+    sp.add_argument("--batch-size", type=_positive, default=4, help="samples per batch")
+    sp.add_argument("--staleness", type=_staleness, default=0, help="staleness bound K")
     sp.add_argument("--relaxed", action="store_true",
                     help="train in relaxed order: the next batch's lookup overlaps this batch "
                          "(default: strict)")
     sp.add_argument("--points-per-run", type=_positive, default=50,
-                    help="crash points per training run, the unit of work a worker takes "
-                         "(default: 50)")
-    sp.add_argument("--seed", type=_nonneg, default=0, help="workload seed (default: 0)")
+                    help="crash points per training run, the unit of work a worker takes")
+    sp.add_argument("--seed", type=_nonneg, default=0, help="workload seed")
     _fan_out_options(sp, "sweep")
     sp.add_argument("--reproducers", metavar="DIR", default="sweep-failures",
-                    help="where bad runs leave a reproducer and waveform (default: sweep-failures)")
+                    help="where bad runs leave a reproducer and waveform")
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
     sp.set_defaults(func=cmd_sweep)

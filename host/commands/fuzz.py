@@ -116,12 +116,12 @@ def register(sub):
                     "in shards of --shard-cases, each on a fresh device, in parallel. Exit "
                     "status 0 when everything was refused and nothing was corrupted, hung or lost.")
     config_option(sp, "tiny")
-    sp.add_argument("--cases", type=positive, default=200, help="invalid inputs to send (default 200)")
+    sp.add_argument("--cases", type=positive, default=200, help="invalid inputs to send")
     sp.add_argument("--seed", type=nonneg, default=0)
     sp.add_argument("--every", type=positive, default=10,
-                    help="a checked training batch after every N invalid inputs (default 10)")
+                    help="a checked training batch after every N invalid inputs")
     sp.add_argument("--shard-cases", type=positive, default=500,
-                    help="invalid inputs per shard, the unit of work a worker takes (default 500)")
+                    help="invalid inputs per shard, the unit of work a worker takes")
     sp.add_argument("--sim", choices=("verilator", "icarus"), default="verilator")
     add_cluster_options(sp)
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")

@@ -8,8 +8,8 @@ __all__ = ["register"]
 def register(sub):
     sp = sub.add_parser("make-criteo-sample", help="write a small Criteo-format TSV with a learnable signal")
     sp.add_argument("output", help="file to write")
-    sp.add_argument("--lines", type=positive, default=4096, help="samples (default: 4096)")
-    sp.add_argument("--seed", type=nonneg, default=0, help="seed (default: 0)")
+    sp.add_argument("--lines", type=positive, default=4096, help="samples")
+    sp.add_argument("--seed", type=nonneg, default=0, help="seed")
     sp.set_defaults(func=run)
 
 

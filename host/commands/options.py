@@ -3,7 +3,8 @@
 
 import argparse
 
-from trainingcxl.spec.config import PRESETS, ConfigError, load_config
+from trainingcxl.spec.config import ConfigError
+from trainingcxl.spec.presets import PRESETS, load_config
 from trainingcxl.host.tools.argtypes import add_set_option, with_overrides
 
 __all__ = ["config_arg", "config_option", "sim_option", "json_option", "resolve_config",

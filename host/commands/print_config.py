@@ -3,7 +3,7 @@
 import json
 import sys
 
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from .options import config_arg
 
 __all__ = ["register"]

@@ -45,7 +45,8 @@ from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
 from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.history import GoldenHistory
-from trainingcxl.spec.config import PRESETS, Config
+from trainingcxl.spec.config import Config
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure, write_json
 from trainingcxl.host.tools.cluster import LocalPool
@@ -355,22 +356,22 @@ def register(sub):
                     "with failures is replayed on the golden model and must agree bit for bit.")
     config_option(sp, "small")
     sp.add_argument("--batches", type=positive, default=2000,
-                    help="batches a run trains (default: 2000)")
+                    help="batches a run trains")
     sp.add_argument("--batch-size", type=positive, default=None,
                     help="samples per batch (default: the configuration's)")
     sp.add_argument("--failure-every", type=positive, default=100, metavar="N",
-                    help="a power failure every N batches trained, on average (default: 100)")
+                    help="a power failure every N batches trained, on average")
     sp.add_argument("--k", default=",".join(map(str, STUDY_K)),
-                    help="staleness bounds (default: 0,1,8,64,256)")
-    sp.add_argument("--modes", default=",".join(MODES), help="recovery modes (default: both)")
-    sp.add_argument("--seeds", type=positive, default=3, help="seeds per point (default: 3)")
-    sp.add_argument("--seed", type=nonneg, default=0, help="first seed (default: 0)")
+                    help="staleness bounds")
+    sp.add_argument("--modes", default=",".join(MODES), help="recovery modes")
+    sp.add_argument("--seeds", type=positive, default=3, help="seeds per point")
+    sp.add_argument("--seed", type=nonneg, default=0, help="first seed")
     sp.add_argument("--test-samples", type=positive, default=4096,
-                    help="held-out samples (default: 4096)")
+                    help="held-out samples")
     sp.add_argument("--rtl-sample", type=nonneg, default=6,
                     help="RTL runs with failures to replay on the golden model (default: 6; "
                          "0: none)")
-    sp.add_argument("--jobs", type=positive, default=2, help="processes (default: 2)")
+    sp.add_argument("--jobs", type=positive, default=2, help="processes")
     sp.add_argument("--json", metavar="OUT", help="write every point and the summary to OUT")
     sp.add_argument("--plot", metavar="OUT.png", help="draw the change in test AUC and log "
                                                       "loss against K, per mode")

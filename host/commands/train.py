@@ -5,9 +5,8 @@ checks the command line for what it can do, runs the training and summarises it.
 
 import sys
 import time
-from pathlib import Path
 
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import JobError, TrainJob
 from trainingcxl.host.tools.argtypes import fraction, nonneg, positive, save_figure
 from trainingcxl.host.tools.plans import add_failure_options, failure_plan, failure_summary, staleness
@@ -72,63 +71,14 @@ class Simulation:
 def sim_job(args, cfg):
     """The :class:`TrainJob` the command line asks of the simulated device, resolved and
     checked before anything is built; ``SystemExit`` says what does not fit."""
-    from trainingcxl.host.protocol.systems import SYSTEMS
-    from trainingcxl.host.tools.plans import check_checkpoint_regions
     job = TrainJob.from_args(args, checkpointing=not args.no_checkpoint,
                              failures=tuple(failure_plan(fail_at=args.fail_at, fail_in=args.fail_in,
                                                          random=args.inject_failures)))
     try:
-        job = job.resolved(cfg)
+        return job.validated(cfg, sim=args.sim,
+                             note=lambda text: print(f"note: {text}", file=sys.stderr))
     except JobError as e:
         raise SystemExit(f"error: {e}")
-    system = SYSTEMS[job.system]
-    if job.batch_size * cfg.n_tables > cfg.max_bags:
-        raise SystemExit(f"error: --batch-size {job.batch_size} x {cfg.n_tables} tables exceeds "
-                         f"the configuration's max_bags ({cfg.max_bags})")
-    job = _held_out(job, cfg)
-    ds = None
-    if job.data != "synthetic":
-        from trainingcxl.host.model.criteo import CriteoDataset
-        try:     # fail here, before any build, on a bad file or a mismatched configuration
-            ds = CriteoDataset(cfg, job.data, batch_size=job.batch_size, on_error=job.on_bad_lines)
-            if job.test_fraction:
-                ds, held = ds.split(job.test_fraction)
-                held.test_set().check_labels()
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"error: {e}")
-        if ds.skipped:
-            print(f"note: skipped {ds.skipped} malformed lines of {job.data}, first: "
-                  f"{ds.problems[0]}", file=sys.stderr)
-        job = job.replace(data=str(Path(job.data).resolve()))
-    if system.host_bus and args.sim != "verilator":
-        raise SystemExit("error: --system host-pmem reaches the media through Verilator's "
-                         "backdoor; use --sim verilator")
-    if any(e.get("phase") == "log" for e in job.failures) and not system.log_pass:
-        raise SystemExit(f"error: system {system.name} has no 'log' phase (only near-data and "
-                         f"cxl-d log in a pass of their own)")
-    if not job.checkpointing and job.failures:
-        raise SystemExit("error: power failures need checkpointing; drop --no-checkpoint or the "
-                         "failure options")
-    if job.relaxed and "relaxed" not in cfg.blocks:
-        why = f"system {system.name}" + (", --relaxed" if args.relaxed else "")
-        raise SystemExit(f"error: relaxed order ({why}) "
-                         f"needs the relaxed block, which this configuration leaves out "
-                         f"(blocks: {', '.join(cfg.blocks) or 'none'}); use a strict-order system "
-                         f"such as cxl-b")
-    if job.checkpointing:
-        # The undo log must hold the distinct rows of the batches live at once.
-        if ds is None:
-            from trainingcxl.host.model.data import SyntheticWorkload
-            ds = SyntheticWorkload(cfg, seed=job.seed, batch_size=job.batch_size)
-        try:
-            check_checkpoint_regions(cfg, job.batch_size,
-                                     [ds.batch(i) for i in range(job.batches)], relaxed=job.relaxed)
-        except ValueError as e:
-            raise SystemExit(f"error: {e}")
-    for name in ("dump", "export"):
-        if getattr(job, name):
-            job = job.replace(**{name: str(Path(getattr(job, name)).resolve())})
-    return job
 
 
 def train_on_sim(args):
@@ -200,36 +150,6 @@ def train_on_sim(args):
         report.line("model", f"{args.export} (model.npz: a PyTorch state dict, model.json)")
     report.json_out(args.json, rec)
     return 0 if rec["golden_match"] else 1
-
-
-def _held_out(job, cfg):
-    """``job`` with its test set checked against its data; refuses what does not fit,
-    before any build."""
-    if job.data == "synthetic":
-        if job.test or job.test_fraction:
-            raise SystemExit("error: --test and --test-fraction are for TSV data; synthetic data "
-                             "holds out --test-samples samples of another seeded stream")
-        if job.eval_every and not job.test_samples:
-            raise SystemExit("error: --eval-every needs a test set (--test-samples 0 has none)")
-        return job
-    job = job.replace(test_samples=0)
-    if job.test and job.test_fraction:
-        raise SystemExit("error: give --test FILE or --test-fraction F, not both")
-    if job.test:
-        from trainingcxl.host.model.criteo import CriteoDataset
-        try:
-            CriteoDataset(cfg, job.test, batch_size=job.batch_size,
-                          on_error=job.on_bad_lines).test_set().check_labels()
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"error: {e}")
-        return job.replace(test=str(Path(job.test).resolve()))
-    if job.test_fraction:
-        return job
-    if job.eval_every:
-        raise SystemExit("error: --eval-every needs a test set: --test FILE or --test-fraction F")
-    print(f"note: no held-out test set for {job.data} (--test FILE or --test-fraction F); "
-          f"training loss only", file=sys.stderr)
-    return job
 
 
 def _eval_summary(rec):

@@ -24,7 +24,7 @@ def add_target_options(sp, targets):
                          "pins by the board's host driver; board: a board on a serial port (--port)")
     sp.add_argument("--board", choices=tuple(BOARDS), default="ulx3s",
                     help="with --target board or sim-board: the board, which fixes the device "
-                         "configuration (default: ulx3s)")
+                         "configuration")
     sp.add_argument("--port", metavar="DEVICE",
                     help="with --target board: the board's serial port, e.g. /dev/ttyUSB0")
     sp.add_argument("--baud", type=int, default=None,

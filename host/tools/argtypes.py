@@ -5,7 +5,23 @@ import json
 from pathlib import Path
 
 __all__ = ["nonneg", "positive", "fraction", "name_value", "write_json", "save_figure",
-           "add_set_option", "with_overrides"]
+           "add_set_option", "with_overrides", "DefaultsHelpFormatter"]
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that names each option's default from the option itself, so that a
+    default is written once: where the option is declared. Help that already says
+    what its default is (a default decided later, such as "the system's") is kept."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("(default" in text or not action.option_strings or default is None
+                or default is False or default == [] or default is argparse.SUPPRESS):
+            return text
+        if isinstance(default, (list, tuple)):
+            default = ",".join(map(str, default))
+        return f"{text} (default: {str(default).replace('%', '%%')})"
 
 
 def nonneg(text):

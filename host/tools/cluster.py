@@ -234,7 +234,7 @@ def open_cluster(where="local", jobs=None):
 def add_cluster_options(sp, *, jobs_default=None):
     default = "all cores" if jobs_default is None else jobs_default
     sp.add_argument("--cluster", type=parse_cluster, default="local", metavar="WHERE",
-                    help="where the tasks run: local (a process pool, the default), ray (a "
+                    help="where the tasks run: local (a process pool), ray (a "
                          "private Ray instance on this machine), auto (the Ray cluster this "
                          "machine joined with `ray start`) or ray://HOST:PORT (Ray Client); "
                          "every node needs the project installed (docs/usage.md, \"On a cluster\")")

@@ -1,20 +1,16 @@
 """Failure plans from the command line: ``--inject-failures N --fail-at C --fail-in PHASE``.
 
-They build the entry list of :class:`trainingcxl.host.protocol.timed.FailurePlan`,
-check that a configuration's checkpoint regions hold the batches, and summarise
-the failures of a run.
+They build the entry list of :class:`trainingcxl.host.protocol.timed.FailurePlan`
+and summarise the failures of a run.
 """
 
 import argparse
 
-import numpy as np
-
-from trainingcxl.spec.config import GROUP_RECORDS
 from trainingcxl.host.protocol.phases import BATCH_PHASES, PHASES
 from trainingcxl.host.tools.argtypes import nonneg as _nonneg
 
 __all__ = ["PHASES", "BATCH_PHASES", "parse_fail_in", "parse_cycles", "failure_plan",
-           "check_checkpoint_regions", "distinct_rows", "failure_summary", "add_failure_options", "staleness"]
+           "failure_summary", "add_failure_options", "staleness"]
 
 
 def parse_fail_in(text):
@@ -61,48 +57,6 @@ def failure_plan(*, fail_at=(), fail_in=(), random=0):
     return plan + again[len(first):]
 
 
-def distinct_rows(config, batch):
-    """Distinct ``(table, row)`` pairs of a CSR batch: the undo records its lookup writes."""
-    lengths = np.diff(np.asarray(batch.offsets, dtype=np.int64))
-    tables = np.repeat(np.arange(len(lengths)) % config.n_tables, lengths)
-    rows = np.asarray(batch.indices, dtype=np.int64)
-    return len(np.unique(tables * (1 << 32) + rows))
-
-
-def check_checkpoint_regions(config, batch_size, batches=None, *, relaxed=True):
-    """Refuse a run the checkpoint regions cannot serve: an undo log that cannot hold
-    the records of the batches live at once (the device would refuse their lookups
-    with ``LOG_TOO_SMALL``), or snapshot slots smaller than the MLPs (every
-    ``SNAPSHOT_MLP`` would fail with ``BAD_SIZE``).
-
-    A batch's records are its distinct rows, and they take
-    :meth:`Config.groups_for` slots of the ring. At a lookup every committed
-    batch is durable, so the running batch and, in relaxed order, the next one
-    looked up early are live. With ``batches`` (the run's, in order) their
-    distinct rows are counted; without, every index is taken as a distinct row
-    (the worst case)."""
-    if batches is None:
-        groups = config.groups_for(config.records_per_batch(batch_size))
-        need = (2 if relaxed else 1) * groups
-        what = f"batches of {batch_size} need {need} ({'two batches' if relaxed else 'a batch'} " \
-               f"of distinct rows at worst)"
-    else:
-        counts = [config.groups_for(distinct_rows(config, b)) for b in batches]
-        pairs = [a + b for a, b in zip(counts, counts[1:])] if relaxed and len(counts) > 1 else counts
-        need = max(pairs, default=0)
-        what = (f"these batches need {need} (for the distinct rows of "
-                f"{'two consecutive batches' if relaxed else 'a batch'})")
-    if config.log_groups < need:
-        raise ValueError(f"the undo log holds {config.log_groups} groups of up to "
-                         f"{GROUP_RECORDS} records; {what}: raise log_lines to "
-                         f"{need * config.group_lines} or leave it 0 with model.batch_size = "
-                         f"{batch_size}")
-    if config.snapshot_size < config.mlp_lines + 1:
-        raise ValueError(f"a snapshot slot holds {config.snapshot_size - 1} lines of parameters; "
-                         f"the MLPs ({config.mlp_params:,} float32) need {config.mlp_lines}: raise "
-                         f"snapshot_lines to {config.mlp_lines + 1} or leave it 0")
-
-
 def failure_summary(rec):
     """Readable lines about a run's power failures."""
     failures = rec.get("failures", [])
@@ -129,7 +83,7 @@ def failure_summary(rec):
 def add_failure_options(sp):
     sp.add_argument("--inject-failures", type=_nonneg, default=0, metavar="N",
                     help="cut the power N times at random cycles (drawn from --failure-seed), "
-                         "recover, check the invariants and resume (default: 0)")
+                         "recover, check the invariants and resume")
     sp.add_argument("--fail-at", type=parse_cycles, default=[], metavar="CYCLE[,CYCLE...]",
                     help="cut the power at these simulation cycles")
     sp.add_argument("--fail-in", type=parse_fail_in, action="append", default=[],

@@ -14,6 +14,7 @@ from trainingcxl.spec.cxl_messages import S2MNdrOpcode
 from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.golden import coalesce_update, embedding_update
+from trainingcxl.host.model.regions import distinct_rows
 from trainingcxl.host.driver.ports import DeviceTB
 from trainingcxl.sim.bench_env import bench_args, bench_config
 
@@ -53,11 +54,6 @@ async def assert_tables(tb, want, what):
     for t, (g, w) in enumerate(zip(got, want)):
         bad = np.nonzero((g != w).any(axis=1))[0]
         assert len(bad) == 0, f"{what}: table {t} differs in {len(bad)} rows, first {bad[0]}"
-
-
-def distinct_rows(cfg, batch):
-    bag_of = np.repeat(np.arange(batch.n_bags), np.diff(batch.offsets.astype(np.int64)))
-    return len({(int(k) % cfg.n_tables, int(r)) for k, r in zip(bag_of, batch.indices)})
 
 
 @cocotb.test()

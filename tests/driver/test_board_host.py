@@ -11,7 +11,7 @@ from trainingcxl.host.driver.bridge import BridgeClient, BridgeError
 from trainingcxl.host.commands.train_targets import board_failures
 from trainingcxl.host.protocol.phases import BOARD_PHASES
 from trainingcxl.spec.bridge_protocol import Command, FrameError, Status, crc8, encode_request
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.driver.device import Device
 from trainingcxl.host.tools.plans import parse_fail_in
 from trainingcxl.spec.host_layout import HostLayout

@@ -3,7 +3,7 @@
 
 import pytest
 
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.sim.runner import run_bench
 
 BENCH = "bench_checkpoint"

@@ -7,7 +7,7 @@ test of ``bench_device.py`` beside it, whose docstrings say what they check.
 
 import pytest
 
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.sim.runner import _INTERMEDIATES, build, run_bench
 
 BENCH = "bench_device"

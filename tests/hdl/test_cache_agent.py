@@ -5,7 +5,7 @@ import pytest
 from trainingcxl.hdl.common.line_port import LineOp
 from trainingcxl.hdl.cxl.cache_agent import CacheAgent
 from trainingcxl.spec.cxl_messages import D2HReqOpcode, H2DRspOpcode
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.sim.amaranth_streams import simulate, stream_get, stream_put
 
 

@@ -6,7 +6,8 @@ from amaranth.sim import Simulator
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.control import ControlWindow
 from trainingcxl.spec.registers import DEVICE_ID, REG, Reg
-from trainingcxl.spec.config import PRESETS, Config, LinkTiming
+from trainingcxl.spec.config import Config, LinkTiming
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 CFG = Config(tables=(8, 8), desc_depth=2)

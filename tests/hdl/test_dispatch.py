@@ -5,7 +5,7 @@ from amaranth.sim import Simulator
 
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.hdl.dispatch import Dispatcher
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 
 LOOKUP = {"op": Op.LOOKUP, "batch": 5, "n_bags": 4, "n_indices": 9,
           "idx_addr": 0x100, "off_addr": 0x200, "vec_addr": 0x300}

@@ -4,7 +4,8 @@ import subprocess
 
 import pytest
 
-from trainingcxl.spec.config import PRESETS, Config
+from trainingcxl.spec.config import Config
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.sim.runner import verilog_for
 from trainingcxl.sim.toolchain import setup_verilator
 

@@ -15,7 +15,8 @@ from trainingcxl.hdl.pmem.controller import PmemController
 from trainingcxl.hdl.sdram.controller import SdramController
 from trainingcxl.sim.amaranth_streams import simulate, stream_get, stream_put
 from trainingcxl.sim.rtl.sdram_model import SdramModel, Violation
-from trainingcxl.spec.config import PRESETS, Config, PmemTiming, SdramTiming
+from trainingcxl.spec.config import Config, PmemTiming, SdramTiming
+from trainingcxl.spec.presets import PRESETS
 
 MHZ = 50
 CHIP = SdramTiming(rows=16, cols=64, init_us=2.0, trefi_ns=4000.0)

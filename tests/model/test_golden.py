@@ -90,7 +90,7 @@ def test_fixed_point_rounding_and_saturation():
 
 
 def test_a_coalesced_update_changes_the_tables_as_the_batch_does():
-    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.spec.presets import PRESETS
     from trainingcxl.host.model.golden import coalesce_update, embedding_update
     cfg = PRESETS["small"]
     rng = np.random.default_rng(3)
@@ -114,7 +114,7 @@ def test_a_coalesced_update_changes_the_tables_as_the_batch_does():
 def test_synthetic_batches_are_pinned():
     # Benchmarks' figures rest on these batches: drawing them faster must not change them.
     import hashlib
-    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.spec.presets import PRESETS
     b = SyntheticWorkload(PRESETS["small"], seed=3, batch_size=32).batch(5)
     digest = hashlib.sha256(b.indices.tobytes() + b.offsets.tobytes() + b.dense.tobytes()
                             + b.labels.tobytes()).hexdigest()[:16]
@@ -123,7 +123,7 @@ def test_synthetic_batches_are_pinned():
 
 def test_a_batch_costs_what_it_touches_not_the_tables_size():
     import tracemalloc
-    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.spec.presets import PRESETS
     cfg = PRESETS["rm-1m"]                     # 8 tables of a million rows, batches of 2048
     b = SyntheticWorkload(cfg, seed=1, batch_size=2048, min_pooling=16).batch(0)
     assert b.n_bags == 2048 * 8 and b.n_indices >= 2048 * 8 * 16
@@ -166,7 +166,7 @@ def test_an_update_in_place_equals_the_copying_one():
 @pytest.mark.slow
 def test_the_largest_ladder_model_trains_a_batch_on_the_host():
     import time
-    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.spec.presets import PRESETS
     from trainingcxl.host.model.dlrm import FixedPointTrainer
     cfg = PRESETS["rm-1m"]
     t0 = time.monotonic()

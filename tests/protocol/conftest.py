@@ -9,7 +9,7 @@ from fake_host import FakeFailures, FakeRuntime
 from trainingcxl.host.model.data import SyntheticWorkload
 from trainingcxl.host.protocol.systems import system
 from trainingcxl.host.protocol.training import TrainingRun
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 
 
 class FakeTraining:

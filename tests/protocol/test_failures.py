@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trainingcxl.host.cli import main
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.apps.launch import launch
 from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
 

@@ -7,7 +7,7 @@ from trainingcxl.host.model.data import SyntheticWorkload
 from trainingcxl.host.protocol.board import BoardFailures, UntimedRuntime, board_training
 from trainingcxl.host.protocol.systems import LOOKUP_ONLY, SYSTEMS
 from trainingcxl.host.protocol.training import TrainingRun
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 
 
 def _run(cfg, *, system, relaxed):

@@ -5,7 +5,7 @@ the RTL link and region counters see that traffic."""
 
 import pytest
 
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.host.apps.launch import launch
 from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob

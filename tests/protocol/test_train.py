@@ -9,7 +9,7 @@ record's own consistency.
 import numpy as np
 import pytest
 
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.model.criteo import write_sample
 from trainingcxl.host.model.export import load_exported
 from trainingcxl.host.apps.launch import launch
@@ -17,11 +17,6 @@ from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
 
 pytestmark = pytest.mark.cocotb
 CONFIG = PRESETS["tiny"]
-
-
-@pytest.fixture(params=["verilator", "icarus"])
-def sim(request):
-    return request.param
 
 
 def run(sim, tmp_path, config=CONFIG, **args):

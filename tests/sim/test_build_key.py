@@ -20,7 +20,7 @@ import pytest
 from trainingcxl.sim import import_graph
 from trainingcxl.sim.runner import (GATEWARE_ROOTS, PRUNE_AFTER_S, build_key, design_key,
                                     gateware_modules)
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("spec", "hdl", "sim", "host", "boards")
@@ -117,7 +117,7 @@ _PROBE = """
 import json, sys
 from pathlib import Path
 from trainingcxl.sim import runner
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 root = Path(sys.argv[1])
 assert Path(runner.__file__).is_relative_to(root), runner.__file__
 config = PRESETS["tiny"]

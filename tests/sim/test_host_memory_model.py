@@ -6,7 +6,7 @@ import random
 from trainingcxl.spec.cxl_messages import D2HReqOpcode, H2DRspOpcode
 from trainingcxl.sim.amaranth_streams import simulate, stream_put
 from trainingcxl.sim.rtl.host_memory import PIPELINE, HostMemoryModel
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 
 CFG = PRESETS["tiny"].replace(cache_ids=16)
 BASE, LINES = 0x100, 16

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from trainingcxl.spec.config import PRESETS, Config, ConfigError, PmemTiming, load_config
+from trainingcxl.spec.config import Config, ConfigError, PmemTiming
+from trainingcxl.spec.presets import PRESETS, load_config
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -89,7 +90,7 @@ def test_checkpoint_regions_size_themselves():
 
 
 def test_criteo_kaggle_is_the_reference_model_with_hashed_tables():
-    from trainingcxl.spec.config import CRITEO_KAGGLE_ROWS, CRITEO_KAGGLE_CAP
+    from trainingcxl.spec.presets import CRITEO_KAGGLE_ROWS, CRITEO_KAGGLE_CAP
     cfg = PRESETS["criteo-kaggle"]
     assert len(CRITEO_KAGGLE_ROWS) == 26 and sum(CRITEO_KAGGLE_ROWS) == 33_762_577
     assert cfg.tables == tuple(min(r, CRITEO_KAGGLE_CAP) for r in CRITEO_KAGGLE_ROWS)
@@ -104,7 +105,7 @@ def test_criteo_kaggle_is_the_reference_model_with_hashed_tables():
 
 
 def test_the_scale_ladder_covers_its_grid():
-    from trainingcxl.spec.config import SCALE_BATCHES, rm_config, scale_ladder
+    from trainingcxl.spec.presets import SCALE_BATCHES, rm_config, scale_ladder
     ladder = scale_ladder()
     assert [name for name, _ in ladder] == [f"rm-{r}/b{b}" for r in ("1k", "100k", "1m")
                                             for b in (32, 256, 2048)]

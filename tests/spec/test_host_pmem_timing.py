@@ -3,7 +3,8 @@ and a configuration changes them field by field (``--set``)."""
 
 import pytest
 
-from trainingcxl.spec.config import PRESETS, ConfigError, HostPmemTiming
+from trainingcxl.spec.config import ConfigError, HostPmemTiming
+from trainingcxl.spec.presets import PRESETS
 
 BASE = HostPmemTiming()
 

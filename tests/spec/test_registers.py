@@ -3,7 +3,7 @@
 import pytest
 
 from trainingcxl.hdl.control import ControlWindow
-from trainingcxl.spec.config import PRESETS
+from trainingcxl.spec.presets import PRESETS
 from trainingcxl.spec.registers import (COUNTERS, DEVICE_ID, REG, REGISTERS, Access, Kind, Reg,
                                         constants, register)
 

@@ -1,14 +1,13 @@
 """``bench --scale``: its options, the devices it builds, and its report on a fake result."""
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from trainingcxl.host.cli import build_parser, main
 from trainingcxl.host.commands import bench_scale
 from trainingcxl.host.tools import pool
-from trainingcxl.spec.config import SCALE_ROWS, scale_ladder
+from trainingcxl.spec.presets import SCALE_ROWS, scale_ladder
 
 from tests.tools.test_bench import record
 

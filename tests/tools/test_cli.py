@@ -121,7 +121,7 @@ def test_the_undo_log_check_counts_distinct_rows():
     import numpy as np
 
     from trainingcxl.spec.config import Config
-    from trainingcxl.host.tools.plans import check_checkpoint_regions, distinct_rows
+    from trainingcxl.host.model.regions import check_checkpoint_regions, distinct_rows
     cfg = Config(tables=(32, 48), max_bags=256, log_lines=40)
     assert cfg.log_groups == 5
     offsets = np.arange(0, 8 * 2 * 8 + 1, 8, dtype=np.uint32)        # 16 bags of 8 indices
@@ -165,7 +165,8 @@ def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
 
 def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
     from trainingcxl.host.commands import campaign as failures
-    from trainingcxl.spec.config import PRESETS, Config
+    from trainingcxl.spec.config import Config
+    from trainingcxl.spec.presets import PRESETS
     reruns = []
     monkeypatch.setattr(failures, "run_train", lambda spec: reruns.append(spec) or (spec, None, None))
     from trainingcxl.host.jobs import TrainJob
@@ -186,7 +187,8 @@ def test_the_simulated_board_runs_at_the_clock_it_is_named_for():
     """``train --target sim-board --clock-mhz`` simulates the build of that clock (its
     SDRAM timing in cycles); the oscillator's clock keeps the plain name."""
     from trainingcxl.sim.runner import _top, board_top
-    from trainingcxl.spec.config import BOARD_CLOCK_MHZ, PRESETS
+    from trainingcxl.spec.config import BOARD_CLOCK_MHZ
+    from trainingcxl.spec.presets import PRESETS
     assert board_top() == board_top(BOARD_CLOCK_MHZ) == "board"
     assert _top(board_top(), PRESETS["ulx3s"]).clock_mhz == BOARD_CLOCK_MHZ
     assert _top(board_top(50), PRESETS["ulx3s"]).clock_mhz == 50

@@ -208,7 +208,7 @@ def test_ray_builds_each_device_once_on_every_node(monkeypatch):
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
     from trainingcxl.host.tools.cluster import open_cluster
-    from trainingcxl.spec.config import PRESETS
+    from trainingcxl.spec.presets import PRESETS
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     nodes.add_node(num_cpus=1)
     monkeypatch.setenv("RAY_ADDRESS", nodes.address)
