@@ -17,8 +17,7 @@ gives the same cycle counts.
 import sys
 import time
 
-from trainingcxl.host.tools.argtypes import (add_set_option, nonneg, positive, save_figure,
-                                             write_json)
+from trainingcxl.host.tools.argtypes import add_set_option, nonneg, positive, save_figure
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS
 from trainingcxl.host.protocol.systems import SYSTEMS
@@ -26,6 +25,8 @@ from trainingcxl.host.jobs import LookupJob, TrainJob, UpdateJob
 from trainingcxl.host.tools.ladder import (BASELINES, WORKLOADS, baseline_key, overridden,
                                            recovery_row, recovery_spec, run_ladder, summarise,
                                            table)
+
+from . import report
 
 __all__ = ["register"]
 
@@ -147,9 +148,7 @@ def _bench_loader(args, say):
         f"{result['load_lines_per_s']:,.0f} lines/s ({60 * result['load_lines_per_s'] / 1e6:.1f} M "
         f"lines/min, {result['load_mb_per_s']:.0f} MB/s)")
     say(f"  sample writer: {result['write_lines_per_s']:,.0f} lines/s")
-    if args.json:
-        write_json(args.json, result)
-        say(f"  JSON  {args.json}")
+    report.json_out(args.json, result, say=say)
     return 0
 
 
@@ -188,9 +187,7 @@ def _bench_fan_out(args, say):
     result["same_tally"] = tallies["local"] == tallies["ray"]
     say(f"  Ray runs at {100 * result['ray_over_local']:.1f}% of the local pool's rate; "
         f"tallies {'equal' if result['same_tally'] else 'DIFFERENT'}")
-    if args.json:
-        write_json(args.json, result)
-        say(f"  JSON  {args.json}")
+    report.json_out(args.json, result, say=say)
     return 0 if result["same_tally"] and not any(t["inconsistent"] for t in tallies.values()) else 1
 
 
@@ -209,9 +206,7 @@ def cmd_bench(args):
         speed = _sim_speed(args, say)
         say("simulation speed (simulated cycles per wall-second of the training loop):")
         _speed_lines(speed, say)
-        if args.json:
-            write_json(args.json, {"sim_speed": speed})
-            say(f"  JSON  {args.json}")
+        report.json_out(args.json, {"sim_speed": speed}, say=say)
         return 0
     scale_only = [o for o, v in (("--sizes", args.sizes), ("--batch-sizes", args.batch_sizes)) if v]
     if args.scale:
@@ -281,9 +276,7 @@ def cmd_bench(args):
     if args.plot and summary:
         _plot(summary, args.plot)
         say(f"  plot  {args.plot}")
-    if args.json:
-        write_json(args.json, result)
-        say(f"  JSON  {args.json}")
+    report.json_out(args.json, result, say=say)
     return 1 if errors else 0
 
 

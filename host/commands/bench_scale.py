@@ -12,11 +12,13 @@ and measures the recovery, to show its cost does not follow the table's size.
 import argparse
 import time
 
-from trainingcxl.host.tools.argtypes import save_figure, write_json
+from trainingcxl.host.tools.argtypes import save_figure
 from trainingcxl.host.tools.ladder import (
     Workload, comparison, overridden, recovery_row, recovery_spec, run_ladder, summarise)
 from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS, scale_ladder
+
+from .report import json_out
 
 __all__ = ["DEFAULT_SYSTEMS", "DEFAULT_BATCHES", "parse_sizes", "parse_batch_sizes",
            "scale_workloads", "run_scale", "report", "plot", "cmd_scale"]
@@ -274,9 +276,7 @@ def cmd_scale(args, say):
     report(result, say)
     say(f"  wall time {result['wall_s']:.0f} s")
     # The JSON first: a figure that cannot be drawn loses no measurement.
-    if args.json:
-        write_json(args.json, result)
-        say(f"  JSON  {args.json}")
+    json_out(args.json, result, say=say)
     if args.plot:
         plot(result, args.plot)
         say(f"  plot  {args.plot}")

@@ -1,10 +1,11 @@
 """``trainingcxl build``: a bitstream for an FPGA board with the YoWASP tools."""
 
-import json
 import sys
 from pathlib import Path
 
 from trainingcxl.host.tools.argtypes import name_value, positive_float
+
+from . import report
 
 __all__ = ["register"]
 
@@ -131,9 +132,7 @@ def cmd_build(args):
         print(f"  bitstream        {rep['bitstream'] or 'none: the clock was not met'}")
     if "seconds" in rep:
         print("  time             " + ", ".join(f"{k} {v:.0f} s" for k, v in rep["seconds"].items()))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rep, indent=2))
-        print(f"  JSON             {args.json}")
+    report.json_out(args.json, rep)
     if not (args.dry_run or args.synth_only or args.place_only) and rep["bitstream"] is None:
         return 1
     return 0

@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+from . import report
 from .options import config_option
 from trainingcxl.host.protocol.phases import BATCH_PHASES
 from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
-from trainingcxl.host.tools.argtypes import (nonneg as _nonneg, positive as _positive,
-                                             write_json as _write_json)
+from trainingcxl.host.tools.argtypes import nonneg as _nonneg, positive as _positive
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.host.tools.journal import Journal, default_journal, task_digest
 from trainingcxl.host.model.regions import check_checkpoint_regions
@@ -188,9 +188,7 @@ def cmd_campaign(args):
     summary["run_details"] = details
     summary["execution"] = execution
     _print_tally("campaign", summary)
-    if args.json:
-        _write_json(args.json, summary)
-        print(f"  JSON               {args.json}")
+    report.json_out(args.json, summary)
     return 0 if summary["inconsistent"] == 0 and summary["bad_runs"] == 0 else 1
 
 
@@ -291,9 +289,7 @@ def cmd_sweep(args):
         print(f"  idempotent         {'yes' if summary['recovery_sweep_same_result'] else 'NO'}: "
               f"a recovery cut short at any of {len(rec_offsets)} points, then run again, "
               f"returns to the batch before the update")
-    if args.json:
-        _write_json(args.json, summary)
-        print(f"  JSON               {args.json}")
+    report.json_out(args.json, summary)
     ok = summary["inconsistent"] == 0 and summary["bad_runs"] == 0
     return 0 if ok and summary["recovery_sweep_same_result"] is not False else 1
 

@@ -8,8 +8,9 @@ many workers the shards ran (:mod:`.cluster`).
 
 import time
 
+from . import report
 from .options import config_option
-from trainingcxl.host.tools.argtypes import nonneg, positive, write_json
+from trainingcxl.host.tools.argtypes import nonneg, positive
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.host.tools import pool
 from trainingcxl.host.jobs import FuzzJob
@@ -93,9 +94,7 @@ def cmd_fuzz(args):
         print(f"  FAILED shard {e['shard']}: {(e['error'] or '')[:300]}")
     print(f"  time             {execution['wall_s']} s on {execution['workers']} workers "
           f"({execution['cluster']})")
-    if args.json:
-        write_json(args.json, rec)
-        print(f"  JSON             {args.json}")
+    report.json_out(args.json, rec)
     good = (rec["refused"] == rec["invalid"] == args.cases and not rec["corruptions"]
             and not rec["hangs"] and not rec["lost_commits"] and not rec["errors"])
     return 0 if good else 1

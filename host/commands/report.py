@@ -12,9 +12,9 @@ __all__ = ["line", "golden", "json_out", "error"]
 LABEL = 19
 
 
-def line(label, text):
-    """``  label              text``"""
-    print(f"  {label:<{LABEL - 1}} {text}")
+def line(label, text, say=print):
+    """``  label              text``, through ``say`` (default: print)."""
+    say(f"  {label:<{LABEL - 1}} {text}")
 
 
 def golden(match, what=""):
@@ -22,11 +22,11 @@ def golden(match, what=""):
     line("golden model", ("bit-exact" if match else "MISMATCH") + (f": {what}" if what else ""))
 
 
-def json_out(path, record, note=""):
+def json_out(path, record, note="", say=print):
     """Write ``record`` to ``path`` (if given) atomically and say so."""
     if path:
         write_json(path, record)
-        line("JSON", f"{path}{f' ({note})' if note else ''}")
+        line("JSON", f"{path}{f' ({note})' if note else ''}", say)
 
 
 def error(text):

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import report
 from .options import config_option
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
@@ -48,7 +49,7 @@ from trainingcxl.host.model.history import GoldenHistory
 from trainingcxl.spec.config import Config
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import TrainJob
-from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure, write_json
+from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure
 from trainingcxl.host.tools.cluster import LocalPool
 from trainingcxl.host.tools.pool import Progress, run_train
 
@@ -338,9 +339,7 @@ def cmd_study(args):
     if args.plot:
         _plot(summary, baseline, args.plot)
         print(f"  plot               {args.plot}")
-    if args.json:
-        write_json(args.json, record)
-        print(f"  JSON               {args.json}")
+    report.json_out(args.json, record)
     return 0 if len(agree) == len(rtl) else 1
 
 
