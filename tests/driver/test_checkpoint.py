@@ -12,11 +12,6 @@ CONFIG = PRESETS["tiny"]
 pytestmark = pytest.mark.cocotb
 
 
-@pytest.fixture(params=["verilator", "icarus"])
-def sim(request):
-    return request.param
-
-
 def test_recover_rolls_back_what_is_not_durable(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_recover_rolls_back_what_is_not_durable",
               args={"seed": 1, "batch_size": 4})

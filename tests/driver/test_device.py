@@ -16,11 +16,6 @@ CONFIG = PRESETS["tiny"]
 pytestmark = pytest.mark.cocotb
 
 
-@pytest.fixture(params=["verilator", "icarus"])
-def sim(request):
-    return request.param
-
-
 def test_a_finished_build_keeps_no_compiler_intermediates():
     """Verilator's precompiled headers are 150 MB a build: the suite's dozens of
     configurations must not fill the disk with them."""
