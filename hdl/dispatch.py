@@ -33,7 +33,8 @@ class Dispatcher(wiring.Component):
       deferred); otherwise it completes with ``NOT_LOGGED``, changing nothing.
       A ``coalesced`` UPDATE (each row once) needs that LOOKUP of its batch but
       not its arrays; the update engine then checks each of its rows against
-      the logger before any row changes;
+      the logger before any row changes. Only a plain UPDATE uses the LOOKUP
+      up: a batch's coalesced update may come in several descriptors;
     * an ``UPDATE`` waits until the undo logger is ``log_drained``: every
       record taken is persistent before any row is overwritten (write-ahead).
       ``barrier_cycles`` counts that wait;
@@ -138,8 +139,11 @@ class Dispatcher(wiring.Component):
         # it needs a clean logged LOOKUP of its batch, not the same arrays.
         logged = (Mux(d.coalesced, of_batch, same) & ~unfinished.bit_select(d.batch[0], 1)
                   & seen_logging.bit_select(d.batch[0], 1))
-        with m.If(self.update.valid & self.update.ready):
-            m.d.comb += clear_mask.eq(1 << d.batch[0])     # one update per lookup
+        # One update per lookup, except coalesced ones: a batch with more distinct rows
+        # than a descriptor's bags goes out as several coalesced UPDATEs, each row of
+        # each checked against the logger before it changes.
+        with m.If(self.update.valid & self.update.ready & ~d.coalesced):
+            m.d.comb += clear_mask.eq(1 << d.batch[0])
 
         # What IDLE offers for the descriptor at the head: a hand-off to an
         # engine or a refusal. Once offered and not taken, the same offer stands

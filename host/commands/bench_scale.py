@@ -163,8 +163,11 @@ def _num(v, fmt, width=10):
 
 
 def report(result, say):
-    """A table per table size (a row per batch size and system), then the recovery runs."""
-    head = (f"  {'batch':>6} {'system':<9} {'cyc/batch':>11} {'ckpt ovh':>9} {'PMEM wr B':>11} "
+    """A table per table size (a row per batch size and system: its cycles per batch beside
+    the PMEM bound of the same batches, :mod:`trainingcxl.host.model.bound`), then the
+    recovery runs."""
+    head = (f"  {'batch':>6} {'system':<9} {'cyc/batch':>11} {'ckpt ovh':>9} {'bound':>10} "
+            f"{'of bound':>8} {'PMEM wr B':>11} "
             f"{'link B':>11} {'energy mJ':>10} {'sim s':>7} {'cyc/s':>9}  speedup and energy "
             f"saving over host-pmem, pmem")
     for size in result["sizes"]:
@@ -177,6 +180,7 @@ def report(result, say):
                 continue
             say(f"  {r['batch_size']:>6} {r['system']:<9} {r['cycles_per_batch']:>11,.0f} "
                 f"{_num(r.get('checkpoint_overhead'), '.2%', width=9)} "
+                f"{r['bound_cycles']:>10,.0f} {r['fraction_of_bound']:>8.1%} "
                 f"{r['pmem_bytes_written_per_batch']['total']:>11,.0f} "
                 f"{r['link_bytes_per_batch']:>11,.0f} {1e3 * r['energy_per_batch_j']:>10.3f} "
                 f"{r['sim_wall_s']:>7.1f} {_num(r['sim_cycles_per_s'], ',.0f', width=9)}  "
@@ -276,7 +280,7 @@ def cmd_scale(args, say):
     report(result, say)
     say(f"  wall time {result['wall_s']:.0f} s")
     # The JSON first: a figure that cannot be drawn loses no measurement.
-    json_out(args.json, result, say=say)
+    json_out(args.json, result, say=say, args=args)
     if args.plot:
         plot(result, args.plot)
         say(f"  plot  {args.plot}")

@@ -41,14 +41,22 @@ __all__ = ["Engines", "Software", "LookupOnly", "strategy", "CxlCache", "Explici
            "LookupLogs", "LoggingPass", "Unlogged"]
 
 
-def _coalesced(cfg, batch, deltas):
-    """The GPU sums each row's contributions (sparse-gradient deduplication), so the
-    device reads and writes every row once; the bags' layout holds that batch unless
-    the tables have more distinct rows than ``max_bags`` allows."""
+def update_chunks(cfg, batch, deltas):
+    """A batch's update as coalesced ``UPDATE`` descriptors: ``(indices, offsets,
+    deltas)`` of each.
+
+    The GPU sums each row's contributions (sparse-gradient deduplication), so the
+    device reads and writes every distinct row once. A batch with more distinct
+    rows than a descriptor's ``max_bags`` goes out in chunks of whole rounds of
+    the tables (a coalesced bag's table is its number modulo ``n_tables``), so the
+    update's cost follows the distinct rows whatever the batch size."""
     indices, offsets, rows_deltas = coalesce_update(cfg, batch.indices, batch.offsets, deltas)
-    if len(offsets) - 1 <= cfg.max_bags:
-        return indices, offsets, rows_deltas, True
-    return batch.indices, batch.offsets, deltas, False
+    step = cfg.max_bags // cfg.n_tables * cfg.n_tables
+    n_bags = len(offsets) - 1
+    for start in range(0, n_bags, step):
+        stop = min(n_bags, start + step)
+        lo, hi = int(offsets[start]), int(offsets[stop])
+        yield indices[lo:hi], offsets[start:stop + 1] - offsets[start], rows_deltas[start:stop]
 
 
 # -- how data reaches the engines ------------------------------------------------------------
@@ -153,11 +161,14 @@ class Engines:
         if logged != ErrorCode.NONE:
             return logged
         run.enter("update", b)
-        indices, offsets, rows_deltas, coalesced = _coalesced(run.cfg, batch, deltas)
-        # GPU -> host -> device
-        await self.path.copy(run, (len(offsets) - 1) * run.cfg.dim * 4, hops=2)
-        error, _ = await run.device.update(b, indices, offsets, rows_deltas, coalesced=coalesced,
-                                           after_submit=run.hook("update", b))
+        error = ErrorCode.NONE
+        for k, (indices, offsets, rows_deltas) in enumerate(update_chunks(run.cfg, batch, deltas)):
+            # GPU -> host -> device
+            await self.path.copy(run, (len(offsets) - 1) * run.cfg.dim * 4, hops=2)
+            error, _ = await run.device.update(b, indices, offsets, rows_deltas, coalesced=True,
+                                               after_submit=run.hook("update", b) if k == 0 else None)
+            if error != ErrorCode.NONE:
+                break
         return error
 
 

@@ -195,10 +195,26 @@ def recovery_row(spec, record, error):
 
 
 #: The speed runs: ``train --config small`` on Verilator, and a run small enough for Icarus.
+def window_bound_cycles(workload, record, seed):
+    """The PMEM bound (:mod:`trainingcxl.host.model.bound`) per batch of a run's measured
+    window: the same batches every system of ``workload`` trains."""
+    from trainingcxl.host.model.bound import window_bound
+    from trainingcxl.host.model.data import SyntheticWorkload
+    w = record["window"]
+    data = SyntheticWorkload(workload.config, seed=seed, batch_size=workload.batch_size,
+                             min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha)
+    return window_bound(workload.config,
+                        [data.batch(b - 1) for b in range(w["first_batch"], w["last_batch"] + 1)])
+
+
 def summarise(results, workloads, systems):
+    """Per workload and system, the figures of the measured window
+    (:func:`analyse_run`), its checkpoint overhead, its speedups and energy savings
+    over the baselines, and its cycles against the PMEM bound of the same batches."""
     out = {}
     for w in workloads:
         rows = {}
+        bound = None
         for s in systems:
             on = results.get((w.name, s, True))
             off = results.get((w.name, s, False))
@@ -211,6 +227,10 @@ def summarise(results, workloads, systems):
                 fig["checkpoint_overhead"] = fig["cycles_per_batch"] / base["cycles_per_batch"] - 1
             fig["golden_match"] = bool(on[1].get("golden_match")) and bool(off and off[1]
                                                                         and off[1].get("golden_match"))
+            if bound is None:
+                bound = window_bound_cycles(w, on[1], on[0]["job"]["seed"])
+            fig["bound_cycles"] = bound
+            fig["fraction_of_bound"] = bound / fig["cycles_per_batch"]
             rows[s] = fig
         for base in BASELINES:
             bf, key = rows.get(base), baseline_key(base)

@@ -188,6 +188,22 @@ def test_coalesced_and_nolog_updates(registered):
         assert not wrong_batch[0] and wrong_batch[1] == ErrorCode.NOT_LOGGED
         to_engine, _, checked = await offer(ctx, coalesced, dut.update)
         assert to_engine and not checked
+        await complete_update(ctx, coalesced)
+        # A batch's coalesced update may come in several descriptors ...
+        assert (await offer(ctx, coalesced, dut.update))[0]
+        await complete_update(ctx, coalesced)
+        # ... but a plain UPDATE uses its LOOKUP up.
+        assert (await offer(ctx, update, dut.update))[0]
+        await complete_update(ctx, update)
+        to_engine, error, _ = await offer(ctx, update, dut.update)
+        assert not to_engine and error == ErrorCode.NOT_LOGGED
+
+    async def complete_update(ctx, desc):
+        ctx.set(dut.update_done.payload, {"batch": desc["batch"], "op": desc["op"], "error": 0})
+        ctx.set(dut.update_done.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.update_done.valid, 0)
+        await ctx.tick()
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -327,6 +327,8 @@ class FakeDevice(Device):
         if not ok:
             return self._done(Op.UPDATE, b, ErrorCode.NOT_LOGGED)
         embedding_update(self.config, self._tables(), indices, offsets, deltas, inplace=True)
+        if not coalesced:
+            self.clean[b % 2] = None      # a plain UPDATE uses its LOOKUP up
         self._done(Op.UPDATE, b, ErrorCode.NONE)
 
     # -- checkpoints ------------------------------------------------------------------------

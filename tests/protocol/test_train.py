@@ -66,6 +66,19 @@ def test_train_synthetic(sim, tmp_path):
     assert meta["tables"] == list(CONFIG.tables)
 
 
+@pytest.mark.parametrize("relaxed", [False, True])
+def test_an_update_with_more_rows_than_a_descriptor_holds_goes_out_in_chunks(relaxed, tmp_path):
+    """Batches of 16 samples on 32 bags: up to 256 distinct rows a batch, in coalesced
+    UPDATEs of 32 rows each. Every distinct row is still rewritten once (``run``)."""
+    from trainingcxl.host.model.regions import distinct_rows
+    from trainingcxl.host.model.data import SyntheticWorkload
+    cfg = CONFIG.replace(max_bags=32)
+    data = SyntheticWorkload(cfg, seed=2, batch_size=16, min_pooling=4)
+    assert max(distinct_rows(cfg, data.batch(i)) for i in range(4)) > cfg.max_bags
+    run("verilator", tmp_path, config=cfg, batches=4, batch_size=16, min_pooling=4,
+        relaxed=relaxed)
+
+
 def test_train_criteo_sample(sim, tmp_path):
     sample = write_sample(tmp_path / "sample.tsv", lines=200, seed=4)
     rec = run(sim, tmp_path, data=str(sample), test_fraction=0.25)

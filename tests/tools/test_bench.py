@@ -20,7 +20,8 @@ def record(**counts):
     c.update(counts)
     host = {"gpu_busy_cycles": 4000, "copy_bytes_device_link": 0, "gpu_copy_bytes": 0,
             "phase_gpu": 4000, "phase_update": 2000}
-    return {"window": {"batches": 2, "cycles": 10_000, "counters": c, "host": host}}
+    return {"window": {"batches": 2, "first_batch": 2, "last_batch": 3, "cycles": 10_000,
+                       "counters": c, "host": host}}
 
 
 def test_a_window_becomes_figures_per_batch():

@@ -89,7 +89,8 @@ def fake_run(monkeypatch, fail=None):
                                  link_to_device=grow, link_to_host=grow, lookup_lines=grow)
                     rec["window"]["cycles"] = 10_000 + 10 * grow + 100 * systems.index(s)
                     rec.update(golden_match=(w.name, s) != fail, wall_s=2.0, cycles=50_000)
-                    spec = {"workload": w.name, "system": s, "checkpointing": ckpt}
+                    spec = {"workload": w.name, "system": s, "checkpointing": ckpt,
+                            "job": {"seed": 0}}
                     results[(w.name, s, ckpt)] = (spec, rec)
                     if (w.name, s) == fail:
                         errors.append({"run": (w.name, s, ckpt), "error": "golden mismatch"})
@@ -138,6 +139,10 @@ def test_report_json_and_plot_of_a_fake_scale_run(monkeypatch, tmp_path):
     assert row["checkpoint_overhead"] == pytest.approx(cyc / (cyc - 5000) - 1)
     assert row["sim_wall_s"] == 2.0 and row["sim_cycles_per_s"] == 25_000
     assert row["energy_per_batch_j"] > 0 and row["link_bytes_per_batch"] > 0
+    # The PMEM bound of the window's batches, the same for every system.
+    assert row["bound_cycles"] > 0 and row["fraction_of_bound"] == row["bound_cycles"] / (cyc / 2)
+    assert len({r["bound_cycles"] for r in out["grid"]
+                if (r["size"], r["batch_size"]) == ("rm-100k", 256)}) == 1
     assert {d["hardware_digest"] for d in out["devices"].values()} == {
         w.config.hardware_digest() for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))}
     assert [(r["size"], r["recovery_cycles"], r["rolled_back"], r["recovery_lines"])
