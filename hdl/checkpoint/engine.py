@@ -1,22 +1,17 @@
 """The checkpoint engine: COMMIT, SNAPSHOT_MLP and RECOVER, and the checkpoint state."""
 
-from types import SimpleNamespace
-
 from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from trainingcxl.spec.config import ADDR_BITS, GROUP_RECORDS, LINE_BITS, LINE_BYTES, RING_HEADERS
-from trainingcxl.spec.records import COMMIT, RING, SNAPSHOT, UNDO, UNDO_GROUP
+from trainingcxl.spec.config import ADDR_BITS
 from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
 from trainingcxl.spec.registers import Reg
-from ..common.line_port import LineOp, LinePortSignature
-from .crc import CRC_INIT, CRC_XOR, crc_part
-from .layouts import CSUM, group_layout, header_layout, sealed_header
+from ..common.line_port import LinePortSignature
+from .scanner import RecoveryScanner
 from .snapshot import SnapshotPuller
 
 __all__ = ["CheckpointEngine"]
-
 
 
 class CheckpointEngine(wiring.Component):
@@ -47,8 +42,9 @@ class CheckpointEngine(wiring.Component):
     Training stalls: ``hold_lookup`` keeps the next ``LOOKUP`` back while the
     newest valid snapshot lags the newest commit by more than ``staleness``.
 
-    ``RECOVER`` (a state machine; every step only reads, or writes what it
-    would write again, so it is idempotent under power failure):
+    ``RECOVER`` (the :class:`~.scanner.RecoveryScanner`, a state machine of its
+    own; every step only reads, or writes what it would write again, so it is
+    idempotent under power failure):
 
     1. read every commit slot; the newest intact record, by ``(gen,
        batch)``, gives ``C`` and ``g``;
@@ -105,6 +101,7 @@ class CheckpointEngine(wiring.Component):
 
     def __init__(self, config, *, tag_bits=16):
         self._config = config
+        self._tag_bits = tag_bits
         abits = config.media_addr_bits
         super().__init__({
             "desc": In(stream.Signature(descriptor_layout(config))),
@@ -165,10 +162,6 @@ class CheckpointEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        abits = cfg.media_addr_bits
-        lpr = cfg.lines_per_row
-        groups = cfg.log_groups
-        last_slot = cfg.log_base + (groups - 1) * cfg.group_lines
 
         # -- state
         ready = Signal()
@@ -194,7 +187,7 @@ class CheckpointEngine(wiring.Component):
         # Registered (boards), ``logging`` rises a cycle late: it rises only as
         # a descriptor ends or the host writes ``CKPT_CTRL``, and the next
         # descriptor or register access comes later than that. It falls with
-        # ``ready`` as a ``RECOVER`` leaves R_WAIT (below).
+        # ``ready`` as a ``RECOVER``'s scan begins (below).
         late = m.d.sync if cfg.register_slices else m.d.comb
         late += self.logging.eq(ready & self.enable & committed_valid)
         m.d.comb += [
@@ -204,19 +197,6 @@ class CheckpointEngine(wiring.Component):
             self.hold_lookup.eq(self.logging & committed_valid
                                 & (~newest_valid | (reach < committed))),
         ]
-
-        # The undo logger's restart. With register slices it leaves a register,
-        # a cycle after the state that asks for it: the logger's reset then
-        # starts at a flip-flop. A recovery waits in R_WAIT until the logger
-        # restarts; the pulses that end a recovery reach it while the
-        # completion is offered, before any descriptor can log again.
-        restart = Signal()
-        if cfg.register_slices:
-            restarted = Signal()
-            m.d.sync += restarted.eq(restart)
-        else:
-            restarted = restart
-        m.d.comb += self.restart.eq(restarted)
 
         # What the undo logger may reclaim. With register slices it reaches the
         # logger a cycle late, from registers (the snapshot choice, the sum and
@@ -246,322 +226,30 @@ class CheckpointEngine(wiring.Component):
         with m.If(puller.failed):
             m.d.sync += self.snap_failed.eq(1)
 
-        # -- PMEM port: reads (recovery scans) and writes (commit, rollback)
-        port = self.pmem
-        outstanding = Signal(range(cfg.pmem.wpq_depth * 4 + 1))
-        wfire = port.req.valid & port.req.ready & (port.req.payload.op == LineOp.WRITE)
-        m.d.sync += outstanding.eq(outstanding + wfire - port.wack.valid)
-        m.d.comb += [port.wack.ready.eq(1), port.req.payload.be.eq((1 << LINE_BYTES) - 1)]
+        # -- RECOVER, and the PMEM port (commit records, recovery)
+        m.submodules.scan = scan = RecoveryScanner(cfg, tag_bits=self._tag_bits)
+        wiring.connect(m, scan.pmem, wiring.flipped(self.pmem))
+        m.d.comb += [
+            scan.pull_busy.eq(puller.busy), scan.slots_valid.eq(sv),
+            scan.seal_gen.eq(gen), scan.seal_batch.eq(self.desc.payload.batch),
+            scan.seal_k.eq(k_eff), scan.commit_slot.eq(commit_next),
+            self.restart.eq(scan.restart), self.recovering.eq(scan.recovering),
+            self.recover_lines.eq(scan.lines_read),
+        ]
 
         error = Signal(ErrorCode)
         m.d.comb += [self.done.payload.batch.eq(desc.batch), self.done.payload.op.eq(desc.op),
                      self.done.payload.error.eq(error)]
 
-        def write_line(addr, line):
-            m.d.comb += [port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
-                         port.req.payload.addr.eq(addr), port.req.payload.data.eq(line)]
-
-        # -- recovery: issue side (addresses) and receive side (checks), decoupled
-        iss_addr = Signal(abits)
-        iss_left = Signal(32)           # reads still to issue in this phase (the walk: of a group)
-        iss_more = Signal()             # ``iss_left != 0``, kept with it: the issue starts at a flip-flop
-        rcv_left = Signal(32)           # lines still to receive in this phase (phases 0 to 2)
-        phase = Signal(range(4))        # 0 commits, 1 snapshot headers, 2 ring headers, 3 the walk
-        reading = Signal()
-        # Reads issued and not yet received: at most ``window``, so a walk that stops reads
-        # at most that many lines past the record that stopped it.
-        window = max(lpr, cfg.pmem.read_depth)
-        inflight = Signal(range(window + 1))
-        writing = Signal()
-        # A rollback decided while a read is offered: its writes wait until that
-        # read is taken (an offer stays until taken, the stream rule).
-        rollback_due = Signal()
-
-        best_gen = Signal(16)
-        best_batch = Signal(32)
-        best_slot = Signal(range(cfg.commit_lines))
-        best_k = Signal(8)
-        found = Signal()
-        rsv = Signal(2)
-        mk = Signal(33)                 # the snapshot's batch plus the staleness bound
-        walk = SimpleNamespace(         # the walk the newest ring header asks for
-            any=Signal(), end=Signal(32), newest=Signal(32), slot=Signal(abits),
-            groups=Signal(32))
-        rsb = Array(Signal(32, name=f"rslot{k}_batch") for k in range(2))
-        d_batch = Signal(32)
-        m_batch = Signal(32)
-        rhv = Signal(RING_HEADERS)                                  # ring header of gen g
-        rh_next = Array(Signal(32, name=f"ring{k}_next") for k in range(RING_HEADERS))
-        rh_slot = Array(Signal(32, name=f"ring{k}_slot") for k in range(RING_HEADERS))
-        rh_batch = Array(Signal(32, name=f"ring{k}_batch") for k in range(RING_HEADERS))
-        exp_lsn = Signal(32)            # the LSN the next record of the walk must have
-        stopped = Signal()              # the walk met a group or record it does not roll back
-        rolled = Signal(32)
-        # The record's lines as received. Its rollback writes leave from line 0,
-        # which shifts on at each write, and (boards) the commit records do
-        # too: the port's data then comes from registers, without a multiplexer.
-        linebuf = [Signal(LINE_BITS, name=f"undo_line{k}") for k in range(lpr)]
-        wr_j = Signal(range(max(2, lpr)))
-        seal_slot = Signal(range(cfg.commit_lines))
-        recovering = Signal()
-        hdr_b = Signal(abits)           # the row a record being rolled back restores
-        pending = Signal()              # a received line still waits for its verdict
-        hold = Signal()                 # the next line waits for that verdict
-
-        # The walk reads whole slots, back from the newest: a group line, then its
-        # records' data lines, newest record first (all ``GROUP_RECORDS``: lines of
-        # records a group does not hold are read and dropped, so that reads go out
-        # ahead without waiting for the count), then the slot before.
-        w_slot = Signal(abits)          # the group being walked
-        w_left = Signal(32)             # groups the walk may still read
-        iss_group = Signal()            # the group line is the next read
-        iss_j = Signal(range(max(2, lpr)))
-        slot_reads = GROUP_RECORDS * lpr
-        group = Signal(group_layout)    # the group line received
-        g_new = Signal()                # ... and not yet judged
-        r_group = Signal()              # the next line received is a group line
-        r_i = Signal(range(GROUP_RECORDS))      # record of the next data line received
-        r_j = Signal(range(max(2, lpr)))        # its line
-        # The group before and whether the walk may read it, from registers that
-        # follow ``w_slot`` and ``w_left`` a cycle late: a whole slot of reads
-        # lies between a move of the walk and the next.
-        prev_slot = Signal(abits)
-        w_more = Signal()
-        m.d.sync += [prev_slot.eq(Mux(w_slot == cfg.log_base, last_slot, w_slot - cfg.group_lines)),
-                     w_more.eq(w_left > 1)]
-
-        # Issue: sequential, except for the walk. A read offered and not taken
-        # is offered again, unchanged (the stream rule): while the walk is to
-        # stop or a rollback waits (``turning``), only such a read (``held``, a
-        # register) is offered, and the issue changes course once none is held.
-        held = Signal()
-        turning = stopped | rollback_due
-        read_offer = Signal()
-        m.d.comb += read_offer.eq(reading & ~writing & (iss_more | iss_group)
-                                  & (inflight != window) & (~turning | held))
-        m.d.comb += [port.req.payload.tag.eq(0), port.req.payload.data.eq(linebuf[0])]
-        with m.If(writing):
-            m.d.comb += [
-                port.req.valid.eq(1), port.req.payload.op.eq(LineOp.WRITE),
-                port.req.payload.addr.eq(hdr_b + wr_j),
-            ]
-        with m.Elif(reading):
-            m.d.comb += [port.req.valid.eq(read_offer),
-                         port.req.payload.op.eq(LineOp.READ),
-                         port.req.payload.addr.eq(Mux(iss_group, w_slot, iss_addr))]
-        rfire = read_offer & port.req.ready
-        m.d.sync += held.eq(read_offer & ~port.req.ready)
-        busy = writing | rollback_due       # the line buffer is not to be refilled yet
-        with m.If(rfire):
-            with m.If(iss_group):
-                m.d.sync += [iss_group.eq(0), iss_left.eq(slot_reads), iss_more.eq(1), iss_j.eq(0),
-                             iss_addr.eq(w_slot + 1 + (GROUP_RECORDS - 1) * lpr)]
-            with m.Else():
-                m.d.sync += [iss_left.eq(iss_left - 1), iss_more.eq(iss_left != 1)]
-                with m.If(phase == 1):
-                    m.d.sync += iss_addr.eq(cfg.snapshot_base[1])
-                with m.Elif(phase == 3):
-                    with m.If(iss_j == lpr - 1):
-                        # Line 0 of the record before; after record 0, the group before.
-                        m.d.sync += [iss_j.eq(0), iss_addr.eq(iss_addr - (2 * lpr - 1))]
-                        with m.If((iss_left == 1) & w_more & ~stopped):
-                            m.d.sync += [w_slot.eq(prev_slot), w_left.eq(w_left - 1),
-                                         iss_group.eq(1)]
-                    with m.Else():
-                        m.d.sync += [iss_j.eq(iss_j + 1), iss_addr.eq(iss_addr + 1)]
-                with m.Else():
-                    m.d.sync += iss_addr.eq(iss_addr + 1)
-
-        # Receive: checksums and decisions, in read order.
-        rd = port.rdata.payload.data
-        hdr = Signal(header_layout)
-        m.d.comb += hdr.eq(rd[:header_layout.size])
-        single = phase < 3                          # one-line records
-        zeroed = Signal(LINE_BITS)
-        m.d.comb += zeroed.eq(rd)
-        with m.If(single):
-            m.d.comb += zeroed[CSUM].eq(0)
-        crc = Signal(32)
-        # A line is taken once its checksum has taken all its parts; decisions are
-        # made on the last one.
-        fold = Signal(range(cfg.crc_folds))
-        last_fold = fold == cfg.crc_folds - 1
-        crc_in = Mux((single | (r_j == 0)) & (fold == 0), CRC_INIT, crc)
-        crc_next = Signal(32)
-        advance = port.rdata.valid & reading & ~busy & ~last_fold
-        m.d.comb += crc_next.eq(crc_part(m, crc_in, zeroed, fold, cfg.crc_folds, advance))
-
-        m.d.comb += port.rdata.ready.eq(reading & ~busy & last_fold & ~hold)
-        with m.If(advance):
-            m.d.sync += [crc.eq(crc_next), fold.eq(fold + 1)]
-        rcv = port.rdata.valid & port.rdata.ready
-        m.d.sync += inflight.eq(inflight + rfire - rcv)
-        with m.If(rfire):               # reads are issued only while recovering
-            m.d.sync += self.recover_lines.eq(self.recover_lines + 1)
-        # A record's last line, of a record the group holds (the lines of the others
-        # are dropped).
-        ends_record = (phase == 3) & ~r_group & (r_j == lpr - 1) & (r_i < group.count)
-        with m.If(rcv):
-            m.d.sync += [rcv_left.eq(rcv_left - 1), crc.eq(crc_next), fold.eq(0)]
-            with m.If(phase == 3):
-                with m.If(r_group):
-                    m.d.sync += [group.eq(rd), g_new.eq(1), r_group.eq(0),
-                                 r_i.eq(GROUP_RECORDS - 1), r_j.eq(0)]
-                with m.Else():
-                    m.d.sync += Array(linebuf)[r_j].eq(rd)
-                    with m.If(r_j == lpr - 1):
-                        m.d.sync += [r_j.eq(0), r_i.eq(r_i - 1), r_group.eq(r_i == 0)]
-                    with m.Else():
-                        m.d.sync += r_j.eq(r_j + 1)
-
-        # The verdict on a received line: at once, or (with register slices) a
-        # cycle later from registered copies, and its compares a cycle later
-        # still, which takes the CRC network, the checksum compares and the
-        # decisions below out of one path.
-        if cfg.register_slices:
-            v_fire = Signal()
-            v_crc = Signal(32)
-            v_hdr = Signal(header_layout)
-            v_left = Signal.like(rcv_left)
-            v_end = Signal()
-            v_entry = Signal.like(group.entries[0])
-            v_lsn = Signal(32)
-            m.d.sync += v_fire.eq(rcv)
-            with m.If(rcv):
-                # The record's entry and LSN are picked here, so that the verdict
-                # starts from registers (the group line stays while it is judged).
-                m.d.sync += [v_crc.eq(crc_next), v_hdr.eq(hdr), v_left.eq(rcv_left),
-                             v_end.eq(ends_record), v_entry.eq(group.entries[r_i]),
-                             v_lsn.eq(group.lsn + r_i)]
-        else:
-            v_fire, v_crc, v_hdr, v_left, v_end = rcv, crc_next, hdr, rcv_left, ends_record
-            v_entry, v_lsn = group.entries[r_i], group.lsn + r_i
-            # The next line waits while its group line is judged.
-            m.d.comb += hold.eq(g_new & (phase == 3))
-        # A checksum is right when its difference from the one stored is zero. A
-        # record is intact if its checksum, over its data lines and the header it
-        # would have alone (spec/records.py), is the one its group line holds.
-        entry = v_entry
-        off = (v_crc ^ CRC_XOR) ^ v_hdr.csum
-        # One header network checks the walk's records and seals the commit
-        # records: a commit (COMMIT) and a recovery's seal (R_SEAL) never run
-        # during a walk. While ``sealing`` it takes the commit record's fields,
-        # set as each starts. (Three networks of 160
-        # inputs were the largest XOR logic of a board's device, and its most
-        # congested wiring.)
-        sealing = Signal()
-        c_gen = Signal(16)
-        c_batch = Signal(32)
-        c_k = Signal(8)
-        header = sealed_header(m, magic=Mux(sealing, COMMIT, UNDO),
-                               gen=Mux(sealing, c_gen, group.gen),
-                               batch=Mux(sealing, c_batch, group.batch),
-                               a=Mux(sealing, c_k, v_lsn), b=Mux(sealing, 0, entry.addr),
-                               crc=Mux(sealing, CRC_INIT, v_crc))
-        record_off = header[CSUM] ^ entry.csum
-        # Registered (boards), a commit line passes a register: the network
-        # does not run on into the beats of the PMEM port. The sealing states
-        # offer the line from their second cycle, when the register holds it.
-        settled = Signal()
-        m.d.sync += settled.eq(0)
-        if cfg.register_slices:
-            with m.If(sealing):
-                m.d.sync += linebuf[0].eq(header)
-
-        def sealed():
-            if not cfg.register_slices:
-                return header, C(1)
-            m.d.sync += settled.eq(1)
-            return linebuf[0], settled
-        if cfg.register_slices:
-            # The checksums' differences pass a register too, and their zero tests
-            # and the decisions below start from it. A rollback decision starts
-            # its writes two cycles late: hold the next line back meanwhile, so
-            # that it cannot overwrite the line buffer.
-            judged = v_fire
-            v_fire = Signal(name="compared")
-            late = [Signal.like(v, name=f"{name}_compared") for name, v in
-                    (("off", off), ("record_off", record_off), ("hdr", v_hdr),
-                     ("left", v_left), ("end", v_end), ("entry", entry))]
-            m.d.sync += v_fire.eq(judged)
-            with m.If(judged):
-                m.d.sync += [r.eq(v) for r, v in
-                             zip(late, (off, record_off, v_hdr, v_left, v_end, entry))]
-            off, record_off, v_hdr, v_left, v_end, entry = late
-            m.d.comb += [pending.eq(judged | v_fire),
-                         hold.eq((judged | v_fire | g_new) & (phase == 3))]
-        intact = off == 0
-        record_intact = record_off == 0
-        with m.If(v_fire):
-            with m.Switch(phase):
-                with m.Case(0):
-                    newer = Cat(v_hdr.batch, v_hdr.gen) > Cat(best_batch, best_gen)
-                    with m.If(intact & (v_hdr.magic == COMMIT) & (~found | newer)):
-                        m.d.sync += [found.eq(1), best_gen.eq(v_hdr.gen),
-                                     best_batch.eq(v_hdr.batch), best_k.eq(v_hdr.a[:8]),
-                                     best_slot.eq(cfg.commit_lines - v_left)]
-                with m.Case(1):
-                    k = (v_left == 1)
-                    with m.If(intact & (v_hdr.magic == SNAPSHOT)):
-                        m.d.sync += [rsv.bit_select(k, 1).eq(1), rsb[k].eq(v_hdr.batch)]
-                with m.Case(2):
-                    k = Signal(range(RING_HEADERS))
-                    m.d.comb += k.eq(RING_HEADERS - v_left)
-                    with m.If(intact & (v_hdr.magic == RING) & (v_hdr.gen == best_gen)):
-                        m.d.sync += [rhv.bit_select(k, 1).eq(1), rh_next[k].eq(v_hdr.a),
-                                     rh_slot[k].eq(v_hdr.b), rh_batch[k].eq(v_hdr.batch)]
-                with m.Case(3):
-                    with m.If(v_end & ~stopped):
-                        with m.If(record_intact):
-                            m.d.sync += [hdr_b.eq(entry.addr), wr_j.eq(0),
-                                         rolled.eq(rolled + 1), exp_lsn.eq(exp_lsn - 1)]
-                            with m.If(read_offer):
-                                m.d.sync += rollback_due.eq(1)
-                            with m.Else():
-                                m.d.sync += writing.eq(1)
-                        with m.Else():
-                            m.d.sync += stopped.eq(1)
-        # A group is walked if it is of generation g, of a batch after D, and its newest
-        # record is the one expected; else the walk ends there (older groups are durable,
-        # reclaimed or of another timeline).
-        walked = ((group.magic == UNDO_GROUP) & (group.count != 0) & (group.count <= GROUP_RECORDS)
-                  & (group.gen == best_gen) & (group.batch > d_batch)
-                  & ((group.lsn + group.count - 1)[:32] == exp_lsn))
-        with m.If(g_new):
-            m.d.sync += g_new.eq(0)
-            with m.If(~walked):
-                m.d.sync += stopped.eq(1)
-        with m.If(rollback_due & ~held):
-            m.d.sync += [writing.eq(1), rollback_due.eq(0)]
-        with m.If(stopped & ~held):
-            m.d.sync += [iss_left.eq(0), iss_more.eq(0), iss_group.eq(0)]
-        # Every line issued is received and has had its verdict.
-        received = ~iss_more & ~iss_group & ~g_new & (inflight == 0) & ~pending
-        with m.If(writing & port.req.ready):
-            m.d.sync += wr_j.eq(wr_j + 1)
-            m.d.sync += [a.eq(b) for a, b in zip(linebuf, linebuf[1:])]
-            with m.If(wr_j == lpr - 1):
-                m.d.sync += writing.eq(0)
-
-        def begin(phase_no, addr, lines):
-            m.d.sync += [phase.eq(phase_no), iss_addr.eq(addr), iss_left.eq(lines),
-                         iss_more.eq(lines != 0),
-                         rcv_left.eq(lines), reading.eq(1)]
-
-        with m.FSM() as fsm:
-            states = ("R_WAIT", "R_COMMITS", "R_SNAPS", "R_RING", "R_DECIDE",
-                      *("R_WEIGH",) * cfg.register_slices, "R_CHOOSE",
-                      "R_PLAN", *("R_START",) * cfg.register_slices, "R_ROLLBACK", "R_DRAIN",
-                      "R_SEAL", "R_SEALED")
-            m.d.comb += self.recovering.eq(Cat(fsm.ongoing(state) for state in states).any())
+        with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.desc.ready.eq(1)
                 with m.If(self.desc.valid):
                     d = self.desc.payload
                     # A commit's fields, taken with every descriptor: its checks
                     # below do not run on into them.
-                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE),
-                                 c_gen.eq(gen), c_batch.eq(d.batch), c_k.eq(k_eff)]
+                    m.d.comb += scan.seal_load.eq(1)
+                    m.d.sync += [desc.eq(d), error.eq(ErrorCode.NONE)]
                     with m.Switch(d.op):
                         with m.Case(Op.COMMIT):
                             with m.If(~ready):
@@ -571,7 +259,7 @@ class CheckpointEngine(wiring.Component):
                                 m.d.sync += error.eq(ErrorCode.BAD_BATCH)
                                 m.next = "COMPLETE"
                             with m.Else():
-                                m.d.sync += sealing.eq(1)
+                                m.d.comb += scan.seal_arm.eq(1)
                                 m.next = "COMMIT"
                         with m.Case(Op.SNAPSHOT_MLP):
                             with m.If(~ready):
@@ -590,19 +278,17 @@ class CheckpointEngine(wiring.Component):
                             with m.Else():
                                 m.next = "SNAPSHOT"
                         with m.Case(Op.RECOVER):
-                            m.next = "R_WAIT"
+                            m.d.comb += scan.start.eq(1)
+                            m.next = "RECOVER"
                         with m.Default():
                             m.d.sync += error.eq(ErrorCode.BAD_OP)
                             m.next = "COMPLETE"
             with m.State("COMMIT"):
-                line, ready_line = sealed()
-                with m.If(ready_line):
-                    write_line(cfg.commit_base + commit_next, line)
-                    with m.If(port.req.ready):
-                        m.d.sync += sealing.eq(0)
-                        m.next = "COMMIT_WAIT"
+                m.d.comb += scan.commit_write.eq(1)
+                with m.If(scan.commit_taken):
+                    m.next = "COMMIT_WAIT"
             with m.State("COMMIT_WAIT"):
-                with m.If(outstanding == 0):
+                with m.If(scan.drained):
                     m.d.sync += [committed.eq(desc.batch), committed_valid.eq(1),
                                  commit_next.eq(Mux(commit_next == cfg.commit_lines - 1, 0,
                                                     commit_next + 1))]
@@ -616,149 +302,38 @@ class CheckpointEngine(wiring.Component):
                     m.next = "COMPLETE"
                 with m.Else():
                     m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
-            with m.State("R_WAIT"):
-                m.d.comb += recovering.eq(1)
-                # The undo logger drops what it holds: records of the generation
-                # this recovery ends must not be written after it.
-                m.d.comb += restart.eq(1)
-                with m.If(~puller.busy & (outstanding == 0) & restarted):
-                    m.d.sync += [ready.eq(0), found.eq(0), rsv.eq(0), rhv.eq(0), stopped.eq(0),
-                                 g_new.eq(0), iss_group.eq(0),
-                                 rolled.eq(0), self.recovered_flags.eq(0),
-                                 self.recover_lines.eq(0)]
+            with m.State("RECOVER"):
+                # The state is taken from the scanner in the cycles it finds it.
+                with m.If(scan.begun):
+                    m.d.sync += [ready.eq(0), self.recovered_flags.eq(0)]
                     if cfg.register_slices:
                         m.d.sync += self.logging.eq(0)
-                    begin(0, cfg.commit_base, cfg.commit_lines)
-                    m.next = "R_COMMITS"
-            with m.State("R_COMMITS"):
-                m.d.comb += recovering.eq(1)
-                with m.If(received):
-                    begin(1, cfg.snapshot_base[0], 2)
-                    m.next = "R_SNAPS"
-            with m.State("R_SNAPS"):
-                m.d.comb += recovering.eq(1)
-                with m.If(received):
-                    begin(2, cfg.ring_base, RING_HEADERS)
-                    m.next = "R_RING"
-            with m.State("R_RING"):
-                m.d.comb += recovering.eq(1)
-                with m.If(received):
-                    m.d.sync += reading.eq(0)
-                    m.next = "R_DECIDE"
-            # The newest intact snapshot not after the newest commit, and the
-            # newest batch it may restart from, into registers: the choice in
-            # R_CHOOSE starts from them. Registered, the compares are taken into
-            # registers first (R_DECIDE) and the picks made from them (R_WEIGH).
-            def weigh(usable, first, k1):
-                # Both sums are made beside the compares, not after the choice.
-                m.d.sync += [sv.eq(usable), sb[0].eq(rsb[0]), sb[1].eq(rsb[1]),
-                             m_batch.eq(Mux(first, rsb[0], rsb[1])),
-                             mk.eq(Mux(first, rsb[0] + best_k, rsb[1] + best_k))]
-                # The ring header of generation g that says the most records: where
-                # the walk would start.
-                e = Mux(k1, rh_next[1], rh_next[0])
-                nxt = Mux(k1, rh_slot[1], rh_slot[0])
-                m.d.sync += [walk.any.eq(rhv.any() & (e != 0)), walk.end.eq(e),
-                             walk.newest.eq(Mux(k1, rh_batch[1], rh_batch[0])),
-                             walk.slot.eq(Mux(nxt == cfg.log_base, last_slot,
-                                              nxt - cfg.group_lines)),
-                             walk.groups.eq(Mux(e >= groups, groups, e))]
-                m.next = "R_CHOOSE"
-
-            with m.State("R_DECIDE"):
-                m.d.comb += recovering.eq(1)
-                usable = Signal(2)
-                m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= best_batch),
-                                          rsv[1] & (rsb[1] <= best_batch)))
-                first = usable[0] & (~usable[1] | (rsb[0] >= rsb[1]))
-                k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))
-                if cfg.register_slices:
-                    picks = Signal(4)
-                    m.d.sync += picks.eq(Cat(usable, first, k1))
-                    m.next = "R_WEIGH"
-                else:
-                    weigh(usable, first, k1)
-            if cfg.register_slices:
-                with m.State("R_WEIGH"):
-                    m.d.comb += recovering.eq(1)
-                    weigh(picks[:2], picks[2], picks[3])
-            with m.State("R_CHOOSE"):
-                m.d.comb += recovering.eq(1)
-                with m.If(~found | (sv == 0)):
+                with m.If(scan.snapshots):
+                    m.d.sync += [sv.eq(scan.snapshots_valid), sb[0].eq(scan.snapshot_batches[0]),
+                                 sb[1].eq(scan.snapshot_batches[1])]
+                last = cfg.commit_lines - 1
+                with m.If(scan.none):
                     m.d.sync += [error.eq(ErrorCode.NO_CHECKPOINT), ready.eq(1),
                                  k_eff.eq(self.staleness),
-                                 gen.eq(Mux(found, best_gen + 1, 0)), committed_valid.eq(0),
-                                 commit_next.eq(Mux(found & (best_slot != cfg.commit_lines - 1),
-                                                    best_slot + 1, 0)),
+                                 gen.eq(Mux(scan.found, scan.best_gen + 1, 0)),
+                                 committed_valid.eq(0),
+                                 commit_next.eq(Mux(scan.found & (scan.best_slot != last),
+                                                    scan.best_slot + 1, 0)),
                                  sv.eq(0)]
-                    m.d.comb += restart.eq(1)
                     m.next = "COMPLETE"
-                with m.Else():
-                    m.d.sync += d_batch.eq(Mux(mk < best_batch, mk, best_batch))
-                    m.next = "R_PLAN"
-            def start_walk(rollback):
-                with m.If(rollback):
-                    begin(3, 0, 0)
-                    m.d.sync += [exp_lsn.eq(walk.end - 1), iss_group.eq(1), r_group.eq(1),
-                                 w_slot.eq(walk.slot), w_left.eq(walk.groups)]
-                    m.next = "R_ROLLBACK"
-                with m.Else():
-                    m.next = "R_DRAIN"
-
-            # Roll back only if the ring holds records of batches after D.
-            # Registered, that compare of 32 bits is taken into a register of
-            # its own, and the walk starts a cycle later.
-            rollback = walk.any & (walk.newest > d_batch)
-            with m.State("R_PLAN"):
-                m.d.comb += recovering.eq(1)
-                if cfg.register_slices:
-                    rollback_late = Signal()
-                    m.d.sync += rollback_late.eq(rollback)
-                    m.next = "R_START"
-                else:
-                    start_walk(rollback)
-            if cfg.register_slices:
-                with m.State("R_START"):
-                    m.d.comb += recovering.eq(1)
-                    start_walk(rollback_late)
-            with m.State("R_ROLLBACK"):
-                m.d.comb += recovering.eq(1)
-                with m.If(received & ~busy):
-                    m.d.sync += reading.eq(0)
-                    m.next = "R_DRAIN"
-            with m.State("R_DRAIN"):
-                m.d.comb += recovering.eq(1)
-                with m.If(outstanding == 0):
-                    m.d.sync += seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
-                                                 best_slot + 1))
-                    m.d.sync += [sealing.eq(1), c_gen.eq(best_gen + 1), c_batch.eq(d_batch),
-                                 c_k.eq(best_k)]
-                    m.next = "R_SEAL"
-            with m.State("R_SEAL"):
-                # Everything rolled back is persistent: start generation g + 1 at D.
-                m.d.comb += recovering.eq(1)
-                line, ready_line = sealed()
-                with m.If(ready_line):
-                    write_line(cfg.commit_base + seal_slot, line)
-                    with m.If(port.req.ready):
-                        m.d.sync += sealing.eq(0)
-                        m.next = "R_SEALED"
-            with m.State("R_SEALED"):
-                m.d.comb += recovering.eq(1)
-                with m.If(outstanding == 0):
+                with m.If(scan.done):
                     m.d.sync += [
-                        ready.eq(1), gen.eq(best_gen + 1), k_eff.eq(best_k),
-                        committed.eq(d_batch), committed_valid.eq(1),
-                        commit_next.eq(Mux(seal_slot == cfg.commit_lines - 1, 0, seal_slot + 1)),
-                        self.recovered_d.eq(d_batch), self.recovered_m.eq(m_batch),
-                        self.recovered_flags.eq(0b11), self.rolled_back.eq(rolled),
+                        ready.eq(1), gen.eq(scan.best_gen + 1), k_eff.eq(scan.best_k),
+                        committed.eq(scan.d_batch), committed_valid.eq(1),
+                        commit_next.eq(Mux(scan.seal_slot == last, 0, scan.seal_slot + 1)),
+                        self.recovered_d.eq(scan.d_batch), self.recovered_m.eq(scan.m_batch),
+                        self.recovered_flags.eq(0b11), self.rolled_back.eq(scan.rolled),
                     ]
-                    m.d.comb += restart.eq(1)
                     m.next = "COMPLETE"
             with m.State("COMPLETE"):
                 m.d.comb += self.done.valid.eq(1)
                 with m.If(self.done.ready):
                     m.next = "IDLE"
 
-        m.d.sync += self.recover_cycles.eq(self.recover_cycles + recovering)
+        m.d.sync += self.recover_cycles.eq(self.recover_cycles + scan.recovering)
         return m
