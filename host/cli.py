@@ -2,14 +2,15 @@
 each declaring its arguments, building its job, running it and printing its summary.
 This module only dispatches."""
 
-import argparse
 import sys
 
 from trainingcxl.host.commands import (bench, bench_lookup, bench_update, build_board, campaign,
                                        formal, fuzz, lookup_demo, make_criteo_sample,
                                        print_config, study, train, verilog)
 from trainingcxl.host.commands.options import resolve_config
-from trainingcxl.host.tools.argtypes import DefaultsHelpFormatter
+from trainingcxl.host.tools.argtypes import DefaultsHelpFormatter, OneLineErrors
+from trainingcxl.host.tools.outputs import check_outputs
+from trainingcxl.host.tools.provenance import Start
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -19,7 +20,7 @@ COMMANDS = (lookup_demo, bench_lookup, train, campaign, bench, study, build_boar
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = OneLineErrors(
         prog="trainingcxl",
         description="TrainingCXL on RTL: embedding tables in PMEM behind a CXL controller with "
                     "near-memory compute. Commands build the Amaranth device, simulate it with "
@@ -34,8 +35,13 @@ def build_parser():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    start = Start(tuple(argv))
     args = build_parser().parse_args(argv)
+    args.start = start
     resolve_config(args)
+    # Before anything is built: a run must not end on a path it cannot write.
+    check_outputs(args)
     try:
         return args.func(args)
     except KeyboardInterrupt:

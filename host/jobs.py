@@ -159,7 +159,9 @@ class TrainJob(Job):
                          "arrays named as a PyTorch DLRM's state dict (embeddings.T.weight, "
                          "bottom_mlp.I.weight, ...), and model.json with its shapes "
                          "(docs/usage.md, \"Exporting a model\")")
-    quiet: bool = option(False, "no line per batch")
+    quiet: bool = option(False, "no line per batch (power failures and the summary still print)")
+    log_every: int = option(1, "a progress line every N batches (and the last); power "
+                            "failures always print")
 
     def resolved(self, config):
         """This job with what it left to the configuration and the system decided:

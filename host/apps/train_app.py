@@ -25,6 +25,7 @@ where :func:`~.launch.launch` asks.
 
 import gc
 import json
+import re
 import time
 from pathlib import Path
 
@@ -60,6 +61,23 @@ def datasets(cfg, job):
     return train, None
 
 
+_BATCH_LINE = re.compile(r"\s*batch (\d+)/(\d+):")
+
+
+def batch_lines(job):
+    """The run's progress log as the job asks: every batch's line, every
+    ``log_every``-th and the last, or (``quiet``) none; other lines (power failures,
+    recoveries) always."""
+    def log(text):
+        m = _BATCH_LINE.match(text)
+        if m:
+            b, n = int(m[1]), int(m[2])
+            if job.quiet or (b % job.log_every and b != n):
+                return
+        progress(text)
+    return log
+
+
 @cocotb.test()
 async def train_job(dut):
     cfg = bench_config()
@@ -74,7 +92,7 @@ async def train_job(dut):
                       failures=plan, batches=job.batches, seed=job.seed,
                       staleness=job.staleness, relaxed=job.relaxed,
                       check_every=job.check_every, until_plan_done=job.until_plan_done,
-                      extend=job.extend, log=(lambda text: None) if job.quiet else progress,
+                      extend=job.extend, log=batch_lines(job),
                       checkpointing=job.checkpointing, measure_from=job.measure_from,
                       test_set=test_set, eval_every=job.eval_every)
     # What exists now lives for the whole run: keep the collector from walking it again.

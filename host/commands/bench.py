@@ -148,7 +148,7 @@ def _bench_loader(args, say):
         f"{result['load_lines_per_s']:,.0f} lines/s ({60 * result['load_lines_per_s'] / 1e6:.1f} M "
         f"lines/min, {result['load_mb_per_s']:.0f} MB/s)")
     say(f"  sample writer: {result['write_lines_per_s']:,.0f} lines/s")
-    report.json_out(args.json, result, say=say)
+    report.json_out(args.json, result, say=say, args=args)
     return 0
 
 
@@ -187,7 +187,7 @@ def _bench_fan_out(args, say):
     result["same_tally"] = tallies["local"] == tallies["ray"]
     say(f"  Ray runs at {100 * result['ray_over_local']:.1f}% of the local pool's rate; "
         f"tallies {'equal' if result['same_tally'] else 'DIFFERENT'}")
-    report.json_out(args.json, result, say=say)
+    report.json_out(args.json, result, say=say, args=args)
     return 0 if result["same_tally"] and not any(t["inconsistent"] for t in tallies.values()) else 1
 
 
@@ -206,7 +206,7 @@ def cmd_bench(args):
         speed = _sim_speed(args, say)
         say("simulation speed (simulated cycles per wall-second of the training loop):")
         _speed_lines(speed, say)
-        report.json_out(args.json, {"sim_speed": speed}, say=say)
+        report.json_out(args.json, {"sim_speed": speed}, say=say, args=args)
         return 0
     scale_only = [o for o, v in (("--sizes", args.sizes), ("--batch-sizes", args.batch_sizes)) if v]
     if args.scale:
@@ -276,7 +276,7 @@ def cmd_bench(args):
     if args.plot and summary:
         _plot(summary, args.plot)
         say(f"  plot  {args.plot}")
-    report.json_out(args.json, result, say=say)
+    report.json_out(args.json, result, say=say, args=args)
     return 1 if errors else 0
 
 

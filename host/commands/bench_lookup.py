@@ -74,5 +74,5 @@ def run(args):
                 f"Icarus {speed['icarus']:,.0f} cycles/s "
                 f"({speed['verilator'] / max(speed['icarus'], 1e-9):.0f}x)")
     report.golden(result["golden_match"])
-    report.json_out(args.json, result)
+    report.json_out(args.json, result, args=args)
     return 0 if result["golden_match"] else 1

@@ -43,5 +43,5 @@ def run(args):
                 f"({rec['lines']} lines rewritten in {rec['busy_cycles']} busy cycles; the read "
                 f"and write rates allow {rec['bound_cycles']:.0f})")
     report.golden(rec["golden_match"])
-    report.json_out(args.json, rec)
+    report.json_out(args.json, rec, args=args)
     return 0 if rec["golden_match"] else 1

@@ -132,7 +132,7 @@ def cmd_build(args):
         print(f"  bitstream        {rep['bitstream'] or 'none: the clock was not met'}")
     if "seconds" in rep:
         print("  time             " + ", ".join(f"{k} {v:.0f} s" for k, v in rep["seconds"].items()))
-    report.json_out(args.json, rep)
+    report.json_out(args.json, rep, args=args)
     if not (args.dry_run or args.synth_only or args.place_only) and rep["bitstream"] is None:
         return 1
     return 0

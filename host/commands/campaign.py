@@ -188,7 +188,7 @@ def cmd_campaign(args):
     summary["run_details"] = details
     summary["execution"] = execution
     _print_tally("campaign", summary)
-    report.json_out(args.json, summary)
+    report.json_out(args.json, summary, args=args)
     return 0 if summary["inconsistent"] == 0 and summary["bad_runs"] == 0 else 1
 
 
@@ -289,7 +289,7 @@ def cmd_sweep(args):
         print(f"  idempotent         {'yes' if summary['recovery_sweep_same_result'] else 'NO'}: "
               f"a recovery cut short at any of {len(rec_offsets)} points, then run again, "
               f"returns to the batch before the update")
-    report.json_out(args.json, summary)
+    report.json_out(args.json, summary, args=args)
     ok = summary["inconsistent"] == 0 and summary["bad_runs"] == 0
     return 0 if ok and summary["recovery_sweep_same_result"] is not False else 1
 

@@ -1,11 +1,10 @@
 """``trainingcxl formal``: bounded proofs of the stream rule, the write-pending queue
 and write-ahead logging with SymbiYosys."""
 
-import json
 import sys
-from pathlib import Path
 
 from trainingcxl.host.tools.argtypes import positive
+from . import report
 
 __all__ = ["register"]
 
@@ -53,6 +52,5 @@ def run(args):
             if "trace" in r:
                 line += f"\n      counterexample: {r['trace']}"
         print(line)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"proofs": results}, indent=2) + "\n")
+    report.json_out(args.json, {"proofs": results}, args=args)
     return 0 if all(r["status"] == "PASS" for r in results) else 1

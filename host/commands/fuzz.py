@@ -94,7 +94,7 @@ def cmd_fuzz(args):
         print(f"  FAILED shard {e['shard']}: {(e['error'] or '')[:300]}")
     print(f"  time             {execution['wall_s']} s on {execution['workers']} workers "
           f"({execution['cluster']})")
-    report.json_out(args.json, rec)
+    report.json_out(args.json, rec, args=args)
     good = (rec["refused"] == rec["invalid"] == args.cases and not rec["corruptions"]
             and not rec["hangs"] and not rec["lost_commits"] and not rec["errors"])
     return 0 if good else 1

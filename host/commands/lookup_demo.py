@@ -70,5 +70,5 @@ def run(args):
                               f"{summary['wall_s']:.1f} s in all")
     if args.waves:
         report.line("waveform", args.waves)
-    report.json_out(args.json, summary)
+    report.json_out(args.json, summary, args=args)
     return 0 if rec["golden_match"] else 1

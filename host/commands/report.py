@@ -3,10 +3,12 @@ fact, in one column, and the lines that recur (the golden model's verdict, where
 the JSON went)."""
 
 import sys
+import tempfile
 
-from trainingcxl.host.tools.argtypes import write_json
+from trainingcxl.host.tools.argtypes import plural, write_json
+from trainingcxl.host.tools.provenance import provenance
 
-__all__ = ["line", "golden", "json_out", "error"]
+__all__ = ["line", "golden", "json_out", "error", "plural"]
 
 #: Width of a summary line's label.
 LABEL = 19
@@ -22,11 +24,32 @@ def golden(match, what=""):
     line("golden model", ("bit-exact" if match else "MISMATCH") + (f": {what}" if what else ""))
 
 
-def json_out(path, record, note="", say=print):
-    """Write ``record`` to ``path`` (if given) atomically and say so."""
-    if path:
+def json_out(path, record, note="", say=print, *, args=None):
+    """Write ``record`` to ``path`` (if given) atomically, with the provenance record of
+    the command run with ``args``, and say so. A write that fails now (the path was
+    checked before the run) keeps the results in a temporary file and says where, in
+    one line; returns whether ``path`` was written."""
+    if not path:
+        return True
+    if isinstance(record, dict) and "provenance" not in record:
+        record = {**record, "provenance": provenance(args if args is not None else _Bare(),
+                                                      job=record.get("job"))}
+    try:
         write_json(path, record)
-        line("JSON", f"{path}{f' ({note})' if note else ''}", say)
+    except OSError as e:
+        fd, kept = tempfile.mkstemp(prefix="trainingcxl-", suffix=".json")
+        with open(fd, "w"):
+            pass
+        write_json(kept, record)
+        error(f"could not write {path} ({e.strerror or e}); the results are kept in {kept}")
+        return False
+    line("JSON", f"{path}{f' ({note})' if note else ''}", say)
+    return True
+
+
+class _Bare:
+    """The namespace of a caller that gave no arguments: the provenance record names
+    what it can (``sys.argv``, versions, time) without seeds or configuration."""
 
 
 def error(text):

@@ -339,7 +339,7 @@ def cmd_study(args):
     if args.plot:
         _plot(summary, baseline, args.plot)
         print(f"  plot               {args.plot}")
-    report.json_out(args.json, record)
+    report.json_out(args.json, record, args=args)
     return 0 if len(agree) == len(rtl) else 1
 
 

@@ -38,7 +38,13 @@ def register(sub):
     add_set_option(sp)
     TrainJob.add_arguments(sp, "batches", "batch_size", "seed", batches={"type": positive},
                            batch_size={"type": positive}, seed={"type": nonneg})
-    sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+    sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT, with the "
+                                                  "job and a provenance record")
+    sp.add_argument("--from-json", metavar="FILE",
+                    help="rerun the run a `train --json` FILE (or a campaign's repro.json) "
+                         "records: its configuration and job; --json, --plot, --dump, --export, "
+                         "--quiet and --log-every still apply")
+    TrainJob.add_arguments(sp, "quiet", "log_every", log_every={"type": positive, "metavar": "N"})
     add_target_options(sp, TARGETS)
     TrainJob.add_arguments(
         sp, "data", "on_bad_lines", "test", "test_fraction", "test_samples", "eval_every",
@@ -58,6 +64,8 @@ def register(sub):
 
 
 def run(args):
+    if args.from_json and args.target != "sim":
+        raise SystemExit("error: --from-json reruns simulated runs (--target sim)")
     return TARGETS[args.target].train(args)
 
 
@@ -71,9 +79,14 @@ class Simulation:
 def sim_job(args, cfg):
     """The :class:`TrainJob` the command line asks of the simulated device, resolved and
     checked before anything is built; ``SystemExit`` says what does not fit."""
-    job = TrainJob.from_args(args, checkpointing=not args.no_checkpoint,
-                             failures=tuple(failure_plan(fail_at=args.fail_at, fail_in=args.fail_in,
-                                                         random=args.inject_failures)))
+    if args.from_json:
+        job = args.recorded_job.replace(dump=args.dump, export=args.export, quiet=args.quiet,
+                                        log_every=args.log_every)
+    else:
+        job = TrainJob.from_args(args, checkpointing=not args.no_checkpoint,
+                                 failures=tuple(failure_plan(fail_at=args.fail_at,
+                                                             fail_in=args.fail_in,
+                                                             random=args.inject_failures)))
     try:
         return job.validated(cfg, sim=args.sim,
                              note=lambda text: print(f"note: {text}", file=sys.stderr))
@@ -88,6 +101,8 @@ def train_on_sim(args):
     from trainingcxl.host.tools.argtypes import with_overrides
     from trainingcxl.sim.runner import BenchFailure
     from .options import check_device_top
+    if args.from_json:
+        rerun(args)
     if args.config is None:
         args.config = with_overrides(PRESETS["small"], args.set)
     for flag, value in (("--port", args.port), ("--baud", args.baud)):
@@ -100,9 +115,9 @@ def train_on_sim(args):
     order = "relaxed" if job.relaxed else "strict"
     checkpoints = f"staleness K = {job.staleness}" if job.checkpointing else "checkpointing off"
     print(f"trainingcxl train: system {system.name} ({system.summary}); {job.batches} batches of "
-          f"{job.batch_size} samples, {cfg.n_tables} tables x dim {cfg.dim}, data {args.data}, "
-          f"{order} order, {checkpoints}, {len(job.failures)} power failures planned, on "
-          f"{args.sim}", flush=True)
+          f"{job.batch_size} samples, {cfg.n_tables} tables x dim {cfg.dim}, data {job.data}, "
+          f"{order} order, {checkpoints}, {report.plural(len(job.failures), 'power failure')} "
+          f"planned, on {args.sim}", flush=True)
     t0 = time.monotonic()
     try:
         rec = launch(job, cfg, sim=args.sim)
@@ -111,15 +126,15 @@ def train_on_sim(args):
             report.error(e)
             return 1
         rec = e.record
-    rec.update({"sim": args.sim, "config": cfg.to_dict(), "data": args.data,
-                "wall_s": time.monotonic() - t0})
+    rec.update({"sim": args.sim, "config": cfg.to_dict(), "data": job.data,
+                "job": job.to_dict(), "wall_s": time.monotonic() - t0})
     if "aborted" in rec:
         # The run stopped part-way: say where and why, keep what it found.
         print(f"\nerror: the run stopped after {len(rec['loss'])} of {job.batches} batches: "
               f"{rec['aborted']}", file=sys.stderr)
         for text in failure_summary(rec):
             print(text)
-        report.json_out(args.json, rec, "partial")
+        report.json_out(args.json, rec, "partial", args=args)
         return 1
     first = sum(rec["loss"][:10]) / len(rec["loss"][:10])
     gap = abs(rec["final_loss"] - rec["final_loss_ref"]) / rec["final_loss_ref"]
@@ -132,12 +147,8 @@ def train_on_sim(args):
     report.golden(rec["golden_match"], f"pooled vectors of every batch, tables after batches {checked}")
     for text in _eval_summary(rec):
         print(text)
-    c = rec["counters"]
-    report.line("device", f"{c['lookup_lines']:,} PMEM lines gathered, {c['update_lines']:,} "
-                          f"rewritten ({c['update_forwarded']:,} forwarded on chip)")
-    report.line("checkpointing", f"{c['log_records']:,} undo records, {c['snapshot_lines']:,} MLP "
-                f"lines snapshotted; updates waited {c['log_barrier']:,} cycles for the log, lookups "
-                f"{c['lookup_log_holds']:,} for log space and {c['ckpt_stalls']:,} for snapshots")
+    for label, text in work_summary(rec, system):
+        report.line(label, text)
     for text in failure_summary(rec):
         print(text)
     report.line("wall time", f"{rec['wall_s']:.1f} s")
@@ -148,8 +159,55 @@ def train_on_sim(args):
         report.line("dump", f"{args.dump} (tables.npz, mlp.npz, batches.npz)")
     if job.export:
         report.line("model", f"{args.export} (model.npz: a PyTorch state dict, model.json)")
-    report.json_out(args.json, rec)
+    report.json_out(args.json, rec, args=args)
     return 0 if rec["golden_match"] else 1
+
+
+def work_summary(rec, system):
+    """``(label, text)`` lines on the embedding and checkpoint work, counted where it was
+    done: the device's counters for its engines, the host's own counts for the
+    software systems (whose work the device's engines never see)."""
+    c = rec["counters"]
+    if system.engines:
+        return [("device", f"{c['lookup_lines']:,} PMEM lines gathered, {c['update_lines']:,} "
+                           f"rewritten ({c['update_forwarded']:,} forwarded on chip)"),
+                ("checkpointing", f"{c['log_records']:,} undo records, {c['snapshot_lines']:,} MLP "
+                                  f"lines snapshotted; updates waited {c['log_barrier']:,} cycles "
+                                  f"for the log, lookups {c['lookup_log_holds']:,} for log space "
+                                  f"and {c['ckpt_stalls']:,} for snapshots")]
+    # host-pmem: the CPU's loads and stores, counted by the host; pmem: the host's
+    # CXL.mem reads and writes, which the device counts by region.
+    n = rec.get("host", {}) if system.host_bus else c
+    where = "on its memory bus" if system.host_bus else "over CXL.mem"
+    return [("host (software)", f"{n.get('pmem_reads', 0):,} PMEM lines read by the host {where}, "
+                                f"{n.get('pmem_writes_data', 0):,} rewritten; the device's "
+                                f"engines idle"),
+            ("checkpointing", f"software: {n.get('pmem_writes_log', 0):,} log lines written "
+                              f"(undo records, headers, commits), "
+                              f"{n.get('pmem_writes_snapshot', 0):,} MLP snapshot lines")]
+
+
+def rerun(args):
+    """``--from-json``: the configuration and job a record names, in place of the
+    command line's; ``SystemExit`` says what the file lacks."""
+    import json
+    from trainingcxl.spec.config import Config, ConfigError
+    from trainingcxl.host.jobs import JobError
+    given = [flag for flag, value in (("--config", args.config), ("--set", args.set),
+                                      ("--fail-at", args.fail_at), ("--fail-in", args.fail_in),
+                                      ("--inject-failures", args.inject_failures))
+             if value]
+    if given:
+        raise SystemExit(f"error: --from-json reruns the recorded job; drop {', '.join(given)}")
+    try:
+        with open(args.from_json) as f:
+            recorded = json.load(f)
+        args.config = Config.from_dict(recorded["config"])
+        args.recorded_job = TrainJob.from_dict(recorded["job"])
+    except (OSError, ValueError, KeyError, TypeError, ConfigError, JobError) as e:
+        why = f"no {e} entry" if isinstance(e, KeyError) else str(e)
+        raise SystemExit(f"error: --from-json {args.from_json}: {why}") from None
+    args.sim = recorded.get("sim", args.sim)
 
 
 def _eval_summary(rec):

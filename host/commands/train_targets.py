@@ -102,7 +102,7 @@ class BoardTarget:
                         f"timing held ({late} cycles late)" if late == 0 else
                         f"PMEM timing NOT held: the SDRAM was {late} cycles late")
         report.line("wall time", f"{rec['wall_s']:.1f} s")
-        report.json_out(args.json, rec)
+        report.json_out(args.json, rec, args=args)
         return 0 if rec["golden_match"] else 1
 
     def check(self, args):

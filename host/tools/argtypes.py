@@ -4,8 +4,8 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["nonneg", "positive", "fraction", "name_value", "write_json", "save_figure",
-           "add_set_option", "with_overrides", "DefaultsHelpFormatter"]
+__all__ = ["plural", "nonneg", "positive", "fraction", "name_value", "write_json", "save_figure",
+           "add_set_option", "with_overrides", "DefaultsHelpFormatter", "OneLineErrors"]
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -22,6 +22,11 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         if isinstance(default, (list, tuple)):
             default = ",".join(map(str, default))
         return f"{text} (default: {str(default).replace('%', '%%')})"
+
+
+def plural(n, noun, many=None):
+    """``1 power failure``, ``3 power failures`` (``many``: an irregular plural)."""
+    return f"{n:,} {noun if n == 1 else many or noun + 's'}"
 
 
 def nonneg(text):
@@ -107,3 +112,13 @@ def with_overrides(config, assignments):
         return config.with_overrides(assignments)
     except ConfigError as e:
         raise SystemExit(f"error: --set: {e}") from None
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """A parser whose errors are one line and a hint, not the whole usage: the
+    mistake stays on screen, and ``--help`` is one command away."""
+
+    def error(self, message):
+        what = "the commands" if " " not in self.prog else "the options"
+        self.exit(2, f"{self.prog}: error: {message}\n"
+                     f"hint: `{self.prog} --help` lists {what}\n")

@@ -5,12 +5,13 @@ and summarise the failures of a run.
 """
 
 import argparse
+import textwrap
 
 from trainingcxl.host.protocol.phases import BATCH_PHASES, PHASES
-from trainingcxl.host.tools.argtypes import nonneg as _nonneg
+from trainingcxl.host.tools.argtypes import nonneg as _nonneg, plural
 
 __all__ = ["PHASES", "BATCH_PHASES", "parse_fail_in", "parse_cycles", "failure_plan",
-           "failure_summary", "add_failure_options", "staleness"]
+           "failure_summary", "add_failure_options", "staleness", "FAILURE_KEY"]
 
 
 def parse_fail_in(text):
@@ -57,26 +58,42 @@ def failure_plan(*, fail_at=(), fail_in=(), random=0):
     return plan + again[len(first):]
 
 
+#: What the failure table's short headings mean (docs/design.md, "Invariants").
+FAILURE_KEY = ("D: the last batch whose tables recovery restored (the newest durable batch); "
+               "m: the batch of the MLP snapshot it restored; K: the staleness bound, "
+               "D - K <= m <= D")
+
+
 def failure_summary(rec):
-    """Readable lines about a run's power failures."""
+    """Readable lines about a run's power failures: one row per failure, a row for
+    each failure that struck a recovery under the failure whose recovery it cut, and
+    the key of the headings."""
     failures = rec.get("failures", [])
+    k = rec.get("staleness", 0)
     if not failures:
-        return [f"  power failures     none (checkpointing on, staleness K = {rec.get('staleness', 0)})"
-                + (f"; {rec['failures_planned_left']} planned did not happen"
-                   if rec.get("failures_planned_left") else "")]
+        return [f"  power failures     none (checkpointing on, staleness K = {k})"
+                + (f"; {plural(rec['failures_planned_left'], 'planned failure')} did not "
+                   f"happen" if rec.get("failures_planned_left") else "")]
     left = rec.get("failures_planned_left", 0)
     good = sum(f["consistent"] for f in failures)
     nested = sum(f["failures_during_recovery"] for f in failures)
-    lines = [f"  power failures     {len(failures)} (+{nested} during recovery), {good} recovered "
-             f"consistently, staleness K = {rec.get('staleness', 0)}",
+    during = f", {nested} of them during a recovery" if nested else ""
+    lines = [f"  power failures     {len(failures) + nested}{during}; {good} of "
+             f"{len(failures)} recoveries consistent, staleness K = {k}",
              "      cycle  phase      batch  ->  D     m   recovery  rolled back  lines read  invariants"]
     for f in failures:
         read = f.get("recovery_lines")
         lines.append(f"  {f['cycle']:>9}  {f['phase']:<9} {f['batch']:>5}    {f['recovered_batch']:>4} "
                      f"{f['recovered_mlp_batch']:>5} {f['recovery_cycles']:>9} {f['rolled_back']:>12}"
                      f" {'-' if read is None else read:>11}  {'hold' if f['consistent'] else 'BROKEN'}")
+        for cycle in f.get("recovery_failure_cycles", ()):
+            lines.append(f"  {cycle:>9}  {'recovery':<9} {f['batch']:>5}    (cut the recovery above, "
+                         f"which began again; its figures are on that row)")
+    lines.extend(textwrap.wrap(FAILURE_KEY, 100, initial_indent="  key                ",
+                               subsequent_indent=" " * 21))
     if left:
-        lines.append(f"  note               {left} planned failures did not happen: the run ended first")
+        lines.append(f"  note               {plural(left, 'planned failure')} did not happen: "
+                     f"the run ended first")
     return lines
 
 
