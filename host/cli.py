@@ -2,6 +2,7 @@
 each declaring its arguments, building its job, running it and printing its summary.
 This module only dispatches."""
 
+import os
 import sys
 
 from trainingcxl.host.commands import (bench, bench_lookup, bench_update, build_board, campaign,
@@ -47,6 +48,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`trainingcxl config | head`): stop quietly, and keep
+        # Python's own flush at exit from failing on the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

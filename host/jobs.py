@@ -253,6 +253,10 @@ class TrainJob(Job):
             raise JobError(str(e)) from None
         if data.skipped:
             note(f"skipped {data.skipped} malformed lines of {self.data}, first: {data.problems[0]}")
+        if data.passes(job.batches) > 1:
+            note(f"{job.batches} batches of {job.batch_size} take {job.batches * job.batch_size:,} "
+                 f"samples and {self.data} has {len(data):,} to train on: the run reads them "
+                 f"{data.passes(job.batches):.2f} times (more than one epoch)")
         return job, data
 
 

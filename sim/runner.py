@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,13 +36,16 @@ TOPLEVEL = "top"
 TIMESCALE = ("1ns", "1ps")
 CONFIG_ENV = "TRAININGCXL_CONFIG"
 # Part of every build folder's name: change it when the build flags change.
-_BUILD_FLAVOUR = "b5"
+_BUILD_FLAVOUR = "b6"
 ARGS_ENV = "TRAININGCXL_BENCH_ARGS"
 #: The backdoor RAMs of the simulation tops (:mod:`.backdoor`).
 BACKDOORS = ("media", "host", "bulk_addr", "bulk_data", "sdram")
-#: The C behind the behavioural models' DPI imports (Verilator builds only).
+#: The C behind the behavioural models' DPI imports (Verilator builds only), and
+#: Verilator's $finish without the line cocotb's end of a run printed.
 DPI_SOURCES = tuple(Path(__file__).resolve().parent / "dpi" / name
-                    for name in ("ram_backdoor.cpp", "crc32c.cpp"))
+                    for name in ("ram_backdoor.cpp", "crc32c.cpp", "quiet_finish.cpp"))
+#: Seconds between the lines that say a long build step is still running.
+PROGRESS_EVERY_S = 30
 #: The simulation tops' behavioural Verilog beside the gateware's (:data:`MODELS`).
 SIM_MODELS = {CLOCK_MODULE: CLOCK_VERILOG}
 #: UART clock cycles per bit of the simulated board top (fast, and exact at any clock).
@@ -232,14 +236,36 @@ def _convert(config, top, out, log):
     _prune_stale(out.parent, f"{top}-{config.hardware_digest()}-", out.name)
     from trainingcxl.hdl.export import convert
     t0 = time.monotonic()
-    log(f"[build] converting the {top} to Verilog ({config.media_lines} media lines)")
-    text = convert(_top(top, config), name=TOPLEVEL, models=SIM_MODELS)
+    log(f"[build] converting the {top} to Verilog ({config.media_lines} media lines; "
+        f"once per configuration, about a minute)")
+    with _ticking(log, "[build] converting to Verilog"):
+        text = convert(_top(top, config), name=TOPLEVEL, models=SIM_MODELS)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(out)
     log(f"[build] Verilog ready in {time.monotonic() - t0:.1f} s: {out}")
     return out
+
+
+@contextlib.contextmanager
+def _ticking(log, what, every=PROGRESS_EVERY_S):
+    """While the block runs, ``what ... N s`` through ``log`` every ``every`` seconds:
+    a build of minutes must not look like a hang."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def tick():
+        while not done.wait(every):
+            log(f"{what} ... {time.monotonic() - t0:.0f} s")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
 
 
 def _runner(sim):
@@ -305,7 +331,8 @@ def _compile(sim, config, top, source, bdir, waves, log):
                  f"{sim}-{_BUILD_FLAVOUR}-{kind}{build_key(sim, config)}")
     runner = _runner(sim)
     t0 = time.monotonic()
-    log(f"[build] compiling for {sim} in {bdir}")
+    log(f"[build] compiling for {sim} in {bdir} (once per configuration: "
+        f"{'2-4 minutes' if sim == 'verilator' else 'seconds'})")
     args = []
     if sim == "verilator":
         # The behavioural models' C: backdoor RAMs keep their words in files the
@@ -316,23 +343,24 @@ def _compile(sim, config, top, source, bdir, waves, log):
         # --timing: the simulation top's clock is a delay loop in the simulator
         # (sim/rtl/clock.v).
         args = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "--timing",
-                "--comp-limit-parens", "32",
+                "--comp-limit-parens", "32", "-CFLAGS", "-DVL_USER_FINISH",
                 "+define+TCXL_DPI", *map(str, DPI_SOURCES)]
         jobs = str(max(1, os.cpu_count() or 1))
         os.environ["MAKEFLAGS"] = f"{os.environ.get('MAKEFLAGS', '')} -j{jobs}".strip()
     bdir.mkdir(parents=True, exist_ok=True)
     log_path = bdir / "build.log"
     try:
-        runner.build(
-            sources=[source],
-            hdl_toplevel=TOPLEVEL,
-            build_dir=bdir,
-            build_args=args,
-            timescale=TIMESCALE,
-            waves=waves,
-            always=True,
-            log_file=log_path,
-        )
+        with _ticking(log, f"[build] compiling for {sim}"):
+            runner.build(
+                sources=[source],
+                hdl_toplevel=TOPLEVEL,
+                build_dir=bdir,
+                build_args=args,
+                timescale=TIMESCALE,
+                waves=waves,
+                always=True,
+                log_file=log_path,
+            )
     except (Exception, SystemExit) as e:
         tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
         raise BenchFailure(f"{sim} build failed ({e}); last lines of {log_path}:\n{tail}") from None

@@ -6,10 +6,10 @@ Every system of :mod:`trainingcxl.host.protocol.systems` trains the same batches
 each workload twice, with checkpointing and without. A run measures a window
 of batches (the first batch, which warms the device, and the table checks
 are outside it) with the device's counters and the host's modelled time.
-From the windows come cycles per batch, speedups over ``pmem``, checkpoint
+From the windows come cycles per batch, speedups over ``host-pmem`` and ``pmem``, checkpoint
 overhead, PMEM and link bytes, and energy (:mod:`trainingcxl.host.model.energy`).
 Separate runs measure the lookup and update engines against the PMEM
-model's bandwidth bound, the recovery time against the log size, and the
+model's bandwidth bound, the recovery time against the log size (on request), and the
 simulators' speed on one run. Simulations are deterministic: the same seed
 gives the same cycle counts.
 """
@@ -228,7 +228,7 @@ def cmd_bench(args):
         with open_cluster(args.cluster, args.jobs) as args.fan_out:
             results, errors = run_ladder(args, workloads, systems, say)
             summary = summarise(results, workloads, systems)
-            recovery = ({} if args.skip_recovery
+            recovery = ({} if args.skip_recovery or not args.recovery_series
                         else {workloads[0].name: _recovery_vs_log(args, workloads[0], say)})
         engines = {} if args.skip_engines else {w.name: _engine_efficiency(args, w, say) for w in workloads}
         speed = {} if args.skip_speed else _sim_speed(args, say)
@@ -283,15 +283,16 @@ def cmd_bench(args):
 def register(sub):
     from trainingcxl.host.commands import bench_scale     # it builds on this module
     sp = sub.add_parser(
-        "bench", help="run the configuration ladder (pmem ... cxl) and report speed, "
+        "bench", help="run the configuration ladder (host-pmem ... cxl) and report speed, "
                       "checkpoint overhead and energy",
-        description="Trains the same batches on every system of the ladder (pmem, near-data, "
-                    "cxl-d, cxl-b, cxl), with checkpointing and without, on an embedding-heavy "
-                    "and an MLP-heavy workload, all on Verilator with the same PMEM and link "
-                    "model. Prints per workload: cycles per batch, speedup over pmem, "
-                    "checkpoint overhead, PMEM bytes written and link bytes per batch, energy "
-                    "per batch and its saving over pmem; then the lookup and update engines' "
-                    "bandwidth against the PMEM bound, recovery cycles against the log size, "
+        description="Trains the same batches on every system of the ladder (host-pmem, pmem, "
+                    "near-data, cxl-d, cxl-b, cxl), with checkpointing and without, on an "
+                    "embedding-heavy and an MLP-heavy workload, all on Verilator with the same "
+                    "PMEM and link model. Prints per workload: cycles per batch, speedup over "
+                    "host-pmem and over pmem, checkpoint overhead, PMEM bytes written and link "
+                    "bytes per batch, energy per batch and its saving over host-pmem and pmem; "
+                    "then the lookup and update engines' bandwidth against the PMEM bound, "
+                    "recovery cycles against the log size (--recovery-series), "
                     "and simulated cycles per second of a training run under Verilator (small) and Icarus (tiny). Every run is "
                     "checked against the golden model. Deterministic: the same seed prints the "
                     "same cycle counts.")
@@ -309,7 +310,12 @@ def register(sub):
     add_cluster_options(sp, jobs_default=2)
     add_set_option(sp)
     sp.add_argument("--skip-engines", action="store_true", help="leave out the engine bandwidth runs")
-    sp.add_argument("--skip-recovery", action="store_true", help="leave out the recovery-time series")
+    sp.add_argument("--skip-recovery", action="store_true",
+                    help="with --scale: leave out the recovery cycles per table size")
+    sp.add_argument("--recovery-series", action="store_true",
+                    help="also measure recovery cycles after a failure in an update with log "
+                         "rings of 1x, 2x and 4x the automatic size (two more device builds, "
+                         "minutes each; the cycles do not depend on the ring's size)")
     sp.add_argument("--skip-speed", action="store_true", help="leave out the simulator speed runs")
     sp.add_argument("--speed", action="store_true",
                     help="instead of the ladder: only the simulator speed runs (train --config "

@@ -140,6 +140,11 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
     return specs
 
 
+def _mix(spec):
+    """A run's mix of staleness bound and lookup order, as the summary names it."""
+    return f"K={spec['staleness']} {'relaxed' if spec['relaxed'] else 'strict'}"
+
+
 def cmd_campaign(args):
     base = args.config
     try:
@@ -152,6 +157,11 @@ def cmd_campaign(args):
     print(f"trainingcxl campaign: {runs} runs x {per_run} planned power failures, "
           f"K in {staleness}, {'/'.join(orders)} order, {args.batches} batches of "
           f"{args.batch_size}", flush=True)
+    mixes = len(staleness) * len(orders)
+    if runs < mixes:
+        print(f"note: {runs} runs cover {runs} of the {mixes} mixes of K and order "
+              f"({', '.join(_mix(spec) for spec in specs)}); --failures "
+              f"{mixes * per_run} covers each once", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     bad = 0
 
@@ -170,7 +180,7 @@ def cmd_campaign(args):
     details = []
     reproducers = []
     for spec, rec, error in results:
-        key = f"K={spec['staleness']} {'relaxed' if spec['relaxed'] else 'strict'}"
+        key = _mix(spec)
         c = by_config.setdefault(key, {"runs": 0, "failures": 0, "consistent": 0})
         fs = (rec or {}).get("failures", [])
         c["runs"] += 1

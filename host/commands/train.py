@@ -87,11 +87,17 @@ def sim_job(args, cfg):
                                  failures=tuple(failure_plan(fail_at=args.fail_at,
                                                              fail_in=args.fail_in,
                                                              random=args.inject_failures)))
+    t0 = time.monotonic()
+    if job.data != "synthetic":
+        print(f"[data] reading {job.data}", file=sys.stderr, flush=True)
     try:
-        return job.validated(cfg, sim=args.sim,
-                             note=lambda text: print(f"note: {text}", file=sys.stderr))
+        job = job.validated(cfg, sim=args.sim,
+                            note=lambda text: print(f"note: {text}", file=sys.stderr))
     except JobError as e:
         raise SystemExit(f"error: {e}")
+    if job.data != "synthetic":
+        print(f"[data] checked in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    return job
 
 
 def train_on_sim(args):

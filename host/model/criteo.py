@@ -338,6 +338,11 @@ class CriteoDataset:
                      n_tables=self.config.n_tables, dense=self.dense[take].copy(),
                      labels=self.labels[take].copy())
 
+    def passes(self, batches):
+        """How many times ``batches`` batches read the samples (above 1: the run wraps
+        around to the file's first sample, a second epoch)."""
+        return batches * self.batch_size / len(self)
+
     def batch(self, i):
         b, n = self.batch_size, len(self)
         return self._samples(i, (np.arange(b) + i * b) % n)
