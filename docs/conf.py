@@ -43,3 +43,6 @@ try:
 except ImportError:
     html_theme = "alabaster"
 html_title = "trainingcxl"
+# Wide tables scroll in their own box, code blocks wrap (docs/_static/wide.css).
+html_static_path = ["_static"]
+html_css_files = ["wide.css"]

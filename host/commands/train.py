@@ -233,32 +233,67 @@ def _eval_summary(rec):
 
 
 def _plot_losses(record, path):
+    """The loss curve, device against float32, with the power failures marked where
+    they struck; the test AUC at each evaluation beside it, or, after a single
+    evaluation, its figures as text (an axis around one point would magnify a
+    difference of 1e-5 into a gap)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     evals = [e for e in record.get("eval", ()) if e["device"]["auc"] is not None]
-    fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 7, 4), squeeze=False)
+    fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 7, 4), squeeze=False,
+                             gridspec_kw={"width_ratios": [2, 1]} if evals else None)
     ax = axes[0][0]
     x = range(1, len(record["loss"]) + 1)
     ax.plot(x, record["loss"], label="device (fixed-point embeddings)", lw=1.5)
     ax.plot(x, record["loss_ref"], label="float32 reference", lw=1, ls="--")
+    for k, f in enumerate(record.get("failures", ())):
+        nested = f["failures_during_recovery"]
+        ax.axvline(f["batch"], color="tab:red", lw=0.8, alpha=0.6,
+                   label="power failure (batch it struck)" if k == 0 else None)
+        ax.annotate(f"D={f['recovered_batch']}" + (f", +{nested} in recovery" if nested else ""),
+                    (f["batch"], 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                    textcoords="offset points", fontsize=8, color="tab:red")
     ax.set_xlabel("batch")
     ax.set_ylabel("training loss (binary cross-entropy)")
     ax.set_title("trainingcxl: DLRM training on the RTL")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     if evals:
         ax = axes[0][1]
-        b = [e["batch"] for e in evals]
-        ax.plot(b, [e["device"]["auc"] for e in evals], "o-", label="device", lw=1.5)
-        ax.plot(b, [e["reference"]["auc"] for e in evals], "x--", label="float32 reference", lw=1)
-        ax.set_xlabel("batch")
-        ax.set_ylabel("test ROC AUC")
-        ax.set_title(f"held out: {record['test_set']['name']}")
-        ax.grid(alpha=0.3)
-        ax.legend()
+        ax.set_title(f"held out: {record['test_set']['name']}", fontsize=10)
+        if len(evals) == 1:
+            _eval_table(ax, evals[0])
+        else:
+            b = [e["batch"] for e in evals]
+            ax.plot(b, [e["device"]["auc"] for e in evals], "o-", label="device", lw=1.5)
+            ax.plot(b, [e["reference"]["auc"] for e in evals], "x--", label="float32 reference",
+                    lw=1)
+            # An AUC axis no narrower than 0.05: seed-to-seed noise must not look like a trend.
+            lo = min(min(e["device"]["auc"], e["reference"]["auc"]) for e in evals)
+            hi = max(max(e["device"]["auc"], e["reference"]["auc"]) for e in evals)
+            pad = max(0.0, 0.05 - (hi - lo)) / 2
+            ax.set_ylim(max(0.0, lo - pad), min(1.0, hi + pad))
+            ax.set_xlabel("batch")
+            ax.set_ylabel("test ROC AUC")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def _eval_table(ax, e):
+    """One evaluation's figures as a small table in ``ax``."""
+    d, r = e["device"], e["reference"]
+    rows = [("ROC AUC", f"{d['auc']:.4f}", f"{r['auc']:.4f}"),
+            ("log loss", f"{d['log_loss']:.4f}", f"{r['log_loss']:.4f}"),
+            ("accuracy", f"{100 * d['accuracy']:.2f}%", f"{100 * r['accuracy']:.2f}%")]
+    ax.axis("off")
+    table = ax.table(cellText=[list(row[1:]) for row in rows], rowLabels=[row[0] for row in rows],
+                     colLabels=["device", "float32"], loc="center", cellLoc="center")
+    table.scale(1, 1.6)
+    ax.text(0.5, 0.12, f"after batch {e['batch']}", ha="center", transform=ax.transAxes,
+            fontsize=9)
 
 
 #: Where ``train`` runs, by ``--target``.
