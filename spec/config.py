@@ -17,12 +17,13 @@ import dataclasses
 import hashlib
 import json
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 
 __all__ = [
     "NOMINAL_CLOCK_MHZ", "BOARD_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
     "GROUP_RECORDS",
-    "ConfigError",
+    "ConfigError", "MediaProfile", "MEDIA_PROFILES", "DEFAULT_MEDIA",
     "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "HostPmemTiming", "SdramTiming", "ModelShape", "GpuTiming", "Config",
 ]
 
@@ -101,10 +102,59 @@ def _construct(klass, fields, what):
 
 
 @dataclass(frozen=True)
+class MediaProfile:
+    """One persistent-memory module's figures, declared once for every system: the
+    device's PMEM model reaches them in cycles of its clock (:meth:`pmem_timing`,
+    ``Config.pmem``), the ``host-pmem`` baseline's CPU through its loads and stores
+    (:class:`HostPmemTiming`, from the same ``Config.pmem``).
+
+    ``read_ns``: a random 64-byte read's latency; ``write_ns``: a write's time until
+    it is persistent; ``read_gbps`` and ``write_gbps``: sustained bandwidth."""
+    name: str
+    read_ns: float
+    write_ns: float
+    read_gbps: float
+    write_gbps: float
+    source: str
+
+    def timing(self, clock_mhz=NOMINAL_CLOCK_MHZ):
+        """The :class:`PmemTiming` fields of this media at a ``clock_mhz`` clock: latencies
+        in cycles, rates as (lines, cycles)."""
+        def cycles(ns):
+            return max(4, round(ns * clock_mhz / 1000))
+
+        def rate(gbps):
+            lines = Fraction(gbps * 1000 / (clock_mhz * LINE_BYTES)).limit_denominator(1024)
+            return (lines.numerator, lines.denominator)
+
+        return {"read_latency": cycles(self.read_ns), "write_latency": cycles(self.write_ns),
+                "read_rate": rate(self.read_gbps), "write_rate": rate(self.write_gbps)}
+
+
+#: The media profiles a configuration may take (``Config.with_media``).
+MEDIA_PROFILES = {p.name: p for p in (
+    # The paper's emulation: DRAM latency x3 (read) and x7 (write), bandwidth x0.6
+    # and x0.1, on a DRAM reference of 80 ns and 16 GB/s (PmemTiming below).
+    MediaProfile("emulated", read_ns=240.0, write_ns=560.0, read_gbps=9.6, write_gbps=1.6,
+                 source="TrainingCXL's PMEM emulation (x3/x7 latency, x0.6/x0.1 bandwidth of "
+                        "80 ns, 16 GB/s DRAM)"),
+    # One first-generation Optane DC module on a Cascade Lake Xeon: a random 64-byte
+    # load 305 ns, a store, clwb and sfence to the ADR domain 62.3 ns [YANG20, Fig. 2];
+    # 6.6 GB/s read and 2.3 GB/s write [IZR19].
+    MediaProfile("optane", read_ns=305.0, write_ns=62.3, read_gbps=6.6, write_gbps=2.3,
+                 source="Intel Optane DC PMM, one module: Yang et al., FAST 2020, Fig. 2; "
+                        "Izraelevitz et al., arXiv:1903.05714"),
+)}
+#: The profile of the default ``Config.pmem``.
+DEFAULT_MEDIA = "emulated"
+_DEFAULT_TIMING = MEDIA_PROFILES[DEFAULT_MEDIA].timing()
+
+
+@dataclass(frozen=True)
 class PmemTiming:
     """Timing of the PMEM controller model.
 
-    The defaults follow the TrainingCXL paper's PMEM emulation relative to
+    The defaults are the ``emulated`` media profile (:data:`MEDIA_PROFILES`): they follow the TrainingCXL paper's PMEM emulation relative to
     DRAM (read latency 3x, write latency 7x, read bandwidth 0.6x, write
     bandwidth 0.1x), applied to a DRAM reference of 80 ns load-to-use latency
     (a typical DDR4 idle latency) and one 64-byte line per cycle at 250 MHz
@@ -122,10 +172,10 @@ class PmemTiming:
     ``write_latency`` is the time a write spends in the volatile write-pending
     queue before it reaches the media (and becomes persistent).
     """
-    read_latency: int = 60
-    write_latency: int = 140
-    read_rate: tuple[int, int] = (3, 5)
-    write_rate: tuple[int, int] = (1, 10)
+    read_latency: int = _DEFAULT_TIMING["read_latency"]
+    write_latency: int = _DEFAULT_TIMING["write_latency"]
+    read_rate: tuple[int, int] = _DEFAULT_TIMING["read_rate"]
+    write_rate: tuple[int, int] = _DEFAULT_TIMING["write_rate"]
     wpq_depth: int = 16
     read_depth: int = 64
 
@@ -200,69 +250,63 @@ class CopyTiming:
 
 @dataclass(frozen=True)
 class HostPmemTiming:
-    """PMEM on the host's memory bus, reached by the CPU's loads and stores (host side
-    only): the ``host-pmem`` system, the baseline the paper compares against.
+    """The CPU of the ``host-pmem`` baseline, the system the paper compares against:
+    PMEM on the host's memory bus, reached by the CPU's loads and stores (host side only).
 
-    Published measurements of Intel Optane DC persistent memory (first generation,
-    on a Cascade Lake Xeon), each a field a configuration may change:
+    The media are the configuration's own (``Config.pmem``, a :class:`MediaProfile`):
+    a group of loads costs the first line's read latency, then its lines at the read
+    rate (the gather is bandwidth-bound: a 20-core socket keeps enough misses
+    outstanding); a fenced group of stores costs its lines at the write rate, then the
+    write latency of the last (until it is persistent). So both systems reach the
+    same media at the same rates.
 
-    * ``load_ns`` 305: latency of a random 64-byte load from one module [YANG20,
-      Fig. 2] (169 ns sequential; DRAM 101 ns);
-    * ``read_gbps`` 6.6 and ``write_gbps`` 2.3: bandwidth of one module
-      [IZR19]; six interleaved modules reach 39.4 and 13.9 GB/s, within 1% of
-      six times one, so ``modules`` scales them linearly;
-    * ``persist_ns`` 62.3: a 64-byte store, ``clwb`` and ``sfence`` until the line
-      is in the ADR domain [YANG20, Fig. 2]: what a fence waits for after the
-      last line of a group;
-    * ``modules`` 1: as many modules as the device's PMEM model stands for (its
-      9.6 / 1.6 GB/s and 240 ns are one module's order), so that both reach
-      the same media.
-
-    The CPU's gather is bandwidth-bound: by Little's law one module's 6.6 GB/s
-    at 305 ns needs 31 lines in flight, and a 20-core socket keeps more than
-    that many misses outstanding. Pooling and updating (an add per element) are
-    taken as hidden behind the memory traffic: embedding operations on CPUs are
-    memory-bound [KE20]. A load group costs ``load_ns`` plus its bytes at
-    ``read_gbps``; a fenced group of stores its bytes at ``write_gbps`` plus
-    ``persist_ns``.
-
-    [IZR19] J. Izraelevitz et al., "Basic Performance Measurements of the Intel
-    Optane DC Persistent Memory Module", arXiv:1903.05714, 2019.
-    [YANG20] J. Yang, J. Kim, M. Hoseinzadeh, J. Izraelevitz, S. Swanson, "An
-    Empirical Guide to the Behavior and Use of Scalable Persistent Memory",
-    FAST 2020.
-    [KE20] L. Ke et al., "RecNMP: Accelerating Personalized Recommendation with
-    Near-Memory Processing", ISCA 2020.
+    The CPU's own work is charged too, from a microbenchmark of its kernels in C
+    (:mod:`trainingcxl.host.model.cpu_costs`, ``trainingcxl bench --cpu``), nanoseconds
+    on one core: ``dedup_ns`` per index (a radix sort of the batch's keys),
+    ``pool_ns`` per element pooled, ``scatter_ns`` per gradient element summed into
+    its row, ``apply_ns`` per row element updated. The work spreads over ``cores``
+    cores perfectly, which favours the baseline: 20, a Xeon Gold 6230's, the
+    Cascade Lake part of the Optane measurements. Pooling overlaps the loads it
+    follows (the CPU adds as lines arrive); deduplication precedes them and the
+    gradients' summing follows the GPU step.
     """
-    load_ns: float = 305.0
-    read_gbps: float = 6.6
-    write_gbps: float = 2.3
-    persist_ns: float = 62.3
-    modules: int = 1
+    dedup_ns: float = 5.7
+    pool_ns: float = 0.47
+    scatter_ns: float = 2.6
+    apply_ns: float = 0.12
+    cores: int = 20
 
     def __post_init__(self):
-        for name in ("load_ns", "read_gbps", "write_gbps", "persist_ns"):
+        for name in ("dedup_ns", "pool_ns", "scatter_ns", "apply_ns"):
             v = getattr(self, name)
             _check(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                   and v > 0, f"host_pmem.{name} must be a positive number, not {v!r}")
-        _check(isinstance(self.modules, int) and 1 <= self.modules <= 64,
-               f"host_pmem.modules must be an integer in [1, 64], not {self.modules!r}")
+                   and v >= 0, f"host_pmem.{name} must be a non-negative number, not {v!r}")
+        _check(isinstance(self.cores, int) and 1 <= self.cores <= 1024,
+               f"host_pmem.cores must be an integer in [1, 1024], not {self.cores!r}")
 
     @staticmethod
-    def _cycles(ns):
+    def read_cycles(pmem, lines):
+        """Cycles of the CPU loading ``lines`` lines from media of timing ``pmem`` (0 for none)."""
+        if not lines:
+            return 0
+        num, den = pmem.read_rate
+        return pmem.read_latency + -(-lines * den // num)
+
+    @staticmethod
+    def write_cycles(pmem, lines):
+        """Cycles of storing ``lines`` lines, flushing them and fencing until the last is
+        persistent (0 for none)."""
+        if not lines:
+            return 0
+        num, den = pmem.write_rate
+        return -(-lines * den // num) + pmem.write_latency
+
+    def cpu_cycles(self, *, dedup=0, pool=0, scatter=0, apply=0):
+        """Device cycles of the CPU's kernels on ``dedup`` indices and ``pool``,
+        ``scatter`` and ``apply`` elements, spread over the cores."""
+        ns = (dedup * self.dedup_ns + pool * self.pool_ns + scatter * self.scatter_ns
+              + apply * self.apply_ns) / self.cores
         return math.ceil(ns * NOMINAL_CLOCK_MHZ / 1000)
-
-    def read_cycles(self, lines):
-        """Device cycles of the CPU loading ``lines`` 64-byte lines (0 for none)."""
-        if not lines:
-            return 0
-        return self._cycles(self.load_ns + lines * LINE_BYTES / (self.read_gbps * self.modules))
-
-    def write_cycles(self, lines):
-        """Device cycles of storing ``lines`` lines, flushing them and fencing (0 for none)."""
-        if not lines:
-            return 0
-        return self._cycles(lines * LINE_BYTES / (self.write_gbps * self.modules) + self.persist_ns)
 
 
 @dataclass(frozen=True)
@@ -824,6 +868,21 @@ class Config:
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
+
+    def with_media(self, name):
+        """This configuration on the media profile ``name`` (:data:`MEDIA_PROFILES`): the
+        PMEM model's latencies and rates, which ``host-pmem``'s CPU reaches too."""
+        _check(name in MEDIA_PROFILES, f"unknown media profile {name!r}; the profiles are "
+               f"{', '.join(MEDIA_PROFILES)}")
+        return self.replace(pmem=dataclasses.replace(self.pmem, **MEDIA_PROFILES[name].timing()))
+
+    @property
+    def media_profile(self):
+        """The name of the media profile ``pmem`` follows, or ``"custom"``."""
+        for name, profile in MEDIA_PROFILES.items():
+            if all(getattr(self.pmem, k) == v for k, v in profile.timing().items()):
+                return name
+        return "custom"
 
     def with_overrides(self, assignments):
         """This configuration with ``FIELD=VALUE`` or ``GROUP.FIELD=VALUE`` assignments

@@ -14,11 +14,13 @@ simulators' speed on one run. Simulations are deterministic: the same seed
 gives the same cycle counts.
 """
 
+import dataclasses
 import sys
 import time
 
 from trainingcxl.host.tools.argtypes import add_set_option, nonneg, positive, save_figure
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
+from trainingcxl.spec.config import DEFAULT_MEDIA, MEDIA_PROFILES
 from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS
 from trainingcxl.host.protocol.systems import SYSTEMS
 from trainingcxl.host.jobs import LookupJob, TrainJob, UpdateJob
@@ -124,6 +126,23 @@ def _plot(summary, path):
     save_figure(fig, path)
 
 
+def _bench_cpu(args, say):
+    """The host-pmem CPU's kernels on this machine, beside the figures the ladder charges
+    (``HostPmemTiming``'s defaults)."""
+    from trainingcxl.host.model.cpu_costs import measure
+    from trainingcxl.spec.config import HostPmemTiming
+    say("[cpu] the host-pmem CPU's kernels in C on one core (host/model/cpu_kernels.c), a batch "
+        "of 400,000 indices of dim 16")
+    got, charged = measure(), HostPmemTiming()
+    for key, what in (("dedup_ns", "per index"), ("pool_ns", "per element pooled"),
+                      ("scatter_ns", "per gradient element"), ("apply_ns", "per row element")):
+        say(f"  {key:<11} {got[key]:7.3f} ns {what:<21} (the ladder charges "
+            f"{getattr(charged, key):g} ns, over {charged.cores} cores)")
+    report.json_out(args.json, {"cpu": got, "charged": dataclasses.asdict(charged)}, say=say,
+                    args=args)
+    return 0
+
+
 def _bench_loader(args, say):
     """Lines per second of the Criteo loader (one core, no simulation): writes a sample file
     of ``args.loader_lines`` lines and loads it into the ``criteo-kaggle`` tables."""
@@ -195,13 +214,16 @@ def cmd_bench(args):
     def say(text):
         print(text, flush=True)
     alone = [o for o, v in (("--scale", args.scale), ("--speed", args.speed),
-                            ("--loader", args.loader), ("--fan-out", args.fan_out_failures)) if v]
+                            ("--loader", args.loader), ("--fan-out", args.fan_out_failures),
+                            ("--cpu", args.cpu)) if v]
     if len(alone) > 1:
         raise SystemExit(f"error: {' and '.join(alone)} are runs of their own; give one")
     if args.fan_out_failures:
         return _bench_fan_out(args, say)
     if args.loader:
         return _bench_loader(args, say)
+    if args.cpu:
+        return _bench_cpu(args, say)
     if args.speed:
         speed = _sim_speed(args, say)
         say("simulation speed (simulated cycles per wall-second of the training loop):")
@@ -220,7 +242,9 @@ def cmd_bench(args):
     if scale_only:
         raise SystemExit(f"error: {' and '.join(scale_only)} only apply with --scale")
     args.batches = args.batches or 8
-    workloads = overridden([WORKLOADS[w] for w in args.workloads.split(",")], args.set)
+    workloads = overridden([WORKLOADS[w] for w in args.workloads.split(",")], args.set,
+                           args.media)
+    say(f"[ladder] media: {_media(workloads)}")
     systems = (args.systems or ",".join(SYSTEMS)).split(",")
     t0 = time.monotonic()
     from trainingcxl.sim.runner import BenchFailure
@@ -239,7 +263,7 @@ def cmd_bench(args):
         "workloads": {w.name: {"summary": w.summary, "config": w.config.to_dict(),
                                "batch_size": w.batch_size, "min_pooling": w.min_pooling,
                                "zipf_alpha": w.zipf_alpha} for w in workloads},
-        "batches": args.batches, "seed": args.seed,
+        "batches": args.batches, "seed": args.seed, "media": _media(workloads),
         "systems": {s: SYSTEMS[s].summary for s in systems},
         "results": summary,
         **{f"speedup_vs_{baseline_key(b)}": {w: {s: f.get(f"speedup_vs_{baseline_key(b)}")
@@ -280,6 +304,11 @@ def cmd_bench(args):
     return 1 if errors else 0
 
 
+def _media(workloads):
+    """The media profile the workloads ran on (``custom`` if ``--set`` changed it)."""
+    return ",".join(sorted({w.config.media_profile for w in workloads}))
+
+
 def register(sub):
     from trainingcxl.host.commands import bench_scale     # it builds on this module
     sp = sub.add_parser(
@@ -308,6 +337,11 @@ def register(sub):
                     help="staleness bound K for every system (default: each system's own)")
     sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed")
     add_cluster_options(sp, jobs_default=2)
+    sp.add_argument("--media", choices=tuple(MEDIA_PROFILES), default=DEFAULT_MEDIA,
+                    help="the PMEM media every system of the ladder reaches: "
+                         + "; ".join(f"{p.name}: {p.read_ns:g}/{p.write_ns:g} ns, "
+                                     f"{p.read_gbps:g}/{p.write_gbps:g} GB/s read/write "
+                                     f"({p.source})" for p in MEDIA_PROFILES.values()))
     add_set_option(sp)
     sp.add_argument("--skip-engines", action="store_true", help="leave out the engine bandwidth runs")
     sp.add_argument("--skip-recovery", action="store_true",
@@ -320,6 +354,10 @@ def register(sub):
     sp.add_argument("--speed", action="store_true",
                     help="instead of the ladder: only the simulator speed runs (train --config "
                          "small on Verilator, tiny on Icarus)")
+    sp.add_argument("--cpu", action="store_true",
+                    help="instead of the ladder: time the host-pmem CPU's kernels (deduplication, "
+                         "pooling, gradient summing, applying) in C on one core, beside the "
+                         "figures the ladder charges (no simulation)")
     sp.add_argument("--loader", action="store_true",
                     help="instead of the ladder: the Criteo loader's lines per second on a sample "
                          "file it writes (one core, no simulation)")

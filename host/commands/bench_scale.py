@@ -92,11 +92,13 @@ def _split(name):
 def run_scale(args, say):
     """Run the scale ladder and the recovery runs; returns the JSON-ready result."""
     from trainingcxl.host.tools.pool import parallel_runs
-    workloads = overridden(scale_workloads(args.sizes, args.batch_sizes), getattr(args, "set", []))
+    workloads = overridden(scale_workloads(args.sizes, args.batch_sizes), getattr(args, "set", []),
+                           getattr(args, "media", None))
+    media = ",".join(sorted({w.config.media_profile for w in workloads}))
     systems = args.systems
     say(f"[scale] table sizes {', '.join(args.sizes)}; batches of "
         f"{', '.join(map(str, args.batch_sizes))}; systems {', '.join(systems)}; "
-        f"{len({w.config.hardware_digest() for w in workloads})} device build(s)")
+        f"{len({w.config.hardware_digest() for w in workloads})} device build(s); media {media}")
     t0 = time.monotonic()
 
     def progress(spec, record, error):
@@ -144,11 +146,11 @@ def run_scale(args, say):
         for s in systems:
             fig = summary.get(w.name, {}).get(s)
             grid.append({"size": size, "rows": SCALE_ROWS[size], "batch_size": b, "system": s,
-                         "ok": bool(fig and fig["golden_match"]), **(fig or {})})
+                         "media": media, "ok": bool(fig and fig["golden_match"]), **(fig or {})})
     return {
         "sizes": list(args.sizes), "batch_sizes": list(args.batch_sizes),
         "systems": {s: SYSTEMS[s].summary for s in systems},
-        "batches": args.batches, "seed": args.seed,
+        "batches": args.batches, "seed": args.seed, "media": media,
         "devices": devices,
         "grid": grid, "recovery": recovery,
         "errors": [{"run": list(e["run"]), "error": e["error"]} for e in errors],

@@ -7,6 +7,7 @@ import numpy as np
 from trainingcxl.host.model.fixed import fits32, wrap32
 
 __all__ = ["PoolResult", "embedding_bag_sum", "embedding_update", "check_batch", "coalesce_update",
+           "batch_keys", "coalesced_layout", "pool_rows",
            "touched_rows"]
 
 
@@ -119,40 +120,59 @@ def embedding_update(config, tables, indices, offsets, deltas, *, inplace=False)
     return out
 
 
+def batch_keys(config, indices, offsets):
+    """Each index's ``(table, row)`` as one key, ``table << 32 | row``, and its bag."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    bag_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    return (bag_of % config.n_tables) << 32 | np.asarray(indices, dtype=np.int64), bag_of
+
+
+def coalesced_layout(config, keys):
+    """Distinct ``(table, row)`` keys (sorted) in the device's coalesced bag order: bag
+    ``s * n_tables + t`` holds the ``s``-th distinct row of table ``t`` (by row number),
+    or nothing once table ``t`` has no more. Returns ``(indices, offsets, bags)``: the
+    descriptor's arrays and each key's bag."""
+    t_n = config.n_tables
+    tables = keys >> 32
+    rank = np.arange(len(keys)) - np.searchsorted(tables, tables)
+    bags = rank * t_n + tables
+    n_bags = (int(rank.max()) + 1) * t_n if len(keys) else 0
+    counts = np.zeros(n_bags, dtype=np.int64)
+    counts[bags] = 1
+    rows = np.zeros(n_bags, dtype=np.int64)
+    rows[bags] = keys & 0xFFFF_FFFF
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint32)
+    return rows[counts == 1].astype(np.uint32), offsets, bags
+
+
 def coalesce_update(config, indices, offsets, deltas):
     """The same update with every row once: ``(indices, offsets, deltas)`` of a coalesced batch.
 
     A row's contributions are summed (wrapping int32, so the result of
     :func:`embedding_update` does not change) and the rows are laid out in the
-    device's bag order: bag ``s * n_tables + t`` holds the ``s``-th distinct row
-    of table ``t`` (by row number), or nothing once table ``t`` has no more.
-    This is the sparse-gradient deduplication DLRM frameworks do before the
-    optimiser step; the device then reads and writes each row once.
+    device's bag order (:func:`coalesced_layout`). This is the sparse-gradient
+    deduplication DLRM frameworks do before the optimiser step; the device then
+    reads and writes each row once.
     """
     check_batch(config, indices, offsets)
-    t_n = config.n_tables
+    keys, bag_of = batch_keys(config, indices, offsets)
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    out_idx, new_offsets, bags = coalesced_layout(config, distinct)
+    # Each distinct row's contributions, summed: the indices sorted by row, then a
+    # segment sum (not np.add.at, which is slow).
+    order = np.argsort(inverse, kind="stable")
+    starts = np.searchsorted(inverse[order], np.arange(len(distinct)))
+    sums = np.add.reduceat(np.asarray(deltas, dtype=np.int64)[bag_of[order]], starts, axis=0)
+    out_deltas = np.zeros((len(new_offsets) - 1, config.dim), dtype=np.int32)
+    out_deltas[bags] = wrap32(sums)
+    return out_idx, new_offsets, out_deltas
+
+
+def pool_rows(config, rows, slots, offsets):
+    """Pooled vectors of a batch from its distinct rows: bag ``k`` sums ``rows[slots[i]]``
+    over its indices ``i`` (wrapping int32, as the device pools)."""
+    gathered = np.asarray(rows, dtype=np.int64)[slots]
+    sums = np.concatenate([np.zeros((1, config.dim), np.int64), np.cumsum(gathered, axis=0)])
     offsets = np.asarray(offsets, dtype=np.int64)
-    lengths = np.diff(offsets)
-    bag_of = np.repeat(np.arange(len(lengths)), lengths)
-    table_of = bag_of % t_n
-    idx = np.asarray(indices, dtype=np.int64)
-    deltas = np.asarray(deltas, dtype=np.int64)
-    per_table = []
-    for t in range(t_n):
-        sel = table_of == t
-        rows, inverse = np.unique(idx[sel], return_inverse=True)
-        acc = np.zeros((len(rows), config.dim), dtype=np.int64)
-        np.add.at(acc, inverse, deltas[bag_of[sel]])
-        per_table.append((rows, wrap32(acc)))
-    depth = max(len(rows) for rows, _ in per_table)
-    n_bags = depth * t_n
-    counts = np.zeros(n_bags, dtype=np.int64)
-    out_deltas = np.zeros((n_bags, config.dim), dtype=np.int32)
-    out_idx = np.zeros(n_bags, dtype=np.int64)
-    for t, (rows, acc) in enumerate(per_table):
-        bags = np.arange(len(rows)) * t_n + t
-        counts[bags] = 1
-        out_idx[bags] = rows
-        out_deltas[bags] = acc
-    new_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint32)
-    return out_idx[counts == 1].astype(np.uint32), new_offsets, out_deltas
+    return wrap32(sums[offsets[1:]] - sums[offsets[:-1]])
+

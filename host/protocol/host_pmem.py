@@ -13,9 +13,11 @@ and invariants apply).
 
 The media are the simulated device's (a power failure strikes them like every
 other system's), reached through the simulator's backdoor instead of CXL.mem:
-nothing moves on the device's link or through its PMEM controller. The CPU's
-time is charged from :class:`~trainingcxl.spec.config.HostPmemTiming` (cited
-measurements of Optane DC memory); the copies from
+nothing moves on the device's link or through its PMEM controller. Its loads
+and stores reach them at the media's own latency and rates (``Config.pmem``,
+the device's too), and its kernels (deduplication, pooling, the gradients'
+summing and applying) cost CPU time
+(:class:`~trainingcxl.spec.config.HostPmemTiming`); the copies are charged from
 :class:`~trainingcxl.spec.config.CopyTiming`. A fenced group of stores reaches
 the media line by line over its modelled time, so a power failure in the middle
 leaves some of its lines persistent and the rest not, as ADR would.
@@ -47,17 +49,15 @@ class HostPmemEmbeddings(SoftwareEmbeddings):
         self.timing = self.cfg.host_pmem
         self.stats.update(pmem_reads=0, pmem_writes=0, pmem_writes_data=0, pmem_writes_log=0,
                           pmem_writes_snapshot=0)
-
-    async def _cpu(self, cycles):
-        self.stats["host_cpu_cycles"] += cycles
-        await self.wait(cycles)
+        self._loaded = 0            # cycles of the last group of loads, which pooling overlaps
 
     def _line(self, addr):
         return int.from_bytes(bytes(self.media[addr]), "little")
 
     async def _read(self, media_addrs):
         """The CPU's loads: bandwidth-bound after the first one's latency."""
-        await self._cpu(self.timing.read_cycles(len(media_addrs)))
+        self._loaded = self.timing.read_cycles(self.cfg.pmem, len(media_addrs))
+        await self._cpu(self._loaded)
         self.stats["pmem_reads"] += len(media_addrs)
         return {a: self._line(a) for a in media_addrs}
 
@@ -73,7 +73,7 @@ class HostPmemEmbeddings(SoftwareEmbeddings):
         """Stores, ``clwb`` of each line and a fence: the lines reach the media in order
         over the group's modelled time, the fence returns once the last is persistent."""
         items = list(lines.items())
-        total = self.timing.write_cycles(len(items))
+        total = self.timing.write_cycles(self.cfg.pmem, len(items))
         step = -(-len(items) // _WRITE_STEPS) if items else 1
         spent = 0
         for k in range(0, len(items), step):
@@ -87,10 +87,15 @@ class HostPmemEmbeddings(SoftwareEmbeddings):
             self.stats["pmem_writes"] += len(part)
 
     async def _pooled(self, batch, rows):
-        """The CPU pooled the rows (hidden behind its loads); the pooled vectors go to the GPU."""
+        """The CPU pools the rows as its loads bring them (what the loads did not hide),
+        and the pooled vectors go to the GPU."""
+        pool = self.timing.cpu_cycles(pool=len(batch.indices) * self.cfg.dim)
+        await self._cpu(max(0, pool - self._loaded))
         await self._copy(batch.n_bags * self.cfg.dim * 4)            # host -> GPU
 
     async def _updated(self, batch, rows):
-        """The pooled gradients come from the GPU; the CPU applies them (hidden behind its
-        stores)."""
+        """The pooled gradients come from the GPU; the CPU sums each row's and applies
+        them."""
         await self._copy(batch.n_bags * self.cfg.dim * 4)            # GPU -> host
+        await self._cpu(self.timing.cpu_cycles(scatter=len(batch.indices) * self.cfg.dim,
+                                               apply=rows * self.cfg.dim))

@@ -23,7 +23,9 @@ commit record.
 
 Copies between host and GPU memory are charged with
 :class:`~trainingcxl.spec.config.CopyTiming`; the GPU's pooling and updating
-with :func:`~trainingcxl.host.model.gpu.embedding_cycles`.
+with :func:`~trainingcxl.host.model.gpu.embedding_cycles`; the CPU's
+deduplication of the batch's rows with
+:class:`~trainingcxl.spec.config.HostPmemTiming`.
 """
 
 import numpy as np
@@ -92,6 +94,11 @@ class SoftwareEmbeddings:
         self.stats["gpu_copy_bytes"] += nbytes
         await self.wait(cycles)
 
+    async def _cpu(self, cycles):
+        """The host's CPU works for ``cycles`` (and waits for it)."""
+        self.stats["host_cpu_cycles"] += cycles
+        await self.wait(cycles)
+
     async def _gpu(self, **work):
         cycles = embedding_cycles(self.cfg, **work)
         self.stats["gpu_embedding_cycles"] += cycles
@@ -126,6 +133,8 @@ class SoftwareEmbeddings:
         Returns ``(pooled, old)``: ``old`` maps ``(table, row)`` to the row read."""
         cfg = self.cfg
         rows = self._rows_of(batch)
+        # The CPU finds the distinct rows (a sort of the indices' keys) before it loads them.
+        await self._cpu(cfg.host_pmem.cpu_cycles(dedup=len(batch.indices)))
         lpr = cfg.lines_per_row
         addrs = [self._media_addr(t, r) + k for t, r in rows for k in range(lpr)]
         got = await self._read(addrs)

@@ -31,7 +31,8 @@ import numpy as np
 from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import LookupResult, lines_to_rows, rows_to_lines
 from trainingcxl.host.model.fixed import wrap32
-from trainingcxl.host.model.golden import coalesce_update
+from trainingcxl.host.model.golden import batch_keys, coalesce_update, coalesced_layout, pool_rows
+from trainingcxl.host.model.gpu import embedding_cycles
 from .checkpoints import SoftwareCheckpoints, Unchecked, device_checkpoints
 from .host_pmem import HostPmemEmbeddings
 from .order import RelaxedOrder, StrictOrder
@@ -39,6 +40,41 @@ from .software_path import SoftwareEmbeddings
 
 __all__ = ["Engines", "Software", "LookupOnly", "strategy", "CxlCache", "ExplicitCopies",
            "LookupLogs", "LoggingPass", "Unlogged"]
+
+
+def _round_chunks(cfg, n_bags):
+    """``(start, stop)`` of each descriptor of a coalesced batch of ``n_bags`` bags: whole
+    rounds of the tables (a coalesced bag's table is its number modulo ``n_tables``)
+    of at most ``max_bags``."""
+    step = cfg.max_bags // cfg.n_tables * cfg.n_tables
+    return [(start, min(n_bags, start + step)) for start in range(0, n_bags, step)]
+
+
+class RowsLookup(LookupResult):
+    """A lookup that gathers each distinct row of a batch once, for the GPU to pool.
+
+    ``keys`` are the batch's distinct ``(table, row)`` keys (:func:`batch_keys`),
+    ``slots`` each index's key, ``rows`` the rows gathered so far and ``pending``
+    the keys not yet gathered (in relaxed order, the rows the previous batch
+    updates, gathered after its update)."""
+
+    def __init__(self, batch, keys, slots):
+        super().__init__(None, ErrorCode.NONE, 0)
+        self.batch, self.keys, self.slots = batch, keys, slots
+        self.rows = np.zeros((len(keys), 0), np.int32)
+        self.pending = np.ones(len(keys), bool)
+
+
+def gathers_rows(cfg, batch, distinct):
+    """Whether a batch's lookup should gather each of its ``distinct`` rows once and let
+    the GPU pool, rather than have the device pool every index: the PMEM reads it saves
+    against the rows it sends to the GPU and the GPU's pooling kernel."""
+    (r_lines, r_cycles), lpr = cfg.pmem.read_rate, cfg.lines_per_row
+    indices = len(batch.indices)
+    saved = (indices - distinct) * lpr * r_cycles / r_lines
+    cost = distinct * lpr + embedding_cycles(cfg, gathered=indices, rows=distinct,
+                                             bags=batch.n_bags, update=False)
+    return saved > cost
 
 
 def update_chunks(cfg, batch, deltas):
@@ -51,10 +87,7 @@ def update_chunks(cfg, batch, deltas):
     the tables (a coalesced bag's table is its number modulo ``n_tables``), so the
     update's cost follows the distinct rows whatever the batch size."""
     indices, offsets, rows_deltas = coalesce_update(cfg, batch.indices, batch.offsets, deltas)
-    step = cfg.max_bags // cfg.n_tables * cfg.n_tables
-    n_bags = len(offsets) - 1
-    for start in range(0, n_bags, step):
-        stop = min(n_bags, start + step)
+    for start, stop in _round_chunks(cfg, len(offsets) - 1):
         lo, hi = int(offsets[start]), int(offsets[stop])
         yield indices[lo:hi], offsets[start:stop + 1] - offsets[start], rows_deltas[start:stop]
 
@@ -139,6 +172,21 @@ class Engines:
         await self.path.configure(run)
 
     async def lookup(self, run, b, batch, *, relaxed=False):
+        """Batch ``b``'s lookup: the device pools every index, or it gathers each distinct
+        row once and the GPU pools (:func:`gathers_rows`). In relaxed order (before
+        ``b - 1`` is updated) the device defers the rows ``b - 1`` touches, or, gathering
+        rows, the host leaves them for :meth:`finish`."""
+        keys, _ = batch_keys(run.cfg, batch.indices, batch.offsets)
+        distinct, slots = np.unique(keys, return_inverse=True)
+        if gathers_rows(run.cfg, batch, len(distinct)):
+            looked = RowsLookup(batch, distinct, slots)
+            if relaxed:
+                prev, _ = batch_keys(run.cfg, run.batch_data(b - 1).indices,
+                                     run.batch_data(b - 1).offsets)
+                await self._gather(run, b, looked, ~np.isin(distinct, prev))
+                return looked
+            await self._gather(run, b, looked, looked.pending)
+            return await self._pool(run, looked)
         dev = run.device
         await self.path.copy(run, 4 * (len(batch.indices) + len(batch.offsets)))  # host -> device
         looked = await dev.lookup(b, batch.indices, batch.offsets, relaxed=relaxed,
@@ -147,8 +195,46 @@ class Engines:
         await self.path.copy(run, batch.n_bags * run.cfg.dim * 4, hops=2)    # device -> host -> GPU
         return looked
 
+    async def _gather(self, run, b, looked, which):
+        """Gather the distinct rows ``which`` (a mask of ``looked.keys``) in coalesced
+        lookups of whole table rounds, each row once."""
+        cfg, dev = run.cfg, run.device
+        keys = looked.keys[which]
+        if looked.rows.shape[1] == 0:
+            looked.rows = np.zeros((len(looked.keys), cfg.dim), np.int32)
+        indices, offsets, bags = coalesced_layout(cfg, keys)
+        at = np.flatnonzero(which)
+        for k, (start, stop) in enumerate(_round_chunks(cfg, len(offsets) - 1)):
+            lo, hi = int(offsets[start]), int(offsets[stop])
+            await self.path.copy(run, 4 * (hi - lo + stop - start + 1))             # host -> device
+            got = await dev.lookup(b, indices[lo:hi], offsets[start:stop + 1] - offsets[start],
+                                   nolog=self.logging.nolog,
+                                   after_submit=run.hook("lookup", b) if k == 0 else None)
+            await self.path.copy(run, (hi - lo) * cfg.dim * 4, hops=2)       # device -> host -> GPU
+            mine = (bags >= start) & (bags < stop)
+            looked.rows[at[mine]] = got.pooled[bags[mine] - start]
+            looked.cycles += got.cycles
+            if got.error != ErrorCode.NONE:
+                looked.error = got.error
+                break
+        looked.pending[which] = False
+
+    async def _pool(self, run, looked):
+        """The GPU pools the gathered rows into the batch's bags."""
+        batch = looked.batch
+        cycles = embedding_cycles(run.cfg, gathered=len(batch.indices), rows=len(looked.keys),
+                                  bags=batch.n_bags, update=False)
+        run.host_stats["gpu_embedding_cycles"] = run.host_stats.get("gpu_embedding_cycles", 0) + cycles
+        await run.wait(cycles)
+        looked.pooled = pool_rows(run.cfg, looked.rows, looked.slots, batch.offsets)
+        return looked
+
     async def finish(self, run, b, looked, n_bags):
         """Add the rows a relaxed lookup of ``b`` deferred, now that ``b - 1`` is updated."""
+        if isinstance(looked, RowsLookup):
+            await self._gather(run, b, looked, looked.pending.copy())
+            await self._pool(run, looked)
+            return
         fin, _ = await run.device.finish(b, n_bags)
         looked.pooled = await run.device.pooled(b, n_bags)
         if fin != ErrorCode.NONE:

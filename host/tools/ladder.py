@@ -52,8 +52,11 @@ WORKLOADS = {w.name: w for w in (
 )}
 
 
-def overridden(workloads, assignments):
-    """The workloads with ``--set`` applied to each one's configuration."""
+def overridden(workloads, assignments, media=None):
+    """The workloads on the media profile ``media`` (``None``: their own), then with
+    ``--set`` applied to each one's configuration."""
+    if media is not None:
+        workloads = [dataclasses.replace(w, config=w.config.with_media(media)) for w in workloads]
     if not assignments:
         return workloads
     return [dataclasses.replace(w, config=with_overrides(w.config, assignments)) for w in workloads]

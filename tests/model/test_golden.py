@@ -180,3 +180,25 @@ def test_the_largest_ladder_model_trains_a_batch_on_the_host():
                                   % cfg.n_tables == 0])
     untouched = np.setdiff1d(np.arange(1000), touched)
     np.testing.assert_array_equal(trainer.tables[0][untouched], tables[0][untouched])
+
+
+def test_the_gpu_pools_distinct_rows_as_the_device_pools_bags():
+    """Each distinct row gathered once (in the coalesced layout), then pooled per bag:
+    bit-exact with pooling every index, wrapping included."""
+    from trainingcxl.spec.presets import PRESETS
+    from trainingcxl.host.model.golden import (batch_keys, coalesced_layout, embedding_bag_sum,
+                                               pool_rows)
+    cfg = PRESETS["small"]
+    rng = np.random.default_rng(4)
+    batch = SyntheticWorkload(cfg, seed=4, batch_size=32).batch(0)
+    tables = [rng.integers(-2**31, 2**31, (n, cfg.dim), dtype=np.int64).astype(np.int32)
+              for n in cfg.tables]
+    keys, _ = batch_keys(cfg, batch.indices, batch.offsets)
+    distinct, slots = np.unique(keys, return_inverse=True)
+    idx, off, bags = coalesced_layout(cfg, distinct)
+    # The device pools each coalesced bag: one row, or nothing.
+    gathered = embedding_bag_sum(cfg, tables, idx, off).pooled
+    rows = gathered[bags]
+    assert np.array_equal(rows, np.stack([tables[k >> 32][k & 0xFFFF_FFFF] for k in distinct]))
+    got = pool_rows(cfg, rows, slots, batch.offsets)
+    assert np.array_equal(got, embedding_bag_sum(cfg, tables, batch.indices, batch.offsets).pooled)

@@ -46,14 +46,16 @@ def fake_training():
     """``fake_training(name, batches=..., failures=[...], staleness=None, relaxed=None,
     defer_depth=None, pull_cycles=300, config="tiny")``: train ``batches`` batches of
     the ladder's system ``name`` on a fake device and return a :class:`FakeTraining`.
-    ``staleness`` and ``relaxed`` default to the system's."""
+    ``staleness`` and ``relaxed`` default to the system's; ``config`` is a preset's name
+    or a configuration, ``min_pooling`` the synthetic data's smallest bag."""
 
     def train(name, *, batches=6, failures=(), staleness=None, relaxed=None, defer_depth=None,
-              pull_cycles=300, config="tiny", **kwargs):
-        cfg = PRESETS[config]
+              pull_cycles=300, config="tiny", min_pooling=0, **kwargs):
+        cfg = PRESETS[config] if isinstance(config, str) else config
         sysm = system(name)
         device = FakeDevice(cfg, pull_cycles=pull_cycles, defer_depth=defer_depth)
-        data = SyntheticWorkload(cfg, seed=0, batch_size=cfg.model.batch_size)
+        data = SyntheticWorkload(cfg, seed=0, batch_size=cfg.model.batch_size,
+                                 min_pooling=min_pooling)
         run = TrainingRun(device, data, system=sysm, runtime=FakeRuntime(device),
                           failures=FakeFailures(device, failures), batches=batches, seed=0,
                           staleness=sysm.staleness if staleness is None else staleness,

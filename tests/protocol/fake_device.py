@@ -284,7 +284,8 @@ class FakeDevice(Device):
         self.clean[b % 2] = (b, arrays, relaxed, nolog)
         self.finished.discard(b)
         self._done(Op.LOOKUP, b, ErrorCode.NONE, deferred=len(deferred),
-                   committed=self._committed(), snapshot=self._snapshot())
+                   committed=self._committed(), snapshot=self._snapshot(),
+                   rows=[row for _, row in positions])
 
     async def finish(self, batch_id, n_bags):
         return await self._run(Op.FINISH, batch_id), COST[Op.FINISH]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from trainingcxl.host.protocol.systems import SYSTEMS
+from trainingcxl.spec.presets import PRESETS
 
 BATCHES = 6
 #: The systems whose device engines pool, update, log and commit.
@@ -100,3 +101,29 @@ def test_snapshots_follow_their_commit_and_stay_within_k(fake_training, name):
     assert t.run.durable >= BATCHES - k
     if k:
         assert any(e.what == "stall" for e in t.trace), "the slow pull never held a lookup"
+
+
+@pytest.mark.parametrize("relaxed", [False, True])
+def test_a_batch_of_repeated_rows_is_gathered_row_by_row_and_pooled_on_the_gpu(fake_training,
+                                                                               relaxed):
+    """When the reads it saves outweigh sending rows to the GPU (here, a GPU kernel costs
+    nothing to launch), a batch's lookups name each of its distinct rows once; in relaxed
+    order the rows the previous batch updates wait for its update, and no FINISH runs.
+    The pooled vectors and the tables stay bit-exact."""
+    import dataclasses
+    from trainingcxl.host.model.golden import batch_keys
+    cfg = PRESETS["tiny"].replace(gpu=dataclasses.replace(PRESETS["tiny"].gpu, launch_cycles=0))
+    t = fake_training("cxl", relaxed=relaxed, config=cfg, min_pooling=6, batches=BATCHES)
+    assert t.record["pooled_mismatches"] == 0 and t.record["consistent"]
+    assert all(c["tables_match"] for c in t.record["checks"])
+    for b in range(2, BATCHES + 1):
+        batch = t.run.batch_data(b)
+        keys, _ = batch_keys(cfg, batch.indices, batch.offsets)
+        looked = [row for e in t.trace if e.what == "done" and e.batch == b
+                  and e.info["op"] == "LOOKUP" for row in e.info["rows"]]
+        assert sorted(looked) == sorted({(int(k >> 32), int(k & 0xFFFF_FFFF)) for k in keys})
+        assert len(looked) < len(batch.indices)           # fewer reads than indices
+        assert t.at("FINISH", b) is None
+        if relaxed:
+            early = [e for e in t.trace if e.what == "LOOKUP" and e.batch == b]
+            assert t.trace.index(early[0]) < t.at("UPDATE", b - 1)
