@@ -886,7 +886,7 @@ class Config:
 
     def with_overrides(self, assignments):
         """This configuration with ``FIELD=VALUE`` or ``GROUP.FIELD=VALUE`` assignments
-        applied (``host_pmem.load_ns=400``, ``pmem.read_latency=80``, ``dim=32``); a
+        applied (``host_pmem.cores=6``, ``pmem.read_latency=80``, ``dim=32``); a
         value is read as JSON (numbers, lists, ``true``), else as a string.
         :class:`ConfigError` says what is wrong."""
         d = self.to_dict()

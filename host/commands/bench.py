@@ -331,8 +331,8 @@ def register(sub):
                     help=f"comma-separated systems (default: all: {', '.join(SYSTEMS)}; with "
                          f"--scale: cxl)")
     sp.add_argument("--batches", type=_at_least(3), default=None,
-                    help="batches per run; the window measured is batches 2..N (default: 8; "
-                         "with --scale: 3)")
+                    help="batches per run; the window measured is batches 2..N, with --scale "
+                         "3..N (default: 8)")
     sp.add_argument("--staleness", type=nonneg, default=None,
                     help="staleness bound K for every system (default: each system's own)")
     sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed")

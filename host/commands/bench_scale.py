@@ -27,10 +27,12 @@ __all__ = ["DEFAULT_SYSTEMS", "DEFAULT_BATCHES", "parse_sizes", "parse_batch_siz
 #: and without checkpointing (``pmem``'s CXL.mem traffic runs in gateware, see
 #: ``sim/rtl/mem_bulk.py``, so it simulates about as fast as the others).
 DEFAULT_SYSTEMS = tuple(SYSTEMS)
-#: Batches of a scale run: the window measured is batches 2..3, as a batch of 2048
-#: samples at 10^6 rows is millions of cycles (its updates and undo records are bound
-#: by the PMEM write rate).
-DEFAULT_BATCHES = 3
+#: Batches of a scale run: the window measured is batches 3..8.
+DEFAULT_BATCHES = 8
+#: Batches before the measured window: the first fills the device's state (its marks,
+#: the log ring, the first snapshot), the second is the first to overlap a batch before
+#: it; the window is a steady state of 6 batches.
+WARMUP_BATCHES = 2
 #: Shortest bag of the scale workloads (``rm_config``'s bags hold 16 to 32 rows).
 MIN_POOLING = 16
 
@@ -109,7 +111,8 @@ def run_scale(args, say):
             f"{'on' if spec['checkpointing'] else 'off'}: {ok}, {per}"
             f"simulated in {(record or {}).get('wall_s', 0):.0f} s; {time.monotonic() - t0:.0f} s so far")
 
-    results, errors = run_ladder(args, workloads, systems, say, on_result=progress)
+    results, errors = run_ladder(args, workloads, systems, say, on_result=progress,
+                                 warmup=WARMUP_BATCHES)
     summary = summarise(results, workloads, systems)
     for w in workloads:
         for s, fig in summary.get(w.name, {}).items():

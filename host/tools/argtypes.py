@@ -101,7 +101,7 @@ def save_figure(fig, path):
 def add_set_option(sp):
     """``--set GROUP.FIELD=VALUE``: change one configuration field (repeatable)."""
     sp.add_argument("--set", action="append", default=[], metavar="[GROUP.]FIELD=VALUE",
-                    help="change a configuration field, e.g. host_pmem.load_ns=400 or "
+                    help="change a configuration field, e.g. host_pmem.cores=6 or "
                          "pmem.read_latency=80 (repeatable; `trainingcxl config` lists them)")
 
 

@@ -131,7 +131,10 @@ def analyse_run(cfg, system_name, record, energy=DEFAULT_ENERGY):
 
 # -- the runs --------------------------------------------------------------------------
 
-def train_spec(index, workload, system_name, checkpointing, args, *, failures=(), config=None):
+def train_spec(index, workload, system_name, checkpointing, args, *, failures=(), config=None,
+               warmup=1):
+    """A training run of the ladder: ``workload`` on ``system_name``, its window measured
+    after ``warmup`` batches."""
     sysm = SYSTEMS[system_name]
     k = sysm.staleness if args.staleness is None else args.staleness
     cfg = config or workload.config
@@ -141,12 +144,13 @@ def train_spec(index, workload, system_name, checkpointing, args, *, failures=()
         "job": TrainJob(seed=args.seed, batches=args.batches, batch_size=workload.batch_size,
                         min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha,
                         check_every=1 << 30, relaxed=sysm.relaxed, staleness=k,
-                        system=system_name, checkpointing=checkpointing, measure_from=2,
+                        system=system_name, checkpointing=checkpointing,
+                        measure_from=warmup + 1,
                         failures=tuple(failures), test_samples=0).to_dict(),
     }
 
 
-def run_ladder(args, workloads, systems, say, on_result=None):
+def run_ladder(args, workloads, systems, say, on_result=None, warmup=1):
     """Every workload on every system, with and without checkpointing, in parallel.
 
     Returns ``{(workload, system, checkpointing): (spec, record)}`` and the failed
@@ -157,7 +161,7 @@ def run_ladder(args, workloads, systems, say, on_result=None):
     for w in workloads:
         for s in systems:
             for ckpt in (True, False):
-                specs.append(train_spec(len(specs), w, s, ckpt, args))
+                specs.append(train_spec(len(specs), w, s, ckpt, args, warmup=warmup))
     say(f"[ladder] {len(specs)} training runs ({len(workloads)} workloads x {len(systems)} "
         f"systems x checkpointing on/off), {args.batches} batches each, {args.fan_out.workers} "
         f"workers ({args.fan_out.name})")

@@ -107,10 +107,14 @@ def test_the_loader_benchmark_prints_lines_per_second(tmp_path, capsys):
 
 def test_set_changes_every_workloads_configuration():
     from trainingcxl.host.tools.ladder import overridden
-    got = overridden(list(WORKLOADS.values()), ["host_pmem.modules=6"])
-    assert [w.config.host_pmem.modules for w in got] == [6, 6]
+    got = overridden(list(WORKLOADS.values()), ["host_pmem.cores=6"])
+    assert [w.config.host_pmem.cores for w in got] == [6, 6]
     assert [w.config.hardware_digest() for w in got] == \
         [w.config.hardware_digest() for w in WORKLOADS.values()]
+    # A media profile for the whole ladder, before the assignments.
+    optane = overridden(list(WORKLOADS.values()), ["host_pmem.cores=6"], "optane")
+    assert [w.config.media_profile for w in optane] == ["optane", "optane"]
+    assert [w.config.host_pmem.cores for w in optane] == [6, 6]
     with pytest.raises(SystemExit, match="--set: 'host_pmem.speed': no field"):
         overridden(list(WORKLOADS.values()), ["host_pmem.speed=2"])
 

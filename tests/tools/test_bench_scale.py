@@ -79,7 +79,7 @@ def test_prebuild_builds_each_device_once(monkeypatch):
 
 def fake_run(monkeypatch, fail=None):
     """``run_scale`` on made-up records: cycles grow with rows and batch size."""
-    def ladder(args, workloads, systems, say, on_result=None):
+    def ladder(args, workloads, systems, say, on_result=None, warmup=1):
         results, errors = {}, []
         for w in workloads:
             for s in systems:

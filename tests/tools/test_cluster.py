@@ -217,7 +217,7 @@ def test_ray_builds_each_device_once_on_every_node(monkeypatch):
         with open_cluster("auto") as cluster:
             assert cluster.workers == 2
             # A host-side change is the same device: one build a node.
-            built = cluster.prebuild([tiny, tiny.with_overrides(["host_pmem.load_ns=400"])])
+            built = cluster.prebuild([tiny, tiny.with_overrides(["host_pmem.cores=6"])])
     finally:
         nodes.shutdown()
     assert len(built) == 2 and len({node for node, _ in built}) == 2
