@@ -79,6 +79,28 @@ def test_an_update_with_more_rows_than_a_descriptor_holds_goes_out_in_chunks(rel
         relaxed=relaxed)
 
 
+@pytest.mark.parametrize("relaxed", [False, True])
+def test_a_lookup_of_repeated_rows_reads_each_row_once(relaxed, tmp_path):
+    """Bags of 6 to 8 rows of small tables, and a GPU whose kernels cost nothing to launch:
+    every batch's lookup gathers each distinct row once (the GPU pools), so the device
+    reads each row once for the lookup and once for the update, in both orders."""
+    import dataclasses
+    from trainingcxl.host.model.data import SyntheticWorkload
+    from trainingcxl.host.model.golden import batch_keys
+    from trainingcxl.host.protocol.strategies import gathers_rows
+    cfg = CONFIG.replace(max_bags=32, gpu=dataclasses.replace(CONFIG.gpu, launch_cycles=0))
+    data = SyntheticWorkload(cfg, seed=2, batch_size=16, min_pooling=6)
+    for i in range(4):
+        b = data.batch(i)
+        keys, _ = batch_keys(cfg, b.indices, b.offsets)
+        assert gathers_rows(cfg, b, len(set(keys.tolist())))
+    rec = run("verilator", tmp_path, config=cfg, batches=4, batch_size=16, min_pooling=6,
+              relaxed=relaxed)
+    c = rec["counters"]
+    assert c["lookup_lines"] == c["update_lines"] == c["log_records"] * cfg.lines_per_row
+    assert not rec["fallbacks"]
+
+
 def test_train_criteo_sample(sim, tmp_path):
     sample = write_sample(tmp_path / "sample.tsv", lines=200, seed=4)
     rec = run(sim, tmp_path, data=str(sample), test_fraction=0.25)
