@@ -3,9 +3,8 @@ model's peak, and the simulators' speed."""
 
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import JobError, LookupJob
-from trainingcxl.host.tools.argtypes import nonneg, positive
 from . import report
-from .options import config_option, json_option
+from .options import config_option, json_option, workload_options
 
 __all__ = ["register"]
 
@@ -23,9 +22,7 @@ def register(sub):
                                     "Verilator and Icarus (tiny preset, 4 batches of 128 samples) and "
                                     "reports simulated cycles per wall-second, table load included.")
     config_option(sp, "bench")
-    LookupJob.add_arguments(sp, "batches", "batch_size", "seed", defaults=DEFAULTS,
-                            batches={"type": positive}, batch_size={"type": positive},
-                            seed={"type": nonneg})
+    workload_options(sp, LookupJob, defaults=DEFAULTS)
     json_option(sp)
     sp.set_defaults(func=run)
 

@@ -2,9 +2,8 @@
 PMEM model's read and write rates set."""
 
 from trainingcxl.host.jobs import JobError, UpdateJob
-from trainingcxl.host.tools.argtypes import nonneg, positive
 from . import report
-from .options import config_option, json_option
+from .options import config_option, json_option, workload_options
 
 __all__ = ["register"]
 
@@ -16,8 +15,7 @@ def register(sub):
                                     "read and write rates set for rewriting the touched lines "
                                     "(update_efficiency), checking the tables against the golden model.")
     config_option(sp, "bench")
-    UpdateJob.add_arguments(sp, "batches", "batch_size", "seed", batches={"type": positive},
-                            batch_size={"type": positive}, seed={"type": nonneg})
+    workload_options(sp, UpdateJob)
     json_option(sp)
     sp.set_defaults(func=run)
 

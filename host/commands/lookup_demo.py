@@ -4,9 +4,9 @@ against the golden model."""
 import time
 
 from trainingcxl.host.jobs import JobError, LookupJob
-from trainingcxl.host.tools.argtypes import nonneg, positive
+from trainingcxl.host.tools.argtypes import nonneg
 from . import report
-from .options import config_option, json_option, sim_option
+from .options import config_option, json_option, sim_option, workload_options
 
 __all__ = ["register"]
 
@@ -19,9 +19,7 @@ def register(sub):
                                     "golden model bit for bit.")
     sim_option(sp, "icarus is about 50x slower")
     config_option(sp, "small")
-    LookupJob.add_arguments(sp, "batches", "batch_size", "seed", "max_pooling",
-                            batches={"type": positive}, batch_size={"type": positive},
-                            seed={"type": nonneg}, max_pooling={"type": nonneg})
+    workload_options(sp, LookupJob, "max_pooling", max_pooling={"type": nonneg})
     json_option(sp)
     sp.add_argument("--waves", metavar="FILE",
                     help="record a waveform of the whole run into FILE (VCD for Verilator, FST "

@@ -5,10 +5,10 @@ import argparse
 
 from trainingcxl.spec.config import ConfigError
 from trainingcxl.spec.presets import PRESETS, load_config
-from trainingcxl.host.tools.argtypes import add_set_option, with_overrides
+from trainingcxl.host.tools.argtypes import add_set_option, nonneg, positive, with_overrides
 
-__all__ = ["config_arg", "config_option", "sim_option", "json_option", "resolve_config",
-           "check_device_top"]
+__all__ = ["config_arg", "config_option", "sim_option", "json_option", "workload_options",
+           "resolve_config", "check_device_top"]
 
 
 def config_arg(text):
@@ -27,6 +27,14 @@ def config_option(sp, default, device_top=True):
                          f"configuration fields (default: {default})")
     add_set_option(sp)
     sp.set_defaults(device_top=device_top)
+
+
+def workload_options(sp, job_class, *extra, defaults=None, **kwargs):
+    """``--batches``, ``--batch-size`` and ``--seed`` of ``job_class`` (and the fields
+    ``extra``), their defaults and help from the job's declaration."""
+    job_class.add_arguments(sp, "batches", "batch_size", "seed", *extra, defaults=defaults,
+                            batches={"type": positive}, batch_size={"type": positive},
+                            seed={"type": nonneg}, **kwargs)
 
 
 def sim_option(sp, note="icarus is about 30x slower, use --config tiny"):

@@ -11,7 +11,7 @@ from trainingcxl.host.jobs import JobError, TrainJob
 from trainingcxl.host.tools.argtypes import fraction, nonneg, positive, save_figure
 from trainingcxl.host.tools.plans import add_failure_options, failure_plan, failure_summary, staleness
 from . import report
-from .options import config_arg, sim_option
+from .options import config_arg, sim_option, workload_options
 from .train_targets import Board, SimulatedBoard, add_target_options
 
 __all__ = ["register"]
@@ -36,8 +36,7 @@ def register(sub):
                     help=f"a preset ({', '.join(PRESETS)}) or a .json/.toml file of configuration "
                          f"fields (default: small; on board targets the board's own)")
     add_set_option(sp)
-    TrainJob.add_arguments(sp, "batches", "batch_size", "seed", batches={"type": positive},
-                           batch_size={"type": positive}, seed={"type": nonneg})
+    workload_options(sp, TrainJob)
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT, with the "
                                                   "job and a provenance record")
     sp.add_argument("--from-json", metavar="FILE",
