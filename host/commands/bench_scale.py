@@ -172,7 +172,7 @@ def report(result, say):
     the PMEM bound of the same batches, :mod:`trainingcxl.host.model.bound`), then the
     recovery runs."""
     head = (f"  {'batch':>6} {'system':<9} {'cyc/batch':>11} {'ckpt ovh':>9} {'bound':>10} "
-            f"{'of bound':>8} {'PMEM wr B':>11} "
+            f"{'of bound':>8} {'fallbk':>6} {'PMEM wr B':>11} "
             f"{'link B':>11} {'energy mJ':>10} {'sim s':>7} {'cyc/s':>9}  speedup and energy "
             f"saving over host-pmem, pmem")
     for size in result["sizes"]:
@@ -186,6 +186,7 @@ def report(result, say):
             say(f"  {r['batch_size']:>6} {r['system']:<9} {r['cycles_per_batch']:>11,.0f} "
                 f"{_num(r.get('checkpoint_overhead'), '.2%', width=9)} "
                 f"{r['bound_cycles']:>10,.0f} {r['fraction_of_bound']:>8.1%} "
+                f"{r.get('strict_fallbacks', 0):>6} "
                 f"{r['pmem_bytes_written_per_batch']['total']:>11,.0f} "
                 f"{r['link_bytes_per_batch']:>11,.0f} {1e3 * r['energy_per_batch_j']:>10.3f} "
                 f"{r['sim_wall_s']:>7.1f} {_num(r['sim_cycles_per_s'], ',.0f', width=9)}  "

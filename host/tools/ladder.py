@@ -238,6 +238,8 @@ def summarise(results, workloads, systems):
                 bound = window_bound_cycles(w, on[1], on[0]["job"]["seed"])
             fig["bound_cycles"] = bound
             fig["fraction_of_bound"] = bound / fig["cycles_per_batch"]
+            # Relaxed lookups that overflowed the deferred list and were redone in strict order.
+            fig["strict_fallbacks"] = on[1].get("fallbacks", 0)
             rows[s] = fig
         for base in BASELINES:
             bf, key = rows.get(base), baseline_key(base)
