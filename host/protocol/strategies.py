@@ -65,16 +65,24 @@ class RowsLookup(LookupResult):
         self.pending = np.ones(len(keys), bool)
 
 
+#: How much more the PMEM reads a row gather saves must weigh than what it adds: the
+#: estimate leaves out the descriptors' and completions' latency and, on a non-coherent
+#: link, the copies' setup.
+ROWS_MARGIN = 2
+
+
 def gathers_rows(cfg, batch, distinct):
     """Whether a batch's lookup should gather each of its ``distinct`` rows once and let
     the GPU pool, rather than have the device pool every index: the PMEM reads it saves
-    against the rows it sends to the GPU and the GPU's pooling kernel."""
+    against the lines it sends to the GPU beyond the pooled bags' and the GPU's pooling
+    kernel, with a margin (:data:`ROWS_MARGIN`)."""
     (r_lines, r_cycles), lpr = cfg.pmem.read_rate, cfg.lines_per_row
     indices = len(batch.indices)
     saved = (indices - distinct) * lpr * r_cycles / r_lines
-    cost = distinct * lpr + embedding_cycles(cfg, gathered=indices, rows=distinct,
-                                             bags=batch.n_bags, update=False)
-    return saved > cost
+    cost = (max(0, distinct - batch.n_bags) * lpr
+            + embedding_cycles(cfg, gathered=indices, rows=distinct, bags=batch.n_bags,
+                               update=False))
+    return saved > ROWS_MARGIN * cost
 
 
 def update_chunks(cfg, batch, deltas):
