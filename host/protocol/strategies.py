@@ -183,15 +183,23 @@ class Engines:
         """Batch ``b``'s lookup: the device pools every index, or it gathers each distinct
         row once and the GPU pools (:func:`gathers_rows`). In relaxed order (before
         ``b - 1`` is updated) the device defers the rows ``b - 1`` touches, or, gathering
-        rows, the host leaves them for :meth:`finish`."""
+        rows, the host leaves them for :meth:`finish`; a batch whose deferred indices
+        would not fit the device's list gathers rows, so the overlap never falls back to
+        strict order."""
         keys, _ = batch_keys(run.cfg, batch.indices, batch.offsets)
         distinct, slots = np.unique(keys, return_inverse=True)
-        if gathers_rows(run.cfg, batch, len(distinct)):
+        shared = None
+        if relaxed:
+            prev, _ = batch_keys(run.cfg, run.batch_data(b - 1).indices,
+                                 run.batch_data(b - 1).offsets)
+            shared = np.isin(distinct, prev)
+        # The device would defer every index of a row the batch before touches: more than
+        # its deferred list holds, and the lookup would be redone in strict order.
+        overflows = shared is not None and int(shared[slots].sum()) > run.cfg.defer_depth
+        if overflows or gathers_rows(run.cfg, batch, len(distinct)):
             looked = RowsLookup(batch, distinct, slots)
             if relaxed:
-                prev, _ = batch_keys(run.cfg, run.batch_data(b - 1).indices,
-                                     run.batch_data(b - 1).offsets)
-                await self._gather(run, b, looked, ~np.isin(distinct, prev))
+                await self._gather(run, b, looked, ~shared)
                 return looked
             await self._gather(run, b, looked, looked.pending)
             return await self._pool(run, looked)

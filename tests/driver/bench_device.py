@@ -14,7 +14,7 @@ from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.spec.registers import Reg
 from trainingcxl.spec.cxl_messages import S2MNdrOpcode
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
+from trainingcxl.host.model.golden import batch_keys, embedding_bag_sum, embedding_update
 from trainingcxl.host.driver.device import DeviceError
 from trainingcxl.host.driver.ports import DeviceTB
 from trainingcxl.sim.bench_env import bench_args, bench_config
@@ -413,4 +413,31 @@ async def test_relaxed_lookup_matches_strict(dut):
     got = await tb.read_tables()
     for k in range(cfg.n_tables):
         np.testing.assert_array_equal(got[k], want[k])
+    tb.check_models()
+
+
+@cocotb.test()
+async def test_relaxed_lookup_overflows_its_deferred_list(dut):
+    """A relaxed lookup that would defer more indices than the deferred list holds
+    completes with DEFER_OVERFLOW; the lookup in strict order after the update matches
+    the golden model."""
+    tb = await started(dut, seed=7)
+    cfg = tb.config
+    tables = initial_tables(cfg, seed=7, scale=0.5)
+    await tb.load_tables(tables)
+    wl = SyntheticWorkload(cfg, seed=7, batch_size=cfg.max_bags // cfg.n_tables, min_pooling=6)
+    b0, b1 = wl.batch(0), wl.batch(1)
+    assert (await tb.lookup(0, b0.indices, b0.offsets)).error == ErrorCode.NONE
+    before, _ = batch_keys(cfg, b0.indices, b0.offsets)
+    after, _ = batch_keys(cfg, b1.indices, b1.offsets)
+    assert int(np.isin(after, before).sum()) > cfg.defer_depth
+    early = await tb.lookup(1, b1.indices, b1.offsets, relaxed=True)
+    assert early.error == ErrorCode.DEFER_OVERFLOW, early.error
+    deltas = np.random.default_rng(7).integers(-2**16, 2**16, size=(b0.n_bags, cfg.dim)).astype(np.int32)
+    error, _ = await tb.update(0, b0.indices, b0.offsets, deltas)
+    assert error == ErrorCode.NONE, error
+    want = embedding_update(cfg, tables, b0.indices, b0.offsets, deltas)
+    res = await tb.lookup(1, b1.indices, b1.offsets)
+    assert res.error == ErrorCode.NONE, res.error
+    np.testing.assert_array_equal(res.pooled, embedding_bag_sum(cfg, want, b1.indices, b1.offsets).pooled)
     tb.check_models()

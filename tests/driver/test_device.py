@@ -74,3 +74,7 @@ def test_update(sim):
 def test_relaxed_lookup_matches_strict(sim):
     run_bench(sim, CONFIG, BENCH, testcase="test_relaxed_lookup_matches_strict",
               args={"seed": 6, "batches": 4, "batch_size": 4})
+
+
+def test_relaxed_lookup_overflows_its_deferred_list():
+    run_bench("verilator", CONFIG, BENCH, testcase="test_relaxed_lookup_overflows_its_deferred_list")

@@ -118,9 +118,15 @@ def test_relaxed_order_trains_bit_identically(sim, tmp_path):
     assert relaxed["counters"]["update_lines"] == strict["counters"]["update_lines"]
 
 
-def test_relaxed_order_falls_back_when_the_deferred_list_overflows(sim, tmp_path):
+def test_relaxed_order_gathers_rows_where_the_deferred_list_would_overflow(sim, tmp_path):
+    """With a deferred list of 2 entries nearly every relaxed lookup would overflow it:
+    the host sees that coming and gathers those batches' rows instead (the rows the batch
+    before touches after its update), so the overlap never falls back to strict order
+    and trains as strict order does. (The device's DEFER_OVERFLOW itself:
+    tests/driver/test_device.py.)"""
     small_list = CONFIG.replace(defer_depth=2)
     strict = run(sim, tmp_path, config=small_list)
     relaxed = run(sim, tmp_path, config=small_list, relaxed=True)
-    assert relaxed["fallbacks"] > 0
+    assert relaxed["fallbacks"] == 0
+    assert relaxed["counters"]["lookup_lines"] < strict["counters"]["lookup_lines"]
     assert relaxed["loss"] == strict["loss"]
