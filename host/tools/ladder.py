@@ -202,16 +202,18 @@ def recovery_row(spec, record, error):
 
 
 #: The speed runs: ``train --config small`` on Verilator, and a run small enough for Icarus.
-def window_bound_cycles(workload, record, seed):
+def window_bound_cycles(workload, record, seed, staleness):
     """The PMEM bound (:mod:`trainingcxl.host.model.bound`) per batch of a run's measured
-    window: the same batches every system of ``workload`` trains."""
+    window (the same batches every system of ``workload`` trains), with snapshots at
+    least every ``staleness + 1`` batches."""
     from trainingcxl.host.model.bound import window_bound
     from trainingcxl.host.model.data import SyntheticWorkload
     w = record["window"]
     data = SyntheticWorkload(workload.config, seed=seed, batch_size=workload.batch_size,
                              min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha)
     return window_bound(workload.config,
-                        [data.batch(b - 1) for b in range(w["first_batch"], w["last_batch"] + 1)])
+                        [data.batch(b - 1) for b in range(w["first_batch"], w["last_batch"] + 1)],
+                        staleness=staleness)
 
 
 def summarise(results, workloads, systems):
@@ -221,7 +223,6 @@ def summarise(results, workloads, systems):
     out = {}
     for w in workloads:
         rows = {}
-        bound = None
         for s in systems:
             on = results.get((w.name, s, True))
             off = results.get((w.name, s, False))
@@ -234,8 +235,8 @@ def summarise(results, workloads, systems):
                 fig["checkpoint_overhead"] = fig["cycles_per_batch"] / base["cycles_per_batch"] - 1
             fig["golden_match"] = bool(on[1].get("golden_match")) and bool(off and off[1]
                                                                         and off[1].get("golden_match"))
-            if bound is None:
-                bound = window_bound_cycles(w, on[1], on[0]["job"]["seed"])
+            bound = window_bound_cycles(w, on[1], on[0]["job"]["seed"],
+                                        on[0]["job"].get("staleness") or 0)
             fig["bound_cycles"] = bound
             fig["fraction_of_bound"] = bound / fig["cycles_per_batch"]
             # Relaxed lookups that overflowed the deferred list and were redone in strict order.

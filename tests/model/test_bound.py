@@ -24,6 +24,9 @@ def test_the_bound_counts_distinct_rows_once():
     assert b.lines_read == 3 * cfg.lines_per_row
     undo = 3 * cfg.lines_per_row + -(-3 // GROUP_RECORDS)
     assert b.lines_written == 3 * cfg.lines_per_row + undo + 1 + cfg.mlp_lines + 1
+    # With K = 1 a snapshot every other batch at least: half a snapshot a batch.
+    half = batch_bound(cfg, batch, staleness=1)
+    assert half.lines_written == b.lines_written - (cfg.mlp_lines + 1) / 2
     (wl, wc) = cfg.pmem.write_rate
     assert b.write_cycles == b.lines_written * wc / wl
     assert b.cycles == max(b.read_cycles, b.write_cycles)

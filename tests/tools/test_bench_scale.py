@@ -142,7 +142,7 @@ def test_report_json_and_plot_of_a_fake_scale_run(monkeypatch, tmp_path):
     # The PMEM bound of the window's batches, the same for every system.
     assert row["bound_cycles"] > 0 and row["fraction_of_bound"] == row["bound_cycles"] / (cyc / 2)
     assert len({r["bound_cycles"] for r in out["grid"]
-                if (r["size"], r["batch_size"]) == ("rm-100k", 256)}) == 1
+                if (r["size"], r["batch_size"]) == ("rm-100k", 256)}) == 1      # K alike
     assert {d["hardware_digest"] for d in out["devices"].values()} == {
         w.config.hardware_digest() for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))}
     assert [(r["size"], r["recovery_cycles"], r["rolled_back"], r["recovery_lines"])
