@@ -58,10 +58,10 @@ class RowsLookup(LookupResult):
     the keys not yet gathered (in relaxed order, the rows the previous batch
     updates, gathered after its update)."""
 
-    def __init__(self, batch, keys, slots):
+    def __init__(self, batch, keys, slots, dim):
         super().__init__(None, ErrorCode.NONE, 0)
         self.batch, self.keys, self.slots = batch, keys, slots
-        self.rows = np.zeros((len(keys), 0), np.int32)
+        self.rows = np.zeros((len(keys), dim), np.int32)
         self.pending = np.ones(len(keys), bool)
 
 
@@ -197,7 +197,7 @@ class Engines:
         # its deferred list holds, and the lookup would be redone in strict order.
         overflows = shared is not None and int(shared[slots].sum()) > run.cfg.defer_depth
         if overflows or gathers_rows(run.cfg, batch, len(distinct)):
-            looked = RowsLookup(batch, distinct, slots)
+            looked = RowsLookup(batch, distinct, slots, run.cfg.dim)
             if relaxed:
                 await self._gather(run, b, looked, ~shared)
                 return looked
@@ -215,10 +215,7 @@ class Engines:
         """Gather the distinct rows ``which`` (a mask of ``looked.keys``) in coalesced
         lookups of whole table rounds, each row once."""
         cfg, dev = run.cfg, run.device
-        keys = looked.keys[which]
-        if looked.rows.shape[1] == 0:
-            looked.rows = np.zeros((len(looked.keys), cfg.dim), np.int32)
-        indices, offsets, bags = coalesced_layout(cfg, keys)
+        indices, offsets, bags = coalesced_layout(cfg, looked.keys[which])
         at = np.flatnonzero(which)
         for k, (start, stop) in enumerate(_round_chunks(cfg, len(offsets) - 1)):
             lo, hi = int(offsets[start]), int(offsets[stop])
