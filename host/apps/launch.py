@@ -35,11 +35,11 @@ def launch(job, config, *, sim="verilator", top="device", waves=None, capture=Fa
 
     A run that failed raises :class:`~trainingcxl.sim.runner.BenchFailure`; its
     ``record`` is what the run wrote before it failed (a golden mismatch, an
-    inconsistent recovery), or ``None``. ``waves``: a
-    path to copy a waveform of the run to. ``capture``: the simulator's own output
-    goes to a log whose tail ends the error message (for workers running many
-    jobs side by side); else the build's and the application's lines go to stderr.
-    ``work_dir``: where the simulator runs (default: a temporary folder).
+    inconsistent recovery), or ``None``. ``waves``: a path to copy a waveform of
+    the run to. ``capture``: the simulator's own output goes to a log whose tail
+    ends the error message (for workers running many jobs side by side); else the
+    build's and the application's lines go to stderr. ``work_dir``: where the
+    simulator's temporary folder goes.
     """
     from trainingcxl.sim.runner import BenchFailure, run_bench, waves_file
     with tempfile.TemporaryDirectory(prefix="trainingcxl-job-", dir=work_dir) as tmp:
