@@ -116,7 +116,9 @@ class LocalPool(Cluster):
             pool = ProcessPoolExecutor(max_workers=self._workers)
             try:
                 pending = {pool.submit(fn, item): i for i, item in left.items()}
-                for i in left:
+                # A broken pool fails every task it holds, queued ones too: only those
+                # a worker could have started count an attempt.
+                for i in list(left)[:self._workers]:
                     attempts[i] += 1
                 while pending:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)

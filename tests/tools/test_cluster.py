@@ -119,6 +119,8 @@ def _campaign(tmp_path, name, *extra):
                  "--reproducers", str(tmp_path / f"{name}-repro"), *extra])
     rec = json.loads(out.read_text())
     assert code == 0, rec["run_details"]
+    # Where and when it ran (the command line, the times) differs by design.
+    assert rec.pop("provenance")["command_line"].startswith("trainingcxl campaign")
     return rec, rec.pop("execution")
 
 
