@@ -4,16 +4,15 @@ the records of the batches live at once, and a snapshot slot the MLPs."""
 import numpy as np
 
 from trainingcxl.spec.config import GROUP_RECORDS
+from .golden import batch_keys
 
 __all__ = ["distinct_rows", "check_checkpoint_regions"]
 
 
 def distinct_rows(config, batch):
     """Distinct ``(table, row)`` pairs of a CSR batch: the undo records its lookup writes."""
-    lengths = np.diff(np.asarray(batch.offsets, dtype=np.int64))
-    tables = np.repeat(np.arange(len(lengths)) % config.n_tables, lengths)
-    rows = np.asarray(batch.indices, dtype=np.int64)
-    return len(np.unique(tables * (1 << 32) + rows))
+    keys, _ = batch_keys(config, batch.indices, batch.offsets)
+    return len(np.unique(keys))
 
 
 def check_checkpoint_regions(config, batch_size, batches=None, *, relaxed=True):

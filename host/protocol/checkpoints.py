@@ -18,6 +18,8 @@ flight, a ``SNAPSHOT_MLP`` not yet waited for) lives here, not in the run:
 * :class:`Unchecked`: nothing is checkpointed.
 """
 
+from abc import ABC, abstractmethod
+
 from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import Recovery
 
@@ -89,7 +91,7 @@ class Unchecked(Checkpoints):
         return await self._recover(run)
 
 
-class _DeviceCheckpoints(Checkpoints):
+class _DeviceCheckpoints(Checkpoints, ABC):
     """The device's checkpoint engine commits and pulls snapshots, the snapshots at most
     ``k`` batches behind the commits; ``path`` is how the MLP reaches the device
     (:mod:`.strategies`)."""
@@ -137,9 +139,10 @@ class _DeviceCheckpoints(Checkpoints):
     async def _before_snapshot(self, run):
         """What must be done before the staged copy may change."""
 
+    @abstractmethod
     async def _pull(self, run, b):
-        """Start the pull of batch ``b``'s staged MLP."""
-        raise NotImplementedError
+        """Start the pull of batch ``b``'s staged MLP: waited for (K = 0,
+        :class:`WaitedSnapshots`) or queued behind the commit (:class:`QueuedSnapshots`)."""
 
     async def _after_pull(self, run, b):
         """What the host waits for once the pull of ``b`` is started."""
