@@ -7,7 +7,7 @@ import numpy as np
 from trainingcxl.host.model.fixed import fits32, wrap32
 
 __all__ = ["PoolResult", "embedding_bag_sum", "embedding_update", "check_batch", "coalesce_update",
-           "batch_keys", "coalesced_layout", "pool_rows",
+           "key_deltas", "coalesced_deltas", "batch_keys", "coalesced_layout", "pool_rows",
            "touched_rows"]
 
 
@@ -145,27 +145,40 @@ def coalesced_layout(config, keys):
     return rows[counts == 1].astype(np.uint32), offsets, bags
 
 
+def key_deltas(config, indices, offsets, deltas):
+    """A batch's distinct ``(table, row)`` keys (sorted, :func:`batch_keys`) and each one's
+    contributions summed (wrapping int32): the sparse-gradient deduplication DLRM
+    frameworks do before the optimiser step."""
+    check_batch(config, indices, offsets)
+    keys, bag_of = batch_keys(config, indices, offsets)
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    # The indices sorted by row, then a segment sum (not np.add.at, which is slow).
+    order = np.argsort(inverse, kind="stable")
+    starts = np.searchsorted(inverse[order], np.arange(len(distinct)))
+    deltas = np.asarray(deltas, dtype=np.int64)
+    if not len(distinct):
+        return distinct, np.zeros((0, config.dim), np.int32)
+    return distinct, wrap32(np.add.reduceat(deltas[bag_of[order]], starts, axis=0))
+
+
+def coalesced_deltas(config, keys, sums):
+    """:func:`key_deltas`'s ``keys`` and ``sums`` as a coalesced update's ``(indices,
+    offsets, deltas)``, in the device's bag order (:func:`coalesced_layout`)."""
+    out_idx, new_offsets, bags = coalesced_layout(config, keys)
+    out_deltas = np.zeros((len(new_offsets) - 1, config.dim), dtype=np.int32)
+    out_deltas[bags] = sums
+    return out_idx, new_offsets, out_deltas
+
+
 def coalesce_update(config, indices, offsets, deltas):
     """The same update with every row once: ``(indices, offsets, deltas)`` of a coalesced batch.
 
     A row's contributions are summed (wrapping int32, so the result of
-    :func:`embedding_update` does not change) and the rows are laid out in the
-    device's bag order (:func:`coalesced_layout`). This is the sparse-gradient
-    deduplication DLRM frameworks do before the optimiser step; the device then
+    :func:`embedding_update` does not change, :func:`key_deltas`) and the rows are
+    laid out in the device's bag order (:func:`coalesced_layout`); the device then
     reads and writes each row once.
     """
-    check_batch(config, indices, offsets)
-    keys, bag_of = batch_keys(config, indices, offsets)
-    distinct, inverse = np.unique(keys, return_inverse=True)
-    out_idx, new_offsets, bags = coalesced_layout(config, distinct)
-    # Each distinct row's contributions, summed: the indices sorted by row, then a
-    # segment sum (not np.add.at, which is slow).
-    order = np.argsort(inverse, kind="stable")
-    starts = np.searchsorted(inverse[order], np.arange(len(distinct)))
-    sums = np.add.reduceat(np.asarray(deltas, dtype=np.int64)[bag_of[order]], starts, axis=0)
-    out_deltas = np.zeros((len(new_offsets) - 1, config.dim), dtype=np.int32)
-    out_deltas[bags] = wrap32(sums)
-    return out_idx, new_offsets, out_deltas
+    return coalesced_deltas(config, *key_deltas(config, indices, offsets, deltas))
 
 
 def pool_rows(config, rows, slots, offsets):

@@ -25,7 +25,7 @@ class StrictOrder:
     async def during_gpu(self, run, b, nxt):
         """Let the GPU step of ``b`` pass; returns the next batch's lookup if it ran early
         (``nxt``: the next batch's data, ``None`` after the last)."""
-        await run.wait(run.gpu_cycles)
+        await run.gpu_step()
         return None
 
     async def after_update(self, run, b, early, nxt):
@@ -43,7 +43,7 @@ class RelaxedOrder(StrictOrder):
         if nxt is None:
             return await super().during_gpu(run, b, nxt)
         task = run.runtime.spawn(run.strategy.lookup(run, b + 1, nxt, relaxed=True))
-        await run.wait(run.gpu_cycles)
+        await run.gpu_step()
         return await task
 
     async def after_update(self, run, b, early, nxt):

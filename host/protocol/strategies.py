@@ -31,7 +31,8 @@ import numpy as np
 from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import LookupResult, lines_to_rows, rows_to_lines
 from trainingcxl.host.model.fixed import wrap32
-from trainingcxl.host.model.golden import batch_keys, coalesce_update, coalesced_layout, pool_rows
+from trainingcxl.host.model.golden import (batch_keys, coalesce_update, coalesced_deltas,
+                                           coalesced_layout, key_deltas, pool_rows)
 from trainingcxl.host.model.gpu import embedding_cycles
 from .checkpoints import SoftwareCheckpoints, Unchecked, device_checkpoints
 from .host_pmem import HostPmemEmbeddings
@@ -85,16 +86,17 @@ def gathers_rows(cfg, batch, distinct):
     return saved > ROWS_MARGIN * cost
 
 
-def update_chunks(cfg, batch, deltas):
+def update_chunks(cfg, keys, sums):
     """A batch's update as coalesced ``UPDATE`` descriptors: ``(indices, offsets,
-    deltas)`` of each.
+    deltas)`` of each, from its distinct ``keys`` and their summed deltas
+    (:func:`~trainingcxl.host.model.golden.key_deltas`).
 
     The GPU sums each row's contributions (sparse-gradient deduplication), so the
     device reads and writes every distinct row once. A batch with more distinct
     rows than a descriptor's ``max_bags`` goes out in chunks of whole rounds of
     the tables (a coalesced bag's table is its number modulo ``n_tables``), so the
     update's cost follows the distinct rows whatever the batch size."""
-    indices, offsets, rows_deltas = coalesce_update(cfg, batch.indices, batch.offsets, deltas)
+    indices, offsets, rows_deltas = coalesced_deltas(cfg, keys, sums)
     for start, stop in _round_chunks(cfg, len(offsets) - 1):
         lo, hi = int(offsets[start]), int(offsets[stop])
         yield indices[lo:hi], offsets[start:stop + 1] - offsets[start], rows_deltas[start:stop]
@@ -161,6 +163,9 @@ class Engines:
 
     def __init__(self, *, path, logging, checkpoints):
         self.path, self.logging, self.checkpoints = path, logging, checkpoints
+        # The GPU's copy of the rows it gathered for a batch, as that batch's update
+        # leaves them: ``(batch, keys, rows)`` (relaxed order, rows gathered).
+        self._carry = None
 
     def stats(self):
         """What the host did beside the device, to add to the run's ``host`` figures."""
@@ -176,6 +181,8 @@ class Engines:
         return RelaxedOrder()
 
     async def configure(self, run):
+        # At power-up the GPU's memory is empty: nothing carries over.
+        self._carry = None
         await self.checkpoints.configure(run)
         await self.path.configure(run)
 
@@ -232,20 +239,44 @@ class Engines:
                 break
         looked.pending[which] = False
 
-    async def _pool(self, run, looked):
-        """The GPU pools the gathered rows into the batch's bags."""
+    async def _pool(self, run, looked, now=True):
+        """The GPU pools the gathered rows into the batch's bags, at once, or (``now``
+        false) as the first kernel of the batch's GPU step, beside what the device does
+        then."""
         batch = looked.batch
         cycles = embedding_cycles(run.cfg, gathered=len(batch.indices), rows=len(looked.keys),
                                   bags=batch.n_bags, update=False)
         run.host_stats["gpu_embedding_cycles"] = run.host_stats.get("gpu_embedding_cycles", 0) + cycles
-        await run.wait(cycles)
+        if now:
+            await run.wait(cycles)
+        else:
+            run.gpu_owed += cycles
         looked.pooled = pool_rows(run.cfg, looked.rows, looked.slots, batch.offsets)
         return looked
 
     async def finish(self, run, b, looked, n_bags):
-        """Add the rows a relaxed lookup of ``b`` deferred, now that ``b - 1`` is updated."""
+        """Add the rows a relaxed lookup of ``b`` deferred, now that ``b - 1`` is updated.
+
+        Gathering rows, the GPU has the rows ``b - 1`` touched as its update left them
+        (it gathered them and computed their deltas): it pools and begins ``b``'s step
+        at once, while the device reads those rows for ``b``'s undo log (as ``b - 1``
+        left them) and the host checks them against the GPU's copy."""
         if isinstance(looked, RowsLookup):
-            await self._gather(run, b, looked, looked.pending.copy())
+            which = looked.pending.copy()
+            if self._carry is not None and self._carry[0] == b - 1:
+                _, keys, rows = self._carry
+                looked.rows[which] = rows[np.searchsorted(keys, looked.keys[which])]
+                looked.pending[which] = False
+                await self._pool(run, looked, now=False)
+                run.gpu_begins()
+                if not self.logging.nolog:      # a logging pass or no log: nothing to read
+                    carried = looked.rows[which]
+                    await self._gather(run, b, looked, which)
+                    if looked.error == ErrorCode.NONE and not np.array_equal(
+                            looked.rows[which], carried):
+                        run.record["pooled_mismatches"] += 1    # the GPU's copy is not the media's
+                return
+            await self._gather(run, b, looked, which)
             await self._pool(run, looked)
             return
         fin, _ = await run.device.finish(b, n_bags)
@@ -261,13 +292,17 @@ class Engines:
             return logged
         run.enter("update", b)
         error = ErrorCode.NONE
-        for k, (indices, offsets, rows_deltas) in enumerate(update_chunks(run.cfg, batch, deltas)):
+        keys, sums = key_deltas(run.cfg, batch.indices, batch.offsets, deltas)
+        self._carry = None
+        for k, (indices, offsets, rows_deltas) in enumerate(update_chunks(run.cfg, keys, sums)):
             # GPU -> host -> device
             await self.path.copy(run, (len(offsets) - 1) * run.cfg.dim * 4, hops=2)
             error, _ = await run.device.update(b, indices, offsets, rows_deltas, coalesced=True,
                                                after_submit=run.hook("update", b) if k == 0 else None)
             if error != ErrorCode.NONE:
-                break
+                return error
+        if run.relaxed and isinstance(looked, RowsLookup):
+            self._carry = (b, keys, wrap32(looked.rows.astype(np.int64) - sums))
         return error
 
 

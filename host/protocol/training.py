@@ -108,6 +108,9 @@ class TrainingRun:
         self.limit = 4 * batches if extend else batches
         self.log = log
         self.gpu_cycles = step_cost(self.cfg, data.batch_size).cycles
+        # The next GPU step: kernels to run before its MLPs, and when it began if it did
+        # before the host let it (:meth:`gpu_begins`, :meth:`gpu_step`).
+        self.gpu_owed, self.gpu_from = 0, None
         self.phase, self.batch = "format", 0
         self.phase_start = {}
         self._accounted = 0
@@ -187,6 +190,22 @@ class TrainingRun:
     async def wait(self, cycles):
         """Let ``cycles`` of modelled host-side time pass (the device runs on)."""
         await self.runtime.wait(cycles)
+
+    def gpu_begins(self, kernels=0):
+        """The GPU has what its next step needs and begins it now, with ``kernels`` cycles
+        of work before the MLPs (the pooling of rows it holds), while the host still
+        drives the device."""
+        self.gpu_owed += kernels
+        self.gpu_from = self.now()
+
+    async def gpu_step(self):
+        """Let a batch's GPU step pass: its MLPs and the kernels before them, less what
+        has passed since it began (:meth:`gpu_begins`)."""
+        cycles = self.gpu_cycles + self.gpu_owed
+        if self.gpu_from is not None:
+            cycles -= self.now() - self.gpu_from
+        self.gpu_owed, self.gpu_from = 0, None
+        await self.wait(cycles)
 
     async def copy(self, nbytes, hops=1):
         """An explicit DMA copy of ``nbytes`` (``near-data``): ``hops`` copies through host
@@ -343,7 +362,7 @@ class TrainingRun:
 
     async def _cut_power(self):
         await self.failures.cut(self)
-        self.gpu = None                 # the GPU's parameters are gone
+        self.gpu, self.gpu_owed, self.gpu_from = None, 0, None     # the GPU's state is gone
 
     async def _power_failure(self):
         """Cut the power, recover, check the invariants; returns the batch to resume at."""

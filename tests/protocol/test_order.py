@@ -127,3 +127,41 @@ def test_a_batch_of_repeated_rows_is_gathered_row_by_row_and_pooled_on_the_gpu(f
         if relaxed:
             early = [e for e in t.trace if e.what == "LOOKUP" and e.batch == b]
             assert t.trace.index(early[0]) < t.at("UPDATE", b - 1)
+
+
+def _rows_config():
+    import dataclasses
+    return PRESETS["tiny"].replace(gpu=dataclasses.replace(PRESETS["tiny"].gpu, launch_cycles=0))
+
+
+def test_relaxed_order_pools_the_rows_the_batch_before_updated_from_the_gpus_copy(fake_training):
+    """Gathering rows in relaxed order, the GPU pools batch b and begins its step at once
+    after UPDATE(b - 1), from its own copy of the rows b - 1 updated; the device reads
+    those rows (and logs them as b - 1 left them) meanwhile, before COMMIT(b - 1)."""
+    t = fake_training("cxl", relaxed=True, config=_rows_config(), min_pooling=6,
+                      batches=BATCHES)
+    assert t.record["pooled_mismatches"] == 0 and t.record["consistent"]
+    for b in range(3, BATCHES + 1):
+        updated = t.done("UPDATE", b - 1)[0]
+        late = [i for i, e in enumerate(t.trace) if e.what == "LOOKUP" and e.batch == b
+                and i > updated]
+        assert late, f"no row of batch {b} was read after UPDATE({b - 1})"
+        assert late[-1] < t.at("COMMIT", b - 1)
+        assert t.run.gpu_from is None           # every step's early start was taken
+
+
+def test_the_device_checks_the_gpus_copy_of_the_rows(fake_training, monkeypatch):
+    """A copy that differs from the rows on the media is caught when the device reads them."""
+    from trainingcxl.host.protocol.strategies import Engines
+    update = Engines.update
+
+    async def corrupting(self, run, b, *args):
+        error = await update(self, run, b, *args)
+        if self._carry is not None:
+            self._carry[2][0, 0] += 1
+        return error
+
+    monkeypatch.setattr(Engines, "update", corrupting)
+    t = fake_training("cxl", relaxed=True, config=_rows_config(), min_pooling=6,
+                      batches=BATCHES)
+    assert t.record["pooled_mismatches"] > 0 and not t.record["consistent"]
