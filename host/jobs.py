@@ -151,7 +151,9 @@ class TrainJob(Job):
     extend: bool = option(False, "train past the batches, up to 4x, until every planned "
                           "failure has happened")
     measure_from: int = option(None, "first batch of the measured window (counter deltas)")
-    min_pooling: int = option(0, "smallest bag of synthetic data")
+    min_pooling: int = option(0, "smallest bag of the synthetic data (rows per bag): at the "
+                              "configuration's max_pooling every bag is full, and small tables "
+                              "repeat rows within and across bags")
     zipf_alpha: float = option(ZIPF_ALPHA, "Zipf exponent of synthetic rows' popularity")
     dump: str = option(None, "write final tables, MLP parameters and the batches used as .npz "
                        "files into DIR")

@@ -66,6 +66,7 @@ def _reproducer(out_dir, spec, record, error):
     command = (f"trainingcxl train --config {folder / 'config.json'} --seed {a['seed']} "
                f"--system {a['system']} "
                f"--batches {a['batches']} --batch-size {a['batch_size']} "
+               f"--min-pooling {a['min_pooling']} "
                f"--staleness {a['staleness']}{' --relaxed' if a['relaxed'] else ''}"
                + (f" --fail-at {','.join(str(f['at']) for f in fired)}" if fired else ""))
     # The simulation is deterministic: the job alone replays the run.
@@ -107,7 +108,8 @@ def run_tasks(kind, args, cluster, specs, note):
 
 # -- trainingcxl campaign ------------------------------------------------------------------
 
-def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, orders, seed):
+def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, orders, seed,
+                   min_pooling=0):
     """The runs of a campaign: ``ceil(failures / per_run)`` training runs cycling over
     the staleness bounds and lookup orders, each with a failure plan drawn from
     ``seed`` (a third in named phases, a fifth during the recovery of the one before,
@@ -132,8 +134,8 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
             else:
                 plan.append({"random": True})
         job = TrainJob(seed=seed * 1000 + i, batches=batches, batch_size=batch_size,
-                       system=CAMPAIGN_SYSTEM, check_every=1000, relaxed=relaxed, staleness=k,
-                       failures=tuple(plan), extend=True, failure_seed=seed * 1000 + i,
+                       min_pooling=min_pooling, system=CAMPAIGN_SYSTEM, check_every=1000,
+                       relaxed=relaxed, staleness=k, failures=tuple(plan), extend=True, failure_seed=seed * 1000 + i,
                        test_samples=0)
         specs.append({"index": i, "config": cfg.to_dict(), "job": job.to_dict(),
                       "staleness": k, "relaxed": relaxed})
@@ -150,7 +152,8 @@ def cmd_campaign(args):
     try:
         specs = campaign_specs(base, failures=args.failures, per_run=args.per_run,
                                batches=args.batches, batch_size=args.batch_size,
-                               staleness=args.staleness, orders=args.orders, seed=args.seed)
+                               staleness=args.staleness, orders=args.orders, seed=args.seed,
+                               min_pooling=args.min_pooling)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     runs, per_run, staleness, orders = len(specs), args.per_run, args.staleness, args.orders
@@ -234,7 +237,8 @@ def cmd_sweep(args):
         check_checkpoint_regions(cfg, args.batch_size, relaxed=args.relaxed)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
-    common = TrainJob(seed=args.seed, batch_size=args.batch_size, system=CAMPAIGN_SYSTEM,
+    common = TrainJob(seed=args.seed, batch_size=args.batch_size,
+                      min_pooling=args.min_pooling, system=CAMPAIGN_SYSTEM,
                       check_every=1000, relaxed=args.relaxed, staleness=args.staleness,
                       until_plan_done=True, test_samples=0)
     t0 = time.monotonic()
@@ -278,7 +282,7 @@ def cmd_sweep(args):
                "batch_points": len(offsets), "recovery_points": len(rec_offsets),
                "every": args.every, "recovery_every": args.recovery_every,
                "config": cfg.to_dict(), "staleness": args.staleness, "relaxed": args.relaxed,
-               "batch_size": args.batch_size, "seed": args.seed}
+               "batch_size": args.batch_size, "min_pooling": args.min_pooling, "seed": args.seed}
     # Idempotence: a failure in an update recovers to the batch before it, however
     # many times the power fails during that recovery (K = 0).
     again = [f for _, rec, _ in results if rec for f in rec["failures"]
@@ -325,6 +329,10 @@ def _fan_out_options(sp, kind):
                          "command line as the interrupted run; without it the journal starts anew)")
 
 
+def _min_pooling_option(sp):
+    TrainJob.add_arguments(sp, "min_pooling", min_pooling={"type": _nonneg, "metavar": "N"})
+
+
 def register(sub):
     sp = sub.add_parser(
         "campaign", help="many training runs with random power failures, in parallel",
@@ -341,6 +349,7 @@ def register(sub):
     sp.add_argument("--per-run", type=_positive, default=10, help="failures planned per run")
     sp.add_argument("--batches", type=_positive, default=6, help="batches per run")
     sp.add_argument("--batch-size", type=_positive, default=8, help="samples per batch")
+    _min_pooling_option(sp)
     sp.add_argument("--staleness", type=_staleness_list, default=[0, 1, 8], metavar="K[,K...]",
                     help="staleness bounds to mix")
     sp.add_argument("--orders", type=_orders, default=["strict", "relaxed"], metavar="ORDER[,ORDER]",
@@ -367,6 +376,7 @@ def register(sub):
     sp.add_argument("--margin", type=_nonneg, default=200,
                     help="cycles swept past the measured batch length")
     sp.add_argument("--batch-size", type=_positive, default=4, help="samples per batch")
+    _min_pooling_option(sp)
     sp.add_argument("--staleness", type=_staleness, default=0, help="staleness bound K")
     sp.add_argument("--relaxed", action="store_true",
                     help="train in relaxed order: the next batch's lookup overlaps this batch "

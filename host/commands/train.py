@@ -47,10 +47,11 @@ def register(sub):
     add_target_options(sp, TARGETS)
     TrainJob.add_arguments(
         sp, "data", "on_bad_lines", "test", "test_fraction", "test_samples", "eval_every",
-        "system", "relaxed", "staleness", "check_every", "dump", "export",
+        "min_pooling", "system", "relaxed", "staleness", "check_every", "dump", "export",
         on_bad_lines={"choices": ("raise", "skip")}, test={"metavar": "FILE"},
         test_fraction={"type": fraction, "metavar": "F"},
         test_samples={"type": nonneg, "metavar": "N"}, eval_every={"type": nonneg, "metavar": "N"},
+        min_pooling={"type": nonneg, "metavar": "N"},
         system={"choices": tuple(SYSTEMS)}, staleness={"type": staleness, "metavar": "K"},
         check_every={"type": positive}, dump={"metavar": "DIR"}, export={"metavar": "DIR"})
     sp.add_argument("--no-checkpoint", action="store_true",

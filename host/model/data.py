@@ -139,8 +139,7 @@ class SyntheticWorkload:
         for t in range(n_tables):
             sel = bag_of % n_tables == t
             w[sel] = row_w[t][indices[sel]]
-        sums = np.zeros(b * n_tables)
-        np.add.at(sums, bag_of, w)
+        sums = np.bincount(bag_of, weights=w, minlength=b * n_tables)     # in order, as a loop
         means = (sums / np.maximum(lengths, 1)).reshape(b, n_tables)
         logit = self.signal * (means.sum(axis=1) / np.sqrt(n_tables)
                                + dense @ dense_w / np.sqrt(len(dense_w)))

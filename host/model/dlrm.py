@@ -26,7 +26,7 @@ import numpy as np
 from trainingcxl.host.model.fixed import from_fixed, to_fixed
 from trainingcxl.host.model.golden import embedding_bag_sum, embedding_update
 
-__all__ = ["DenseModel", "float_bag_sum", "embedding_deltas", "StepResult", "FixedPointTrainer", "FloatTrainer", "Gpu"]
+__all__ = ["DenseModel", "float_bag_sum", "float_subtract", "embedding_deltas", "StepResult", "FixedPointTrainer", "FloatTrainer", "Gpu"]
 
 
 def _relu(x):
@@ -151,15 +151,49 @@ def _table_rows(config, indices, offsets):
     return [(bag_of[sel], idx[sel]) for sel in (table_of == t for t in range(config.n_tables))]
 
 
+def _in_order(starts, counts, vals, acc, sign):
+    """``acc[k] += sign * vals[starts[k] + j]`` for ``j`` in ``range(counts[k])``, one ``j``
+    after the other, every ``k`` at once: float32 sums in the order a loop would add
+    (numpy's reductions may sum pairwise)."""
+    by_count = np.argsort(-counts, kind="stable")
+    starts, counts = starts[by_count], counts[by_count]
+    out = acc[by_count]
+    live = len(counts)
+    for j in range(int(counts[0]) if len(counts) else 0):
+        while counts[live - 1] <= j:
+            live -= 1
+        if sign > 0:
+            out[:live] += vals[starts[:live] + j]
+        else:
+            out[:live] -= vals[starts[:live] + j]
+    acc[by_count] = out
+    return acc
+
+
 def float_bag_sum(config, tables, indices, offsets, *, by_table=None):
     """EmbeddingBag(mode="sum") of float32 ``tables`` in the device's bag order (bag ``k``
-    of table ``k % n_tables``), accumulated row by row in float32: the float32
-    reference's pooling. ``by_table``: :func:`_table_rows` of the batch, if at hand."""
+    of table ``k % n_tables``), accumulated row by row in float32, in the bag's order:
+    the float32 reference's pooling. ``by_table``: :func:`_table_rows` of the batch, if
+    at hand."""
     by_table = by_table or _table_rows(config, indices, offsets)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    vals = np.empty((int(offsets[-1]), config.dim), dtype=np.float32)
+    bag_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    for t, (table, (_, rows)) in enumerate(zip(tables, by_table)):
+        vals[bag_of % config.n_tables == t] = table[rows]
     pooled = np.zeros((len(offsets) - 1, config.dim), dtype=np.float32)
-    for table, (bags, rows) in zip(tables, by_table):
-        np.add.at(pooled, bags, table[rows])
-    return pooled
+    return _in_order(offsets[:-1], np.diff(offsets), vals, pooled, +1)
+
+
+def float_subtract(table, rows, values):
+    """``table[rows[i]] -= values[i]`` for each ``i`` in order, in float32: what
+    ``np.subtract.at`` does, a row's contributions one after the other."""
+    order = np.argsort(rows, kind="stable")
+    sorted_rows = rows[order]
+    first = np.flatnonzero(np.diff(sorted_rows, prepend=-1) != 0)
+    counts = np.diff(np.append(first, len(rows)))
+    distinct = sorted_rows[first]
+    table[distinct] = _in_order(first, counts, values[order], table[distinct], -1)
 
 
 def embedding_deltas(config, d_pooled):
@@ -218,7 +252,8 @@ class FloatTrainer:
         self.dense.sgd(grads, cfg.model.lr)
         step = np.float32(cfg.model.lr) * d_pooled.reshape(batch.n_bags, cfg.dim)
         for table, (bags, rows) in zip(self.tables, by_table):
-            np.subtract.at(table, rows, step[bags])
+            if len(rows):
+                float_subtract(table, rows, step[bags])
         return StepResult(loss=loss, pooled=pooled, deltas=None)
 
 

@@ -7,6 +7,7 @@ from trainingcxl.spec.config import Config, ModelShape
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, embedding_deltas
 from trainingcxl.host.model.golden import embedding_update
+from trainingcxl.spec.presets import PRESETS
 
 CFG = Config(tables=(40, 30, 20), max_pooling=4, max_bags=512,
              model=ModelShape(dense_features=5, bottom_hidden=(8,), top_hidden=(6,), lr=0.1))
@@ -83,3 +84,31 @@ def test_training_learns_and_fixed_point_tracks_float32():
         lr.append(ref.step(b).loss)
     assert np.mean(lf[-10:]) < 0.9 * np.mean(lf[:10])
     assert abs(np.mean(lf[-10:]) - np.mean(lr[-10:])) <= 0.02 * np.mean(lr[-10:])
+
+
+def test_float_pooling_and_update_add_in_order_as_a_loop_would():
+    """The float32 reference's vectorised pooling and update are bit-identical to adding
+    each row one after the other (``np.add.at``, ``np.subtract.at``), hot rows included."""
+    from trainingcxl.host.model.dlrm import _table_rows, float_bag_sum, float_subtract
+    rng = np.random.default_rng(1)
+    cfg = PRESETS["small"]
+    tables = [rng.standard_normal((n, cfg.dim)).astype(np.float32) * 30 for n in cfg.tables]
+    n_bags = 64 * cfg.n_tables
+    lengths = rng.integers(0, 40, n_bags)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    bag_of = np.repeat(np.arange(n_bags), lengths)
+    hot = rng.random(len(bag_of)) < 0.5
+    idx = np.where(hot, rng.integers(0, 3, len(bag_of)),
+                   rng.integers(0, min(cfg.tables), len(bag_of)))
+    by_table = _table_rows(cfg, idx, offsets)
+    loop = np.zeros((n_bags, cfg.dim), np.float32)
+    for table, (bags, rows) in zip(tables, by_table):
+        np.add.at(loop, bags, table[rows])
+    assert np.array_equal(float_bag_sum(cfg, tables, idx, offsets).view(np.uint32),
+                          loop.view(np.uint32))
+    step = rng.standard_normal((n_bags, cfg.dim)).astype(np.float32)
+    for table, (bags, rows) in zip(tables, by_table):
+        a, b = table.copy(), table.copy()
+        np.subtract.at(a, rows, step[bags])
+        float_subtract(b, rows, step[bags])
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
