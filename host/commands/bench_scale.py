@@ -205,73 +205,61 @@ def report(result, say):
         say(f"  FAILED {' '.join(map(str, e['run']))}: {str(e['error'])[:300]}")
 
 
-#: The plot's panels: (title, y label, figure of a grid row).
-PANELS = (
-    ("cycles per batch", "cycles", lambda r: r["cycles_per_batch"]),
-    ("PMEM bytes written per batch", "bytes", lambda r: r["pmem_bytes_written_per_batch"]["total"]),
-    ("link bytes per batch", "bytes", lambda r: r["link_bytes_per_batch"]),
-    ("energy per batch", "J", lambda r: r["energy_per_batch_j"]),
-    ("simulation wall time (checkpointing on)", "s", lambda r: r["sim_wall_s"]),
-    ("simulated cycles per second", "cycles/s", lambda r: r["sim_cycles_per_s"]),
+#: The plot's rows of panels: (y label, figure of a grid row). Linear axes from 0: a
+#: bar's length is its figure.
+PLOT_ROWS = (
+    ("cycles per batch (black: PMEM bound)", lambda r: r["cycles_per_batch"]),
+    ("speedup over host-pmem", lambda r: r.get("speedup_vs_host_pmem")),
+    ("share of the PMEM bound", lambda r: r["fraction_of_bound"]),
 )
 
 
 def plot(result, path):
-    """Each of :data:`PANELS` against table size (a line per batch size and system,
-    log-log), cycles per batch also against batch size (a line per table size and
-    system), and the recovery runs against table size."""
+    """A column of panels per batch size: each system's cycles per batch beside the PMEM
+    bound, its speedup over ``host-pmem`` and its share of the bound, grouped by table
+    size; one legend for the figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     ok = [r for r in result["grid"] if r["ok"]]
     systems = list(result["systems"])
-    dashes = ("-", "--", ":", "-.", (0, (5, 1)), (0, (1, 1)), (0, (3, 1, 1, 1, 1, 1)))
-    styles = {s: dashes[k % len(dashes)] for k, s in enumerate(systems)}
-    markers = {s: "osD^v<>p"[k % 8] for k, s in enumerate(systems)}
+    sizes = [s for s in result["sizes"] if any(r["size"] == s for r in ok)]
+    batches = [b for b in result["batch_sizes"] if any(r["batch_size"] == b for r in ok)]
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-
-    def lines(ax, x_key, group_key, value, labels):
-        groups = sorted({r[group_key] for r in ok}, key=lambda g: SCALE_ROWS.get(g, g))
-        for gi, g in enumerate(groups):
-            for s in systems:
-                pts = sorted((r[x_key], value(r)) for r in ok if r[group_key] == g and r["system"] == s)
-                if pts:
-                    ax.plot(*zip(*pts), linestyle=styles[s], marker=markers[s],
-                            color=colours[gi % len(colours)], label=f"{labels(g)}, {s}")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3, which="both")
-
-    fig, axes = plt.subplots(2, 4, figsize=(22, 9.5))
-    axes = axes.ravel()
-    growth, by_batch, recovery = [axes[0], *axes[2:6], axes[7]], axes[1], axes[6]
-    for ax, (title, unit, value) in zip(growth, PANELS):
-        lines(ax, "rows", "batch_size", value, lambda b: f"batch {b}")
-        ax.set_title(f"{title} vs table size")
-        ax.set_xlabel("rows per table")
-        ax.set_ylabel(unit)
-    lines(by_batch, "batch_size", "size", PANELS[0][2], lambda s: s)
-    by_batch.set_title("cycles per batch vs batch size")
-    by_batch.set_xlabel("samples per batch")
-    by_batch.set_ylabel("cycles")
-    axes[0].legend(fontsize=7)
-    by_batch.legend(fontsize=7)
-    rec = [r for r in result["recovery"] if r["recovery_cycles"] is not None]
-    if rec:
-        x = [r["rows"] for r in rec]
-        recovery.plot(x, [r["recovery_cycles"] for r in rec], "o-", label="recovery cycles")
-        recovery.plot(x, [max(1, r["rolled_back"]) for r in rec], "s--", label="records rolled back")
-        recovery.plot(x, [r["log_lines"] for r in rec], "^:", label="log ring lines")
-        if all(r.get("recovery_lines") is not None for r in rec):
-            recovery.plot(x, [max(1, r["recovery_lines"]) for r in rec], "v-.", label="lines read")
-        recovery.set_xscale("log")
-        recovery.set_yscale("log")
-        recovery.legend(fontsize=7)
-    recovery.set_title("recovery (cxl, failure in an update) vs table size")
-    recovery.set_xlabel("rows per table")
-    recovery.grid(alpha=0.3, which="both")
-    fig.suptitle(f"bench --scale: {result['batches']} batches per run, window batches 2..{result['batches']}")
-    fig.tight_layout()
+    width = 0.8 / max(1, len(systems))
+    fig, axes = plt.subplots(len(PLOT_ROWS), max(1, len(batches)), squeeze=False,
+                             figsize=(5.2 * max(1, len(batches)), 3.6 * len(PLOT_ROWS)))
+    for col, b in enumerate(batches):
+        for row, (label, value) in enumerate(PLOT_ROWS):
+            ax = axes[row][col]
+            for k, s in enumerate(systems):
+                mine = [(i + (k - (len(systems) - 1) / 2) * width, r)
+                        for i, size in enumerate(sizes) for r in ok
+                        if r["size"] == size and r["batch_size"] == b and r["system"] == s
+                        and value(r) is not None]
+                if not mine:
+                    continue
+                x, rs = zip(*mine)
+                ax.bar(x, [value(r) for r in rs], width, color=colours[k % len(colours)],
+                       label=s if (row, col) == (0, 0) else None)
+                if row == 0:            # each system's own bound (its K sets the snapshots')
+                    ax.hlines([r["bound_cycles"] for r in rs], [v - width / 2 for v in x],
+                              [v + width / 2 for v in x], colors="black", linewidth=1.5)
+            if row == 0:
+                ax.set_title(f"batch of {b}")
+                ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+            else:
+                ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+            ax.set_xticks(range(len(sizes)))
+            ax.set_xticklabels([f"{SCALE_ROWS[s]:,} rows" for s in sizes])
+            ax.grid(alpha=0.3, axis="y", which="both")
+            if col == 0:
+                ax.set_ylabel(label)
+    fig.suptitle(f"bench --scale, {result.get('media', 'emulated')} media: batches "
+                 f"{WARMUP_BATCHES + 1}..{result['batches']} of each run measured")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.legend(loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=len(systems),
+               frameon=False)
     save_figure(fig, path)
 
 
