@@ -43,12 +43,17 @@ __all__ = ["Engines", "Software", "LookupOnly", "strategy", "CxlCache", "Explici
            "LookupLogs", "LoggingPass", "Unlogged"]
 
 
-def _round_chunks(cfg, n_bags):
-    """``(start, stop)`` of each descriptor of a coalesced batch of ``n_bags`` bags: whole
-    rounds of the tables (a coalesced bag's table is its number modulo ``n_tables``)
-    of at most ``max_bags``."""
+def _chunks(cfg, indices, offsets):
+    """The descriptors of a coalesced batch (:func:`~trainingcxl.host.model.golden.coalesced_layout`):
+    ``(start, stop, indices, offsets)`` of each, its bags ``start:stop`` being whole
+    rounds of the tables (a coalesced bag's table is its number modulo ``n_tables``),
+    at most ``max_bags``."""
     step = cfg.max_bags // cfg.n_tables * cfg.n_tables
-    return [(start, min(n_bags, start + step)) for start in range(0, n_bags, step)]
+    n_bags = len(offsets) - 1
+    for start in range(0, n_bags, step):
+        stop = min(n_bags, start + step)
+        lo, hi = int(offsets[start]), int(offsets[stop])
+        yield start, stop, indices[lo:hi], offsets[start:stop + 1] - offsets[start]
 
 
 class RowsLookup(LookupResult):
@@ -97,9 +102,8 @@ def update_chunks(cfg, keys, sums):
     the tables (a coalesced bag's table is its number modulo ``n_tables``), so the
     update's cost follows the distinct rows whatever the batch size."""
     indices, offsets, rows_deltas = coalesced_deltas(cfg, keys, sums)
-    for start, stop in _round_chunks(cfg, len(offsets) - 1):
-        lo, hi = int(offsets[start]), int(offsets[stop])
-        yield indices[lo:hi], offsets[start:stop + 1] - offsets[start], rows_deltas[start:stop]
+    for start, stop, idx, off in _chunks(cfg, indices, offsets):
+        yield idx, off, rows_deltas[start:stop]
 
 
 # -- how data reaches the engines ------------------------------------------------------------
@@ -147,14 +151,21 @@ class Unlogged(LookupLogs):
 
 class LoggingPass(LookupLogs):
     """Logging on the critical path: the lookup does not log; after the GPU step the
-    batch's rows are read again, this time logged, and the ``UPDATE`` then waits until
-    every record is persistent."""
+    batch's distinct rows are read again, each once, this time logged (coalesced
+    ``LOOKUP``s, their pooled output unused), and the ``UPDATE`` then waits until every
+    record is persistent."""
 
     nolog = True
 
     async def before_update(self, run, b, batch):
         run.enter("log", b)
-        return (await run.device.lookup(b, batch.indices, batch.offsets)).error
+        keys, _ = batch_keys(run.cfg, batch.indices, batch.offsets)
+        indices, offsets, _ = coalesced_layout(run.cfg, np.unique(keys))
+        for _, _, idx, off in _chunks(run.cfg, indices, offsets):
+            error = (await run.device.lookup(b, idx, off)).error
+            if error != ErrorCode.NONE:
+                return error
+        return ErrorCode.NONE
 
 
 class Engines:
@@ -224,13 +235,12 @@ class Engines:
         cfg, dev = run.cfg, run.device
         indices, offsets, bags = coalesced_layout(cfg, looked.keys[which])
         at = np.flatnonzero(which)
-        for k, (start, stop) in enumerate(_round_chunks(cfg, len(offsets) - 1)):
-            lo, hi = int(offsets[start]), int(offsets[stop])
-            await self.path.copy(run, 4 * (hi - lo + stop - start + 1))             # host -> device
-            got = await dev.lookup(b, indices[lo:hi], offsets[start:stop + 1] - offsets[start],
+        for k, (start, stop, idx, off) in enumerate(_chunks(cfg, indices, offsets)):
+            await self.path.copy(run, 4 * (len(idx) + len(off)))                    # host -> device
+            got = await dev.lookup(b, idx, off,
                                    nolog=self.logging.nolog,
                                    after_submit=run.hook("lookup", b) if k == 0 else None)
-            await self.path.copy(run, (hi - lo) * cfg.dim * 4, hops=2)       # device -> host -> GPU
+            await self.path.copy(run, len(idx) * cfg.dim * 4, hops=2)        # device -> host -> GPU
             mine = (bags >= start) & (bags < stop)
             looked.rows[at[mine]] = got.pooled[bags[mine] - start]
             looked.cycles += got.cycles

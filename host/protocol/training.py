@@ -40,6 +40,7 @@ tables read back from the device, the GPU's MLPs) and the float32 reference
 """
 
 import sys
+import time
 
 import numpy as np
 
@@ -227,11 +228,15 @@ class TrainingRun:
         await self.failures.start(self)
         await self.strategy.configure(self)
         await self.checkpoints.format(self)
+        t0 = time.monotonic()
         tables = initial_tables(cfg, seed=self.seed)
         await dev.load_tables(tables)
         self.golden = FixedPointTrainer(cfg, tables, seed=self.seed)
         self.reference = FloatTrainer(cfg, tables, seed=self.seed)
         self.gpu = Gpu(cfg, DenseModel(cfg, self.seed))
+        if time.monotonic() - t0 > 2:           # large tables: say where the time went
+            self.log(f"[data] {sum(cfg.tables):,} rows made, loaded into the media and into "
+                     f"the golden models in {time.monotonic() - t0:.1f} s")
         await self.checkpoints.zero(self, self.gpu.model.parameters())
         self.history = GoldenHistory(self.golden, self.reference)     # remembers batch 0
         self._epoch_counters = await dev.counters(self.counter_regs)
