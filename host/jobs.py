@@ -164,6 +164,15 @@ class TrainJob(Job):
     quiet: bool = option(False, "no line per batch (power failures and the summary still print)")
     log_every: int = option(1, "a progress line every N batches (and the last); power "
                             "failures always print")
+    pmem: str = option(None, "keep the PMEM media in FILE, memory-mapped by the simulator "
+                       "(Verilator): what leaves the write-pending queue is in the file at "
+                       "once, and the file outlives the process; a new FILE is made, an "
+                       "existing one needs --resume or --overwrite (docs/pmem.md)")
+    resume: bool = option(False, "with --pmem: continue the run FILE holds: RECOVER, the "
+                          "golden model replayed to the durable batch and checked, then on "
+                          "to --batches (the configuration and the run's seed, data, system, "
+                          "K and order are FILE's)")
+    overwrite: bool = option(False, "with --pmem: start a new run in FILE's place")
 
     def resolved(self, config):
         """This job with what it left to the configuration and the system decided:
@@ -206,6 +215,13 @@ class TrainJob(Job):
             raise JobError(f"relaxed order ({why}) needs the relaxed block, which this "
                            f"configuration leaves out (blocks: {', '.join(config.blocks) or 'none'}); "
                            f"use a strict-order system such as cxl-b")
+        if (job.resume or job.overwrite) and not job.pmem:
+            raise JobError("--resume and --overwrite go with --pmem FILE")
+        if job.resume and job.overwrite:
+            raise JobError("--resume continues FILE's run, --overwrite replaces it: one of them")
+        if job.pmem and sim != "verilator":
+            raise JobError("--pmem maps the media from a file through Verilator's backdoor; "
+                           "use --sim verilator")
         if job.checkpointing:
             # The undo log must hold the distinct rows of the batches live at once.
             try:
@@ -215,7 +231,7 @@ class TrainJob(Job):
             except ValueError as e:
                 raise JobError(str(e)) from None
         paths = {name: str(Path(getattr(job, name)).resolve())
-                 for name in ("dump", "export") if getattr(job, name)}
+                 for name in ("dump", "export", "pmem") if getattr(job, name)}
         return job.replace(**paths)
 
     def _with_data(self, config, note):

@@ -15,10 +15,12 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["RAM_ENV", "ram_files", "ram_array", "SdramLines"]
+__all__ = ["RAM_ENV", "RAM_OFFSET_ENV", "ram_files", "ram_array", "SdramLines"]
 
 #: The environment variable naming the file of the RAM ``{name}``.
 RAM_ENV = "TRAININGCXL_RAM_{}"
+#: The environment variable giving the byte of that file its words start at (0 if unset).
+RAM_OFFSET_ENV = "TRAININGCXL_RAM_{}_OFFSET"
 
 
 def _stride(nbytes):
@@ -26,15 +28,23 @@ def _stride(nbytes):
 
 
 @contextlib.contextmanager
-def ram_files(names):
+def ram_files(names, kept=None):
     """Empty files for the RAMs ``names`` of one run, in memory where the machine has
-    a ``/dev/shm``; yields the environment that names them; removes them afterwards."""
+    a ``/dev/shm``; yields the environment that names them; removes them afterwards.
+    ``kept`` maps a RAM's name to ``(path, offset)``: a file of the caller's, whose
+    words start at byte ``offset``, used as it is and left in place."""
     shm = "/dev/shm"
     where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
     folder = tempfile.mkdtemp(prefix="trainingcxl-ram-", dir=where)
+    kept = kept or {}
     try:
         env = {}
         for name in names:
+            if name in kept:
+                path, offset = kept[name]
+                env[RAM_ENV.format(name)] = os.path.abspath(path)
+                env[RAM_OFFSET_ENV.format(name)] = str(offset)
+                continue
             path = os.path.join(folder, f"{name}.bin")
             open(path, "wb").close()
             env[RAM_ENV.format(name)] = path
@@ -51,11 +61,12 @@ def ram_array(name, depth, width_bits):
     if not path:
         return None
     stride = _stride((width_bits + 7) // 8)
+    offset = int(os.environ.get(RAM_OFFSET_ENV.format(name), 0))
     size = depth * stride
     with open(path, "r+b") as f:
-        if os.fstat(f.fileno()).st_size < size:
-            f.truncate(size)
-    return np.memmap(path, dtype=np.uint8, mode="r+", shape=(depth, stride))
+        if os.fstat(f.fileno()).st_size < offset + size:
+            f.truncate(offset + size)
+    return np.memmap(path, dtype=np.uint8, mode="r+", shape=(depth, stride), offset=offset)
 
 
 class SdramLines:

@@ -384,7 +384,7 @@ def _drop_intermediates(bdir):
 
 
 def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log=print,
-              results_name=None, quiet=False, work_dir=None, top="device"):
+              results_name=None, quiet=False, work_dir=None, top="device", kept_rams=None):
     """Run cocotb ``module`` (an importable module name) on the device built for ``sim``.
 
     ``args`` (JSON-serialisable) reach the bench through the environment
@@ -392,7 +392,9 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
     warnings, so the bench's own progress lines stand out. Raises :class:`BenchFailure`
     unless every test of the run passed; returns the number of tests. ``work_dir``
     (default: the build folder) is where the simulator runs; give each of several
-    concurrent runs its own. ``top`` picks the design (see :func:`_top`).
+    concurrent runs its own. ``top`` picks the design (see :func:`_top`). ``kept_rams``
+    maps a backdoor RAM's name to ``(path, offset)``: a file that holds its words
+    (Verilator only; :func:`~trainingcxl.sim.backdoor.ram_files`).
     """
     from cocotb_tools.check_results import get_results
     waves = _waves_requested(waves)
@@ -415,7 +417,10 @@ def run_bench(sim, config, module, *, testcase=None, args=None, waves=False, log
     }
     if quiet:
         env.update({"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING"})
-    with ram_files(BACKDOORS if sim == "verilator" else ()) as ram_env:
+    if kept_rams and sim != "verilator":
+        raise ValueError(f"{', '.join(kept_rams)} in a file needs Verilator's backdoor RAMs, "
+                         f"not {sim}")
+    with ram_files(BACKDOORS if sim == "verilator" else (), kept_rams) as ram_env:
         try:
             runner.test(
                 test_module=module,

@@ -16,6 +16,7 @@ LAYERS = (
     ("model", 1, ("trainingcxl.host.model",)),
     ("sim", 2, ("trainingcxl.sim",)),
     ("boards", 2, ("trainingcxl.boards",)),
+    ("pmem", 2, ("trainingcxl.host.pmem",)),
     ("driver", 3, ("trainingcxl.host.driver",)),
     ("protocol", 4, ("trainingcxl.host.protocol",)),
     # Jobs: what a command asks of the layers below, as typed records.

@@ -42,6 +42,10 @@ def launch(job, config, *, sim="verilator", top="device", waves=None, capture=Fa
     simulator's temporary folder goes.
     """
     from trainingcxl.sim.runner import BenchFailure, run_bench, waves_file
+    from trainingcxl.host.pmem.media_file import MEDIA_AT
+    # A job's media file (``TrainJob.pmem``) is the simulator's media RAM itself.
+    media = getattr(job, "pmem", None)
+    kept = {"media": (media, MEDIA_AT)} if media else None
     with tempfile.TemporaryDirectory(prefix="trainingcxl-job-", dir=work_dir) as tmp:
         out = Path(tmp) / "record.json"
         log_path = Path(tmp) / "simulator.log"
@@ -50,6 +54,7 @@ def launch(job, config, *, sim="verilator", top="device", waves=None, capture=Fa
                 run_bench(sim, config, app_module(job), top=top, quiet=True, work_dir=tmp,
                           args={ARGS_JOB: job.to_dict(), ARGS_OUT: str(out)},
                           results_name=name or f"{job.app}-{sim}", waves=waves is not None,
+                          kept_rams=kept,
                           log=(lambda text: None) if capture else _to_stderr)
         except BenchFailure as e:
             if capture:

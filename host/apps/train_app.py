@@ -38,6 +38,7 @@ from trainingcxl.host.model.export import export_model
 from trainingcxl.host.driver.ports import DeviceTB
 from trainingcxl.sim.bench_env import bench_config
 from trainingcxl.host.jobs import TrainJob
+from trainingcxl.host.pmem.media_file import MediaFile
 from .launch import read_job
 from trainingcxl.host.protocol.systems import system
 from trainingcxl.host.protocol.timed import FailurePlan, SimRuntime
@@ -88,13 +89,16 @@ async def train_job(dut):
     await tb.reset()
     await tb.check_identity()
     plan = FailurePlan(list(job.failures), seed=job.failure_seed)
+    media = MediaFile(job.pmem) if job.pmem else None
     run = TrainingRun(tb, data, system=system(job.system), runtime=SimRuntime(),
                       failures=plan, batches=job.batches, seed=job.seed,
                       staleness=job.staleness, relaxed=job.relaxed,
                       check_every=job.check_every, until_plan_done=job.until_plan_done,
                       extend=job.extend, log=batch_lines(job),
                       checkpointing=job.checkpointing, measure_from=job.measure_from,
-                      test_set=test_set, eval_every=job.eval_every)
+                      test_set=test_set, eval_every=job.eval_every,
+                      resume=job.resume, replay=media.recoveries() if job.resume else (),
+                      on_recovered=media.record_recovery if media else None)
     # What exists now lives for the whole run: keep the collector from walking it again.
     gc.freeze()
     wall0 = time.perf_counter()
@@ -113,10 +117,12 @@ async def train_job(dut):
     for key in ("loss", "loss_ref", "cycles_per_batch"):
         record[key] = [record[key][b] for b in done]
     n = len(done)
-    complete = n >= job.batches or job.until_plan_done
+    # A resumed run trains from its durable batch on (nothing, if that is the last).
+    last = done[-1] if done else record.get("resumed", {}).get("recovered_batch", 0)
+    complete = last >= job.batches or job.until_plan_done
     record.update({
-        "final_loss": float(np.mean(record["loss"][-min(10, n):])),
-        "final_loss_ref": float(np.mean(record["loss_ref"][-min(10, n):])),
+        "final_loss": float(np.mean(record["loss"][-min(10, n):])) if n else None,
+        "final_loss_ref": float(np.mean(record["loss_ref"][-min(10, n):])) if n else None,
         "counters": run.counters,
         "golden_match": (complete and record["pooled_mismatches"] == 0 and not record["errors"]
                          and all(c["tables_match"] for c in record["checks"])

@@ -48,12 +48,14 @@ def register(sub):
     TrainJob.add_arguments(
         sp, "data", "on_bad_lines", "test", "test_fraction", "test_samples", "eval_every",
         "min_pooling", "system", "relaxed", "staleness", "check_every", "dump", "export",
+        "pmem", "resume", "overwrite",
         on_bad_lines={"choices": ("raise", "skip")}, test={"metavar": "FILE"},
         test_fraction={"type": fraction, "metavar": "F"},
         test_samples={"type": nonneg, "metavar": "N"}, eval_every={"type": nonneg, "metavar": "N"},
         min_pooling={"type": nonneg, "metavar": "N"},
         system={"choices": tuple(SYSTEMS)}, staleness={"type": staleness, "metavar": "K"},
-        check_every={"type": positive}, dump={"metavar": "DIR"}, export={"metavar": "DIR"})
+        check_every={"type": positive}, dump={"metavar": "DIR"}, export={"metavar": "DIR"},
+        pmem={"metavar": "FILE"})
     sp.add_argument("--no-checkpoint", action="store_true",
                     help="no undo log, commits or snapshots (to measure what checkpointing "
                          "costs); power failures cannot be injected")
@@ -109,6 +111,7 @@ def train_on_sim(args):
     from .options import check_device_top
     if args.from_json:
         rerun(args)
+    media = _resumed_media(args) if args.pmem and args.resume else None
     if args.config is None:
         args.config = with_overrides(PRESETS["small"], args.set)
     for flag, value in (("--port", args.port), ("--baud", args.baud)):
@@ -116,7 +119,16 @@ def train_on_sim(args):
             raise SystemExit(f"error: {flag} is for --target board")
     cfg = args.config
     check_device_top(cfg)
+    if media is not None:
+        _refuse(media.check_config, cfg)
+        for name, value in media.run.items():
+            setattr(args, name, value)
+        args.no_checkpoint = not media.run["checkpointing"]
     job = sim_job(args, cfg)
+    if job.pmem and not job.resume:
+        from trainingcxl.host.pmem.media_file import RUN_FIELDS, create
+        _refuse(create, job.pmem, cfg, {k: getattr(job, k) for k in RUN_FIELDS},
+                overwrite=job.overwrite)
     system = SYSTEMS[job.system]
     order = "relaxed" if job.relaxed else "strict"
     checkpoints = f"staleness K = {job.staleness}" if job.checkpointing else "checkpointing off"
@@ -142,12 +154,23 @@ def train_on_sim(args):
             print(text)
         report.json_out(args.json, rec, "partial", args=args)
         return 1
+    if not rec["loss"]:
+        print(f"\nnothing to train: {args.pmem} is at batch "
+              f"{rec['resumed']['recovered_batch']}, --batches {job.batches}")
+        report.json_out(args.json, rec, args=args)
+        return 0 if rec["golden_match"] else 1
     first = sum(rec["loss"][:10]) / len(rec["loss"][:10])
     gap = abs(rec["final_loss"] - rec["final_loss_ref"]) / rec["final_loss_ref"]
     print()
     report.line("loss", f"{first:.4f} over the first batches -> {rec['final_loss']:.4f} over the "
                         f"last (float32 reference {rec['final_loss_ref']:.4f}, {100 * gap:.2f}% apart)")
-    report.line("cycles", f"{rec['cycles']:,} in all, {rec['cycles'] // max(1, rec['batches']):,} "
+    if "resumed" in rec:
+        r = rec["resumed"]
+        report.line("resumed", f"{args.pmem}: RECOVER found D = {r['recovered_batch']}, m = "
+                               f"{r['recovered_mlp_batch']} ({r['rolled_back']} records rolled "
+                               f"back, {r['earlier_recoveries']} earlier recoveries replayed); "
+                               f"trained batches {r['recovered_batch'] + 1} to {job.batches}")
+    report.line("cycles", f"{rec['cycles']:,} in all, {rec['cycles'] // max(1, len(rec['loss'])):,} "
                           f"per batch (GPU model {rec['gpu_cycles_per_batch']:,} per batch)")
     checked = ", ".join(str(c["batch"] + 1) for c in rec["checks"])
     report.golden(rec["golden_match"], f"pooled vectors of every batch, tables after batches {checked}")
@@ -167,6 +190,26 @@ def train_on_sim(args):
         report.line("model", f"{args.export} (model.npz: a PyTorch state dict, model.json)")
     report.json_out(args.json, rec, args=args)
     return 0 if rec["golden_match"] else 1
+
+
+def _resumed_media(args):
+    """``--pmem FILE --resume``: the media file, whose configuration the run takes
+    unless ``--config`` names the same one."""
+    from trainingcxl.host.pmem.media_file import MediaFile
+    media = _refuse(MediaFile, args.pmem)
+    if args.config is None:
+        args.config = media.config
+    return media
+
+
+def _refuse(call, *a, **kw):
+    """``call(...)``, its :class:`~trainingcxl.host.pmem.media_file.MediaFileError` as
+    the command's one-line error."""
+    from trainingcxl.host.pmem.media_file import MediaFileError
+    try:
+        return call(*a, **kw)
+    except MediaFileError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def work_summary(rec, system):

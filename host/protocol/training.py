@@ -86,7 +86,7 @@ class TrainingRun:
     def __init__(self, device, data, *, system, runtime, failures, batches, seed, staleness,
                  relaxed=False, check_every=10, until_plan_done=False, extend=False,
                  log=progress, checkpointing=True, measure_from=None, counters=COUNTERS,
-                 test_set=None, eval_every=0):
+                 test_set=None, eval_every=0, resume=False, replay=(), on_recovered=None):
         self.device, self.cfg, self.data = device, device.config, data
         self.n, self.seed, self.k = batches, seed, staleness
         self.system = system
@@ -101,6 +101,11 @@ class TrainingRun:
         self.test_set, self.eval_every = test_set, eval_every
         self.evals = {}                 # batch -> held-out metrics (the last attempt's)
         self.counter_regs = counters
+        # A run resumed from media an earlier process left (``resume``): the recoveries
+        # that run made, ``(D, m)`` in order, for the golden model's replay; and what is
+        # told of every recovery (``on_recovered(d, m)``: a media file's journal).
+        self.resume, self.replay = resume, list(replay)
+        self.on_recovered = on_recovered or (lambda d, m: None)
         # Batches from ``measure_from`` on form the measured window (counters at both ends).
         self.measure_from = measure_from
         self.window = None
@@ -222,31 +227,97 @@ class TrainingRun:
 
     # -- the run -------------------------------------------------------------------------
 
+    def _models(self):
+        """The golden model and the float32 reference at batch 0, and their history."""
+        t0 = time.monotonic()
+        tables = initial_tables(self.cfg, seed=self.seed)
+        self.golden = FixedPointTrainer(self.cfg, tables, seed=self.seed)
+        self.reference = FloatTrainer(self.cfg, tables, seed=self.seed)
+        self.history = GoldenHistory(self.golden, self.reference)     # remembers batch 0
+        return tables, t0
+
+    async def _count_from_here(self):
+        self._epoch_counters = await self.device.counters(self.counter_regs)
+        self.counters = {k: 0 for k in self._epoch_counters}
+        self._start_counters = dict(self._epoch_counters)
+        self.t0 = self.now()
+
     async def start(self):
         """Power-up, empty media: format the checkpoint state and remember batch 0."""
         dev, cfg = self.device, self.cfg
         await self.failures.start(self)
         await self.strategy.configure(self)
         await self.checkpoints.format(self)
-        t0 = time.monotonic()
-        tables = initial_tables(cfg, seed=self.seed)
+        tables, t0 = self._models()
         await dev.load_tables(tables)
-        self.golden = FixedPointTrainer(cfg, tables, seed=self.seed)
-        self.reference = FloatTrainer(cfg, tables, seed=self.seed)
         self.gpu = Gpu(cfg, DenseModel(cfg, self.seed))
         if time.monotonic() - t0 > 2:           # large tables: say where the time went
             self.log(f"[data] {sum(cfg.tables):,} rows made, loaded into the media and into "
                      f"the golden models in {time.monotonic() - t0:.1f} s")
         await self.checkpoints.zero(self, self.gpu.model.parameters())
-        self.history = GoldenHistory(self.golden, self.reference)     # remembers batch 0
-        self._epoch_counters = await dev.counters(self.counter_regs)
-        self.counters = {k: 0 for k in self._epoch_counters}
-        self._start_counters = dict(self._epoch_counters)
-        self.t0 = self.now()
+        await self._count_from_here()
+
+    async def resume_media(self):
+        """Power-up on media an earlier process left: ``RECOVER``, the golden model
+        replayed from the seed to the durable batch D along the earlier recoveries,
+        the invariants checked; returns the batch to train next (1 on media that
+        holds no checkpoint yet, which is formatted as new)."""
+        await self.failures.start(self)
+        await self.strategy.configure(self)
+        self.enter("recovery", 0)
+        error, d, m, rolled, cycles, lines = await self.checkpoints.recover(self)
+        if error == ErrorCode.NO_CHECKPOINT:
+            self.log("  the media holds no checkpoint yet: starting anew")
+            await self.start()
+            return 1
+        if error != ErrorCode.NONE:
+            raise RuntimeError(f"RECOVER of the media failed with {error.name}")
+        self._models()
+        self._replay_to(d)
+        await self._count_from_here()
+        await self.checkpoints.recovered(self, d)
+        params = await self.device.read_snapshot(m)
+        tables_ok, mlp_ok = recovered_state_matches(self.history, d, m,
+                                                    await self.device.read_tables(), params)
+        invariants = {"tables_equal_golden_at_D": tables_ok, "mlp_equal_golden_at_m": mlp_ok,
+                      "m_within_staleness": d - self.k <= m <= d}
+        self.record["resumed"] = {
+            "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
+            "recovery_lines": lines, "rolled_back": rolled, "earlier_recoveries": len(self.replay),
+            "invariants": invariants, "consistent": all(invariants.values())}
+        self.log(f"  resumed: RECOVER found D={d} m={m} in {cycles} cycles, {rolled} records "
+                 f"rolled back, the golden model replayed to batch {d}: "
+                 f"{'consistent' if all(invariants.values()) else 'INCONSISTENT'}")
+        if not all(invariants.values()):
+            raise AssertionError(f"the resumed media broke an invariant: {invariants}")
+        self.golden, self.reference, self.gpu = resume_models(
+            self.cfg, self.seed, self.history, d, m, params)
+        self.on_recovered(d, m)
+        return d + 1
+
+    def _replay_to(self, d):
+        """Train the golden model and the reference from batch 0 to ``d`` as the earlier
+        run did: at each of its recoveries ``(D, m)`` (:attr:`replay`), back to D with
+        the MLPs of m."""
+        history = self.history
+        for target, m in [*self.replay, (d, None)]:
+            while history.head < target:
+                b = history.head + 1
+                history.step(b, self.batch_data(b))
+                history.remember(b)
+                history.prune(b - self.k - 2)
+            if m is not None:
+                golden_mlp, reference_mlp = history.mlp(m)
+                history.rollback(target)
+                history.golden.dense.load_parameters(golden_mlp)
+                history.reference.dense.load_parameters(reference_mlp)
 
     async def run(self):
-        await self.start()
-        next_batch = 1
+        if self.resume:
+            next_batch = await self.resume_media()
+        else:
+            await self.start()
+            next_batch = 1
         while next_batch <= self.limit:
             finished, _ = await self.failures.race(self, self.train_from(next_batch))
             if finished:
@@ -258,7 +329,8 @@ class TrainingRun:
         dev = self.device
         if dev.submitted:
             await dev.wait_completed(dev.submitted)     # commits not waited for
-        await self.checkpoints.check_committed(self, max(self.record["loss"], default=0))
+        resumed_at = self.record.get("resumed", {}).get("recovered_batch", 0)
+        await self.checkpoints.check_committed(self, max(self.record["loss"], default=resumed_at))
         end = await dev.counters(self.counter_regs)
         for k, v in end.items():
             self.counters[k] += v - self._start_counters.get(k, 0)
@@ -421,6 +493,7 @@ class TrainingRun:
         # Resume from D with the MLP of m: the golden model does the same.
         self.golden, self.reference, self.gpu = resume_models(
             cfg, self.seed, self.history, d, m, params)
+        self.on_recovered(d, m)
         self._epoch_counters = await dev.counters(self.counter_regs)
         self._start_counters = dict(self._epoch_counters)
         return d + 1

@@ -13,7 +13,7 @@ __all__ = ["OutputError", "FILE_OPTIONS", "FOLDER_OPTIONS", "check_file", "check
            "check_outputs"]
 
 #: Options (argparse ``dest``) naming a file a command writes.
-FILE_OPTIONS = ("json", "plot", "waves", "journal", "output")
+FILE_OPTIONS = ("json", "plot", "waves", "journal", "output", "pmem")
 #: Options naming a folder a command writes into.
 FOLDER_OPTIONS = ("export", "dump", "out", "reproducers")
 

@@ -1,11 +1,13 @@
 /* Contents of the backdoor RAMs (hdl/common/ram.v) in files the simulator maps.
  *
  * A RAM named NAME lives in the file named by the environment variable
- * TRAININGCXL_RAM_<NAME>, one word every ``stride`` bytes (the word's bytes
- * rounded up to a power of two), little-endian; the test bench maps the same
- * file (sim/backdoor.py), so both see every write at once. Without the
- * variable the RAM is anonymous memory. Either way it starts at zero: the
- * runner creates the files empty, and pages are only backed once written.
+ * TRAININGCXL_RAM_<NAME>, from the byte TRAININGCXL_RAM_<NAME>_OFFSET on (a
+ * multiple of the page size; 0 if unset), one word every ``stride`` bytes (the
+ * word's bytes rounded up to a power of two), little-endian; the test bench
+ * maps the same file (sim/backdoor.py), so both see every write at once.
+ * Without the variable the RAM is anonymous memory. A file the runner creates
+ * starts empty, so at zero, and pages are only backed once written; a media
+ * file (``train --pmem``) keeps what an earlier run left in it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -55,13 +57,17 @@ int tcxl_ram_open(const char *name, long long depth, int bytes) {
     snprintf(var, sizeof var, "TRAININGCXL_RAM_%s", name);
     const char *path = getenv(var);
     if (path && *path) {
+        snprintf(var, sizeof var, "TRAININGCXL_RAM_%s_OFFSET", name);
+        const char *at = getenv(var);
+        off_t offset = at ? (off_t)strtoll(at, NULL, 10) : 0;
         int fd = open(path, O_RDWR | O_CREAT, 0600);
         if (fd < 0) fail("cannot open its file", path);
         struct stat st;
         if (fstat(fd, &st) != 0) fail("cannot stat its file", path);
-        if ((size_t)st.st_size < size && ftruncate(fd, (off_t)size) != 0)
+        if ((size_t)st.st_size < (size_t)offset + size &&
+            ftruncate(fd, offset + (off_t)size) != 0)
             fail("cannot size its file", path);
-        r->base = (uint8_t *)mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        r->base = (uint8_t *)mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
         close(fd);
     } else {
         r->base = (uint8_t *)mmap(NULL, size, PROT_READ | PROT_WRITE,
