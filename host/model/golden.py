@@ -184,8 +184,11 @@ def coalesce_update(config, indices, offsets, deltas):
 def pool_rows(config, rows, slots, offsets):
     """Pooled vectors of a batch from its distinct rows: bag ``k`` sums ``rows[slots[i]]``
     over its indices ``i`` (wrapping int32, as the device pools)."""
-    gathered = np.asarray(rows, dtype=np.int64)[slots]
-    sums = np.concatenate([np.zeros((1, config.dim), np.int64), np.cumsum(gathered, axis=0)])
     offsets = np.asarray(offsets, dtype=np.int64)
-    return wrap32(sums[offsets[1:]] - sums[offsets[:-1]])
+    pooled = np.zeros((len(offsets) - 1, config.dim), dtype=np.int64)
+    full = np.diff(offsets) > 0         # a bag's indices are contiguous: sum each run
+    if full.any():
+        pooled[full] = np.add.reduceat(np.asarray(rows, dtype=np.int64)[slots],
+                                       offsets[:-1][full], axis=0)
+    return wrap32(pooled)
 
