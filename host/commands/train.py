@@ -88,7 +88,8 @@ def sim_job(args, cfg):
         job = TrainJob.from_args(args, checkpointing=not args.no_checkpoint,
                                  failures=tuple(failure_plan(fail_at=args.fail_at,
                                                              fail_in=args.fail_in,
-                                                             random=args.inject_failures)))
+                                                             random=args.inject_failures,
+                                                             kill_in=args.kill_in)))
     t0 = time.monotonic()
     if job.data != "synthetic":
         print(f"[data] reading {job.data}", file=sys.stderr, flush=True)
@@ -142,6 +143,10 @@ def train_on_sim(args):
     except BenchFailure as e:
         if e.record is None:
             report.error(e)
+            if job.pmem:
+                print(f"{job.pmem} keeps the media as the run left it: `trainingcxl train "
+                      f"--pmem {job.pmem} --resume --batches {job.batches}` continues it",
+                      file=sys.stderr)
             return 1
         rec = e.record
     rec.update({"sim": args.sim, "config": cfg.to_dict(), "data": job.data,

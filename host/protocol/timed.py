@@ -6,7 +6,9 @@ failures strike at planned cycles (cocotb).
 chosen moments while the training runs as a task beside it.
 """
 
+import os
 import random
+import signal
 
 import cocotb
 from cocotb.triggers import Event, First, Timer
@@ -65,6 +67,9 @@ class FailurePlan:
       it from the phase's last length;
     * ``{"random": True}``: a cycle drawn so that the remaining random
       failures spread over the rest of the run.
+
+    An entry with ``"kill": True`` kills the simulator's process (``SIGKILL``) at
+    its cycle instead of cutting the power.
     """
 
     def __init__(self, entries, seed=0):
@@ -80,10 +85,12 @@ class FailurePlan:
 
     def _schedule(self, cycle):
         self.target = max(cycle, now() + 1)
-        self.entries.pop(0)
+        kill = self.entries.pop(0).get("kill", False)
 
         async def wait():
             await Timer((self.target - now()) * PERIOD_NS, "ns")
+            if kill:        # the host dies; a media file keeps what reached the media
+                os.kill(os.getpid(), signal.SIGKILL)
             self.fired.set()
         self._timer = cocotb.start_soon(wait())
 

@@ -41,12 +41,15 @@ def parse_cycles(text):
     return cycles
 
 
-def failure_plan(*, fail_at=(), fail_in=(), random=0):
+def failure_plan(*, fail_at=(), fail_in=(), random=0, kill_in=()):
     """Explicit cycles first (in order), then phase failures, then ``random`` random ones.
 
     A failure in phase ``recovery`` strikes the recovery of another failure: the
-    k-th such entry follows the k-th failure of the rest of the plan."""
-    fail_in = list(fail_in or ())
+    k-th such entry follows the k-th failure of the rest of the plan. ``kill_in``
+    entries are phase failures at which the simulator kills its own process
+    (``SIGKILL``) instead of cutting the power: what a killed host leaves on a
+    media file (``--pmem``)."""
+    fail_in = list(fail_in or ()) + [dict(e, kill=True) for e in kill_in or ()]
     again = [e for e in fail_in if e["phase"] == "recovery"]
     first = ([{"at": c} for c in sorted(fail_at or ())]
              + [e for e in fail_in if e["phase"] != "recovery"] + [{"random": True}] * random)
@@ -108,6 +111,11 @@ def add_failure_options(sp):
                     help=f"cut the power OFFSET cycles (default: random) into a phase "
                          f"({', '.join(PHASES)}), of batch BATCH if given; 'recovery' strikes "
                          f"the recovery after another failure; repeatable")
+    sp.add_argument("--kill-in", type=parse_fail_in, action="append", default=[],
+                    metavar="PHASE[@BATCH][+OFFSET]",
+                    help="as --fail-in, but the simulator kills its process with SIGKILL "
+                         "there instead: with --pmem, the media file is left as that cycle "
+                         "left it, for --resume; repeatable")
     from trainingcxl.host.jobs import TrainJob
     TrainJob.add_arguments(sp, "failure_seed", failure_seed={"type": _nonneg})
 

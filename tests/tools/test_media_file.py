@@ -1,0 +1,150 @@
+"""The PMEM media as a file (``train --pmem``): its header, a killed host recovered, and
+the durable state read from Python (docs/pmem.md, "The media as a file")."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from trainingcxl.spec.presets import PRESETS
+from trainingcxl.host import pmem
+from trainingcxl.host.pmem.media_file import MEDIA_AT, RUN_FIELDS, MediaFile, MediaFileError, create
+
+RUN = {"seed": 0, "data": "synthetic", "batch_size": 16, "min_pooling": 0, "zipf_alpha": 1.05,
+       "system": "cxl-b", "staleness": 0, "relaxed": False, "checkpointing": True}
+
+
+def test_a_new_file_has_its_header_and_blank_media(tmp_path):
+    cfg = PRESETS["tiny"]
+    media = create(tmp_path / "m.pmem", cfg, RUN)
+    assert media.config.digest() == cfg.digest() and media.run == RUN
+    assert (tmp_path / "m.pmem").stat().st_size == MEDIA_AT + cfg.media_lines * 64
+    assert not media.lines().any() and media.recoveries() == []
+    state = pmem.open(tmp_path / "m.pmem")
+    assert not state.found and state.durable is None
+    media.record_recovery(4, 3)
+    media.record_recovery(6, 6)
+    assert MediaFile(tmp_path / "m.pmem").recoveries() == [(4, 3), (6, 6)]
+
+
+def test_bad_files_are_refused_in_one_line(tmp_path):
+    cfg = PRESETS["tiny"]
+    path = tmp_path / "m.pmem"
+    create(path, cfg, RUN)
+    with pytest.raises(MediaFileError, match="exists .* --resume .* --overwrite"):
+        create(path, cfg, RUN)
+    create(path, cfg, RUN, overwrite=True)
+    with pytest.raises(MediaFileError, match="another configuration .* differs in max_bags"):
+        MediaFile(path).check_config(cfg.replace(max_bags=cfg.max_bags * 2))
+    (tmp_path / "short.pmem").write_bytes(path.read_bytes()[:MEDIA_AT + 100])
+    (tmp_path / "text.pmem").write_text("hello\n")
+    for name, why in (("short.pmem", "truncated"), ("text.pmem", "not a trainingcxl media"),
+                      ("absent.pmem", "no such media file")):
+        with pytest.raises(MediaFileError, match=why) as e:
+            pmem.open(tmp_path / name)
+        assert "\n" not in str(e.value)
+
+
+# -- real processes, killed --------------------------------------------------------------
+
+def _train(*args):
+    return [sys.executable, "-m", "trainingcxl.host.cli", "train", "--config", "tiny", *args]
+
+
+def _run(args, **kw):
+    done = subprocess.run(args, capture_output=True, text=True, **kw)
+    return done.returncode, done.stdout + done.stderr
+
+
+def _killed(args, after_lines, delay):
+    """Start ``args`` in a process group of its own and kill the whole group with SIGKILL
+    ``delay`` seconds after its ``after_lines``-th line of progress."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    seen = 0
+    for line in proc.stdout:
+        seen += line.lstrip().startswith("batch ")
+        if seen >= after_lines:
+            break
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return proc.returncode
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.parametrize("system, staleness", [("cxl-b", 0), ("cxl", 1)])
+def test_a_killed_host_resumes_from_the_media_file(tmp_path, system, staleness):
+    """SIGKILL of the whole training process at random moments (twice from outside,
+    once by the simulator itself during the recovery of a power failure), each time
+    resumed from the media file: with K = 0 the run ends bit-identical to one never
+    killed (tables and losses); with K = 1 in relaxed order every resume is checked
+    against the golden model replayed along the recoveries the file's journal holds."""
+    batches = 30
+    common = ["--system", system, "--staleness", str(staleness), "--batches", str(batches),
+              "--quiet", "--check-every", "1"]
+    whole, killed = tmp_path / "whole.pmem", tmp_path / "killed.pmem"
+    code, out = _run(_train(*common, "--pmem", str(whole), "--json", str(tmp_path / "w.json")))
+    assert code == 0, out
+    rng = random.Random(7)
+    loud = [a for a in common if a != "--quiet"]
+    # 1: killed from outside while it trains.
+    assert _killed(_train(*loud, "--pmem", str(killed)), 3, rng.uniform(0, 0.5)) == -9
+    assert pmem.open(killed).durable < batches
+    # 2: resumed, a power failure in an update, and the host killed during its recovery.
+    code, out = _run(_train("--pmem", str(killed), "--resume", "--batches", str(batches),
+                            "--fail-in", "update", "--kill-in", "recovery"))
+    assert code != 0 and "--resume" in out, out
+    # 3: resumed, killed from outside again.
+    _killed(_train("--pmem", str(killed), "--resume", "--batches", str(batches), "--check-every",
+                   "1"), 1, rng.uniform(0, 0.5))
+    assert pmem.open(killed).durable < batches
+    code, out = _run(_train("--pmem", str(killed), "--resume", "--batches", str(batches),
+                            "--json", str(tmp_path / "k.json")))
+    assert code == 0, out
+    rec = json.loads((tmp_path / "k.json").read_text())
+    assert rec["golden_match"] and rec["resumed"]["consistent"]
+    assert len(MediaFile(killed).recoveries()) >= 2     # the failure's and each resume's
+    a, b = pmem.open(whole), pmem.open(killed)
+    assert a.durable == b.durable == batches
+    if staleness == 0:
+        assert all(np.array_equal(x, y) for x, y in zip(a.tables, b.tables))
+        assert np.array_equal(a.mlp_params.view(np.uint32), b.mlp_params.view(np.uint32))
+        ref = json.loads((tmp_path / "w.json").read_text())
+        assert rec["loss"] == ref["loss"][-len(rec["loss"]):]
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_the_python_api_reads_a_file_killed_mid_update(tmp_path):
+    """Killed in an update, the file's durable state, recovered in software, is the golden
+    model's at the batch before; reading it leaves the file as it was."""
+    path = tmp_path / "m.pmem"
+    code, out = _run(_train("--system", "cxl-b", "--staleness", "0", "--batches", "6",
+                            "--pmem", str(path), "--kill-in", "update@4+40",
+                            "--dump", str(tmp_path / "never")))
+    assert code != 0, out
+    before = path.read_bytes()
+    state = pmem.open(path)
+    assert state.found and state.durable == 3 and state.snapshot_batch == 3
+    assert state.rolled_back > 0                # batch 4's update had begun
+    from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
+    from trainingcxl.host.model.dlrm import FixedPointTrainer
+    cfg = PRESETS["tiny"]
+    golden = FixedPointTrainer(cfg, initial_tables(cfg, seed=0), seed=0)
+    data = SyntheticWorkload(cfg, seed=0, batch_size=16)
+    for i in range(3):
+        golden.step(data.batch(i))
+    assert all(np.array_equal(x, y) for x, y in zip(state.tables, golden.tables))
+    assert np.array_equal(state.mlp_params.view(np.uint32),
+                          golden.dense.parameters().view(np.uint32))
+    assert path.read_bytes() == before
+    npz = state.export(tmp_path / "model")
+    assert npz.exists()
