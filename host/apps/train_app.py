@@ -26,6 +26,7 @@ where :func:`~.launch.launch` asks.
 import gc
 import json
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -99,6 +100,8 @@ async def train_job(dut):
                       test_set=test_set, eval_every=job.eval_every,
                       resume=job.resume, replay=media.recoveries() if job.resume else (),
                       on_recovered=media.record_recovery if media else None)
+    # Ctrl-C ends the run after the batch in progress, committed and checked.
+    signal.signal(signal.SIGINT, lambda *_: setattr(run, "stop_requested", True))
     # What exists now lives for the whole run: keep the collector from walking it again.
     gc.freeze()
     wall0 = time.perf_counter()
@@ -119,7 +122,7 @@ async def train_job(dut):
     n = len(done)
     # A resumed run trains from its durable batch on (nothing, if that is the last).
     last = done[-1] if done else record.get("resumed", {}).get("recovered_batch", 0)
-    complete = last >= job.batches or job.until_plan_done
+    complete = last >= job.batches or job.until_plan_done or record.get("interrupted", False)
     record.update({
         "final_loss": float(np.mean(record["loss"][-min(10, n):])) if n else None,
         "final_loss_ref": float(np.mean(record["loss_ref"][-min(10, n):])) if n else None,

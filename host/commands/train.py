@@ -3,6 +3,8 @@ power failures, on a target (:data:`TARGETS`): the simulated device, the simulat
 board top, or a board on a serial port (:mod:`.train_targets`). A target object
 checks the command line for what it can do, runs the training and summarises it."""
 
+import contextlib
+import signal
 import sys
 import time
 
@@ -139,7 +141,8 @@ def train_on_sim(args):
           f"planned, on {args.sim}", flush=True)
     t0 = time.monotonic()
     try:
-        rec = launch(job, cfg, sim=args.sim)
+        with _stop_on_ctrl_c():
+            rec = launch(job, cfg, sim=args.sim)
     except BenchFailure as e:
         if e.record is None:
             report.error(e)
@@ -194,7 +197,27 @@ def train_on_sim(args):
     if job.export:
         report.line("model", f"{args.export} (model.npz: a PyTorch state dict, model.json)")
     report.json_out(args.json, rec, args=args)
+    if rec.get("interrupted"):
+        resume = (f"`trainingcxl train --pmem {job.pmem} --resume --batches {job.batches}` "
+                  f"continues it" if job.pmem else "with --pmem FILE a run can be resumed")
+        print(f"\ninterrupted after batch {rec['stopped_after']} of {job.batches} (committed and "
+              f"checked); {resume}", file=sys.stderr)
+        return 130
     return 0 if rec["golden_match"] else 1
+
+
+@contextlib.contextmanager
+def _stop_on_ctrl_c():
+    """While the simulation runs, Ctrl-C (SIGINT, which reaches the simulator too) ends the
+    run after the batch in progress rather than this process."""
+    def note(*_):
+        print("\n[stop] Ctrl-C: stopping after the batch in progress", file=sys.stderr,
+              flush=True)
+    before = signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _resumed_media(args):

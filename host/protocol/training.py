@@ -102,6 +102,9 @@ class TrainingRun:
         self.evals = {}                 # batch -> held-out metrics (the last attempt's)
         self.counter_regs = counters
         self._batches = {}              # b -> data batch b (the newest few, :meth:`batch_data`)
+        # Set (by a SIGINT handler) to end the run after the batch in progress, committed
+        # and checked: the record is then marked ``interrupted``.
+        self.stop_requested = False
         # A run resumed from media an earlier process left (``resume``): the recoveries
         # that run made, ``(D, m)`` in order, for the golden model's replay; and what is
         # told of every recovery (``on_recovered(d, m)``: a media file's journal).
@@ -409,7 +412,8 @@ class TrainingRun:
             self.batch_cycles = self.batch_cycles or self.now() - c0
             note = ""
             plan_done = not self._failures_ahead()
-            stopping = b >= self.limit or (plan_done and (self.until_plan_done or b >= self.n))
+            stopping = (b >= self.limit or (plan_done and (self.until_plan_done or b >= self.n))
+                        or self.stop_requested)
             if self.measure_from is not None and stopping and b >= self.measure_from:
                 await self._mark_window("end")
             check = b == 1 or b == self.n or b % self.check_every == 0 or stopping
@@ -430,6 +434,8 @@ class TrainingRun:
                      f"{cycles}pooled {'ok' if same else 'DIFFER'}{note}")
             if stopping:
                 self.record["stopped_after"] = b
+                if self.stop_requested and b < self.n:
+                    self.record["interrupted"] = True
                 return
             b += 1
 

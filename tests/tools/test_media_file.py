@@ -148,3 +148,31 @@ def test_the_python_api_reads_a_file_killed_mid_update(tmp_path):
     assert path.read_bytes() == before
     npz = state.export(tmp_path / "model")
     assert npz.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_ctrl_c_stops_at_a_batch_boundary_and_says_how_to_resume(tmp_path):
+    """SIGINT to the whole process group (what Ctrl-C sends): the run ends after the batch
+    in progress, committed and checked, writes its JSON marked interrupted, prints no
+    traceback and names the command that resumes it; the resume goes on from there."""
+    path, out = tmp_path / "m.pmem", tmp_path / "run.json"
+    proc = subprocess.Popen(_train("--batches", "400", "--pmem", str(path), "--json", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.lstrip().startswith("batch 3/"):
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    lines += proc.stdout.readlines()
+    text = "".join(lines)
+    assert proc.wait() == 130, text
+    assert "Traceback" not in text and "--resume --batches 400" in text
+    rec = json.loads(out.read_text())
+    assert rec["interrupted"] and rec["golden_match"] and 3 <= rec["stopped_after"] < 400
+    assert pmem.open(path).durable >= rec["stopped_after"] - 1
+    code, again = _run(_train("--pmem", str(path), "--resume", "--batches",
+                              str(rec["stopped_after"] + 2)))
+    assert code == 0 and "bit-exact" in again, again
