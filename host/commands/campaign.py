@@ -78,7 +78,7 @@ def _reproducer(out_dir, spec, record, error):
     return folder
 
 
-def run_tasks(kind, args, cluster, specs, note):
+def run_tasks(kind, args, cluster, specs, note, fn=None):
     """Run ``specs`` on ``cluster`` through the journal of ``--journal``/``--resume``.
 
     Returns the results sorted by task index (what the JSON is made of, so it does not
@@ -96,7 +96,7 @@ def run_tasks(kind, args, cluster, specs, note):
     results = []
     with journal:
         try:
-            results.extend(pool.parallel_runs(specs, cluster, note, journal=journal))
+            results.extend(pool.parallel_runs(specs, cluster, note, journal=journal, fn=fn))
         except KeyboardInterrupt:
             print(f"\ninterrupted: {len(journal.results())} of {len(specs)} tasks are in the "
                   f"journal; the same command with --resume goes on from there", file=sys.stderr)
@@ -148,6 +148,8 @@ def _mix(spec):
 
 
 def cmd_campaign(args):
+    if args.kill:
+        return cmd_kill_campaign(args)
     base = args.config
     try:
         specs = campaign_specs(base, failures=args.failures, per_run=args.per_run,
@@ -203,6 +205,62 @@ def cmd_campaign(args):
     _print_tally("campaign", summary)
     report.json_out(args.json, summary, args=args)
     return 0 if summary["inconsistent"] == 0 and summary["bad_runs"] == 0 else 1
+
+
+def cmd_kill_campaign(args):
+    """``campaign --kill N``: real training processes killed with SIGKILL and resumed from
+    their media files (:mod:`trainingcxl.host.tools.kills`)."""
+    from trainingcxl.host.tools.kills import KILL_WINDOW_S, kill_specs, run_kills
+    specs = kill_specs(args.config, kills=args.kill, per_run=args.per_run,
+                       staleness=args.staleness, orders=args.orders, seed=args.seed)
+    print(f"trainingcxl campaign --kill: {len(specs)} media files x up to {args.per_run} "
+          f"SIGKILLs of the training process, {KILL_WINDOW_S[0]}-{KILL_WINDOW_S[1]} s after "
+          f"each start, K in {args.staleness}, {'/'.join(args.orders)} order", flush=True)
+    t0 = time.monotonic()
+    bad = 0
+
+    def note(result):
+        nonlocal bad
+        bad += bool(result[2]) or not (result[1] or {}).get("final_golden_match")
+        return f", {bad} bad"
+    with open_cluster(args.cluster, args.jobs) as cluster:
+        cluster.prebuild([args.config.replace(relaxed_lookup=False)])
+        results, execution = run_tasks("kill-campaign", args, cluster, specs, note, fn=run_kills)
+    execution["wall_s"] = round(time.monotonic() - t0, 1)
+    rounds = [r for _, rec, _ in results for r in (rec or {}).get("rounds", [])]
+    resumes = [r["resumed"] for r in rounds if r["resumed"]]
+    summary = {
+        "kills": sum(r["killed"] for r in rounds), "rounds": len(rounds),
+        "resumes": len(resumes), "consistent": sum(r["consistent"] for r in resumes),
+        "inconsistent": sum(not r["consistent"] for r in resumes),
+        "recover_differs_from_software": sum(not r["as_before"] for r in resumes),
+        "lost_durable": sum(r["lost"] for r in rounds),
+        "final_bit_exact": sum(bool(rec and rec["final_golden_match"]) for _, rec, _ in results),
+        "media_files": len(results), "errors": [e for _, _, e in results if e][:5],
+        "kills_per_minute": round(60 * sum(r["killed"] for r in rounds)
+                                  / max(1e-9, execution["wall_s"]), 1),
+        "config": args.config.to_dict(), "seed": args.seed, "execution": execution,
+        "tasks": [{"index": spec["index"], "staleness": spec["staleness"],
+                   "relaxed": spec["relaxed"], **(rec or {}), "error": err}
+                  for spec, rec, err in results],
+    }
+    s = summary
+    print()
+    print(f"  kills              {s['kills']} SIGKILLs over {s['media_files']} media files in "
+          f"{execution['wall_s']:.0f} s ({s['kills_per_minute']} a minute, "
+          f"{execution['workers']} workers, {execution['cluster']})")
+    print(f"  resumes            {s['consistent']} of {s['resumes']} consistent (RECOVER, the "
+          f"golden model replayed, the invariants); inconsistent {s['inconsistent']}; RECOVER "
+          f"differing from the software recovery {s['recover_differs_from_software']}")
+    print(f"  durable batches    lost {s['lost_durable']} (a file's durable batch never fell)")
+    print(f"  to the end         {s['final_bit_exact']} of {s['media_files']} files resumed and "
+          f"trained bit-exactly to the end")
+    for e in s["errors"]:
+        print(f"  ERROR              {e.strip().splitlines()[-1][:200] if e.strip() else e}")
+    report.json_out(args.json, summary, args=args)
+    ok = (s["inconsistent"] == 0 and s["lost_durable"] == 0 and not s["errors"]
+          and s["recover_differs_from_software"] == 0 and s["final_bit_exact"] == s["media_files"])
+    return 0 if ok else 1
 
 
 def _print_tally(what, s):
@@ -346,6 +404,11 @@ def register(sub):
                     "and configuration. A bad run leaves a reproducer and its waveform.")
     config_option(sp, "tiny")
     sp.add_argument("--failures", type=_positive, default=100, help="power failures to plan in all")
+    sp.add_argument("--kill", type=_positive, metavar="N",
+                    help="instead of planned power failures: N SIGKILLs of real `train --pmem` "
+                         "processes at random wall-clock moments, each file resumed after "
+                         "each kill (--per-run kills a file); tallies consistent resumes and "
+                         "durable batches lost")
     sp.add_argument("--per-run", type=_positive, default=10, help="failures planned per run")
     sp.add_argument("--batches", type=_positive, default=6, help="batches per run")
     sp.add_argument("--batch-size", type=_positive, default=8, help="samples per batch")

@@ -176,3 +176,18 @@ def test_ctrl_c_stops_at_a_batch_boundary_and_says_how_to_resume(tmp_path):
     code, again = _run(_train("--pmem", str(path), "--resume", "--batches",
                               str(rec["stopped_after"] + 2)))
     assert code == 0 and "bit-exact" in again, again
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_a_kill_campaign_tallies_kills_resumes_and_lost_batches(tmp_path):
+    from trainingcxl.host.cli import main
+    out = tmp_path / "kills.json"
+    assert main(["campaign", "--kill", "4", "--per-run", "2", "--staleness", "0,1",
+                 "--orders", "strict", "--jobs", "2", "--journal", str(tmp_path / "j"),
+                 "--json", str(out)]) == 0
+    s = json.loads(out.read_text())
+    assert s["kills"] + sum(not r["killed"] for t in s["tasks"] for r in t["rounds"]) == 4
+    assert s["inconsistent"] == s["lost_durable"] == s["recover_differs_from_software"] == 0
+    assert s["final_bit_exact"] == s["media_files"] == 2
+    assert all(t["final_resumed"] is None or t["final_resumed"]["consistent"] for t in s["tasks"])
