@@ -54,27 +54,16 @@ class DurableState:
     """What a media file holds once recovered: the batch every table is at, the MLP
     snapshot chosen, and the tables and parameters themselves.
 
-    Attributes
-    ----------
-    path, config, run :
-        The file, its configuration and the run it belongs to.
-    found : bool
-        False if the media holds no checkpoint yet (killed before its first commit):
-        then ``durable`` and the rest are ``None``.
-    durable : int
-        D, the newest durable batch: every table is as it was after it.
-    snapshot_batch : int
-        m, the batch of the MLP snapshot recovery chose (``D - K <= m <= D``).
-    staleness : int
-        K, from the newest commit record.
-    rolled_back : int
-        Undo records a recovery applies (records of batches after D still in the log).
-    tables : list of numpy.ndarray
-        int32 fixed point, ``(rows, dim)`` per table, as after batch D.
-    mlp_params : numpy.ndarray
-        float32, the snapshot's parameters (``DenseModel.load_parameters`` order).
-    recoveries : list of (int, int)
-        ``(D, m)`` of every recovery the run made (the file's journal).
+    ``path``, ``config`` and ``run`` are the file, its configuration and the run it
+    belongs to. ``found`` is false if the media holds no checkpoint yet (killed before
+    its first commit); the figures below are then ``None``. ``durable`` is D, the
+    newest durable batch (every table is as it was after it); ``snapshot_batch`` m,
+    the batch of the MLP snapshot recovery chose (``D - K <= m <= D``); ``staleness``
+    K, from the newest commit record; ``rolled_back`` the undo records the recovery
+    applied (records of batches after D still in the log). ``tables`` are int32 fixed
+    point, ``(rows, dim)`` per table, as after batch D; ``mlp_params`` the snapshot's
+    float32 parameters (``DenseModel.load_parameters`` order); ``recoveries`` the
+    file's journal, ``(D, m)`` of every recovery the run made.
     """
     path: str
     config: object
