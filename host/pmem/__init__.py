@@ -95,11 +95,14 @@ class DurableState:
         return export_model(self.config, self.tables, self.dense_model(), folder)
 
 
-def open(path):
+def open(path, config=None):
     """Open the media file ``path`` read-only and recover its durable state in software;
     returns a :class:`DurableState`. A file that is not a media file, of another
-    format version or truncated raises :class:`MediaFileError` (one line)."""
+    format version or truncated, or (given ``config``) of another configuration,
+    raises :class:`MediaFileError` (one line)."""
     media = MediaFile(path)
+    if config is not None:
+        media.check_config(config)
     cfg = media.config
     lines = _Overlay(media.lines("r"))
     result = recover(cfg, lines, staleness=media.run["staleness"])

@@ -41,7 +41,8 @@ def test_bad_files_are_refused_in_one_line(tmp_path):
         create(path, cfg, RUN)
     create(path, cfg, RUN, overwrite=True)
     with pytest.raises(MediaFileError, match="another configuration .* differs in max_bags"):
-        MediaFile(path).check_config(cfg.replace(max_bags=cfg.max_bags * 2))
+        pmem.open(path, config=cfg.replace(max_bags=cfg.max_bags * 2))
+    assert not pmem.open(path, config=cfg).found
     (tmp_path / "short.pmem").write_bytes(path.read_bytes()[:MEDIA_AT + 100])
     (tmp_path / "text.pmem").write_text("hello\n")
     for name, why in (("short.pmem", "truncated"), ("text.pmem", "not a trainingcxl media"),
