@@ -94,6 +94,14 @@ class GoldenHistory:
             out.append((rows[first], np.concatenate([rec[t][1] for rec in records])[first]))
         return out
 
+    def resume(self, d, m):
+        """Where a recovery that found ``d`` and ``m`` leaves the trainers: their tables as
+        after batch ``d`` (:meth:`rollback`), their MLPs as after batch ``m``."""
+        golden_mlp, reference_mlp = self.mlp(m)
+        self.rollback(d)
+        self.golden.dense.load_parameters(golden_mlp)
+        self.reference.dense.load_parameters(reference_mlp)
+
     def rollback(self, d):
         """Bring both trainers back to their state after batch ``d`` and forget every later
         batch: the tables newest batch first, as the device's undo log does (a row changed

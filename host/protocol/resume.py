@@ -24,10 +24,7 @@ def resume_models(config, seed, history, d, m, params):
     """The golden model, the float32 reference and the GPU resumed at ``d`` with the MLP of
     ``m`` (the GPU's from the snapshot ``params``): ``history``'s trainers, rolled back to
     ``d``; it forgets every batch after ``d``."""
-    golden_mlp, reference_mlp = history.mlp(m)
-    history.rollback(d)
-    history.golden.dense.load_parameters(golden_mlp)
-    history.reference.dense.load_parameters(reference_mlp)
+    history.resume(d, m)
     model = DenseModel(config, seed)
     model.load_parameters(params)
     return history.golden, history.reference, Gpu(config, model)

@@ -287,12 +287,7 @@ class TrainingRun:
         self._models()
         self._replay_to(d)
         await self._count_from_here()
-        await self.checkpoints.recovered(self, d)
-        params = await self.device.read_snapshot(m)
-        tables_ok, mlp_ok = recovered_state_matches(self.history, d, m,
-                                                    await self.device.read_tables(), params)
-        invariants = {"tables_equal_golden_at_D": tables_ok, "mlp_equal_golden_at_m": mlp_ok,
-                      "m_within_staleness": d - self.k <= m <= d}
+        params, invariants = await self._recovered_state(d, m)
         self.record["resumed"] = {
             "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
             "recovery_lines": lines, "rolled_back": rolled, "earlier_recoveries": len(self.replay),
@@ -307,6 +302,17 @@ class TrainingRun:
         self.on_recovered(d, m)
         return d + 1
 
+    async def _recovered_state(self, d, m):
+        """After ``RECOVER`` found ``d`` and ``m``: what the host now knows durable, the
+        snapshot's MLP parameters, and the invariants against the golden model's
+        history (docs/design.md, "Invariants")."""
+        await self.checkpoints.recovered(self, d)
+        params = await self.device.read_snapshot(m)
+        tables_ok, mlp_ok = recovered_state_matches(self.history, d, m,
+                                                    await self.device.read_tables(), params)
+        return params, {"tables_equal_golden_at_D": tables_ok, "mlp_equal_golden_at_m": mlp_ok,
+                        "m_within_staleness": d - self.k <= m <= d}
+
     def _replay_to(self, d):
         """Train the golden model and the reference from batch 0 to ``d`` as the earlier
         run did: at each of its recoveries ``(D, m)`` (:attr:`replay`), back to D with
@@ -319,10 +325,7 @@ class TrainingRun:
                 history.remember(b)
                 history.prune(b - self.k - 2)
             if m is not None:
-                golden_mlp, reference_mlp = history.mlp(m)
-                history.rollback(target)
-                history.golden.dense.load_parameters(golden_mlp)
-                history.reference.dense.load_parameters(reference_mlp)
+                history.resume(target, m)
 
     async def run(self):
         if self.resume:
@@ -480,21 +483,14 @@ class TrainingRun:
             await self._cut_power()
         if error != ErrorCode.NONE:
             raise RuntimeError(f"RECOVER failed with {error.name} after {failure}")
-        await self.checkpoints.recovered(self, d)
-        params = await dev.read_snapshot(m)
-        tables_ok, mlp_ok = recovered_state_matches(self.history, d, m,
-                                                    await dev.read_tables(), params)
+        params, invariants = await self._recovered_state(d, m)
         failure.update({
             "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
             "recovery_lines": lines,
             "rolled_back": rolled, "failures_during_recovery": len(nested),
             "recovery_failure_cycles": nested,
-            "invariants": {
-                "tables_equal_golden_at_D": tables_ok,
-                "mlp_equal_golden_at_m": mlp_ok,
-                "m_within_staleness": d - self.k <= m <= d,
-                "no_durable_batch_lost": d >= failure["durable_before"],
-            },
+            "invariants": {**invariants,
+                           "no_durable_batch_lost": d >= failure["durable_before"]},
         })
         failure["consistent"] = all(failure["invariants"].values())
         self.record["failures"].append(failure)
