@@ -68,7 +68,8 @@ def test_client_raises_the_bridges_error_status_and_gives_up_on_garbage():
 
 
 def _args(**kw):
-    base = {"fail_at": [], "fail_in": [], "inject_failures": 0, "seed": 0, "failure_seed": None}
+    base = {"fail_at": [], "fail_in": [], "inject_failures": 0, "seed": 0, "failure_seed": None,
+            "kill_in": [], "pmem": None}
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -79,7 +80,8 @@ def test_board_failure_options():
     for bad in (_args(fail_at=[100]), _args(fail_in=[parse_fail_in("gpu@1")]),
                 _args(fail_in=[parse_fail_in("update@9")]),
                 _args(fail_in=[parse_fail_in("update@1+5")]),
-                _args(fail_in=[parse_fail_in("commit@1"), parse_fail_in("commit@1")])):
+                _args(fail_in=[parse_fail_in("commit@1"), parse_fail_in("commit@1")]),
+                _args(kill_in=[parse_fail_in("update@1")]), _args(pmem="run.pmem")):
         with pytest.raises(SystemExit):
             board_failures(bad, 5, BOARD_PHASES)
 
