@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 __all__ = ["run_kills", "kill_specs", "KILL_WINDOW_S"]
@@ -79,7 +78,6 @@ def _run_for(cmd, seconds):
 def run_kills(spec):
     """One task of a kill campaign (see the module docstring); returns ``(spec, record,
     error)`` like :func:`~.pool.run_train`."""
-    from trainingcxl.spec.config import Config
     from trainingcxl.host import pmem
     rng = random.Random(spec["seed"])
     rounds, error = [], None
