@@ -14,7 +14,7 @@ import pytest
 
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host import pmem
-from trainingcxl.host.pmem.media_file import MEDIA_AT, RUN_FIELDS, MediaFile, MediaFileError, create
+from trainingcxl.host.pmem.media_file import MEDIA_AT, MediaFile, MediaFileError, create
 
 RUN = {"seed": 0, "data": "synthetic", "batch_size": 16, "min_pooling": 0, "zipf_alpha": 1.05,
        "system": "cxl-b", "staleness": 0, "relaxed": False, "checkpointing": True}
