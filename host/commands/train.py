@@ -125,11 +125,19 @@ def train_on_sim(args):
     if media is not None:
         _refuse(media.check_config, cfg)
         for name, value in media.run.items():
+            given = getattr(args, name, None)
+            if given not in (None, TrainJob._field(name).default, value):
+                print(f"note: --{name.replace('_', '-')} {given} ignored: {args.pmem} continues "
+                      f"a run with {value}", file=sys.stderr)
             setattr(args, name, value)
         args.no_checkpoint = not media.run["checkpointing"]
     job = sim_job(args, cfg)
     if job.pmem and not job.resume:
+        from pathlib import Path
         from trainingcxl.host.pmem.media_file import RUN_FIELDS, create
+        if Path(job.pmem).exists():
+            with _media_in_use(job.pmem):       # not from under a run that is using it
+                pass
         _refuse(create, job.pmem, cfg, {k: getattr(job, k) for k in RUN_FIELDS},
                 overwrite=job.overwrite)
     system = SYSTEMS[job.system]
@@ -141,7 +149,7 @@ def train_on_sim(args):
           f"planned, on {args.sim}", flush=True)
     t0 = time.monotonic()
     try:
-        with _stop_on_ctrl_c():
+        with _stop_on_ctrl_c(), _media_in_use(job.pmem):
             rec = launch(job, cfg, sim=args.sim)
     except BenchFailure as e:
         if e.record is None:
@@ -218,6 +226,23 @@ def _stop_on_ctrl_c():
         yield
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@contextlib.contextmanager
+def _media_in_use(path):
+    """Hold ``path`` (a media file, or nothing) for this run: a second run on the same
+    file is refused in one line rather than left to write over this one's media. The
+    lock goes with the process, killed or not."""
+    if not path:
+        yield
+        return
+    import fcntl
+    with open(path, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"error: {path} is in use by another run") from None
+        yield
 
 
 def _resumed_media(args):

@@ -192,3 +192,18 @@ def test_a_kill_campaign_tallies_kills_resumes_and_lost_batches(tmp_path):
     assert s["inconsistent"] == s["lost_durable"] == s["recover_differs_from_software"] == 0
     assert s["final_bit_exact"] == s["media_files"] == 2
     assert all(t["final_resumed"] is None or t["final_resumed"]["consistent"] for t in s["tasks"])
+
+
+def test_a_file_in_use_by_another_run_is_refused(tmp_path, capsys):
+    """A second run on a media file (or one that would --overwrite it) is refused while the
+    first holds it; the lock goes with the first process."""
+    import fcntl
+    from trainingcxl.host.cli import main
+    path = tmp_path / "m.pmem"
+    create(path, PRESETS["tiny"], RUN)
+    with open(path, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for argv in (["--resume"], ["--overwrite", "--config", "tiny"]):
+            with pytest.raises(SystemExit, match="in use by another run"):
+                main(["train", "--pmem", str(path), *argv])
+    assert MediaFile(path).run == RUN                   # untouched
