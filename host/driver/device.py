@@ -53,7 +53,8 @@ import numpy as np
 from trainingcxl.spec.config import LINE_BYTES
 from trainingcxl.spec.descriptors import ErrorCode, Op
 from trainingcxl.spec.host_layout import HostLayout
-from trainingcxl.spec.records import SNAPSHOT, checksum, valid_header
+from trainingcxl.spec.records import SNAPSHOT, valid_header
+from trainingcxl.host.model.recovery import snapshot_params
 from trainingcxl.spec.registers import COUNTERS, REG, Reg, constants
 
 __all__ = ["Device", "DeviceError", "LookupResult", "Recovery", "rows_to_lines",
@@ -395,11 +396,10 @@ class Device:
             header = valid_header((await self.read_media(base, 1))[0], SNAPSHOT)
             if header is None or header.batch != slot_batch:
                 continue
-            lines = await self.read_media(base + 1, header.a)
-            if checksum(lines) != header.b:
+            params = snapshot_params(cfg, header, await self.read_media(base + 1, header.a))
+            if params is None:
                 raise DeviceError(f"snapshot of batch {slot_batch}: valid header, torn data")
-            raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in lines)
-            return np.frombuffer(raw, dtype=np.float32)[:cfg.mlp_params].copy()
+            return params
         return None
 
     def forget_host_memory(self):

@@ -7,11 +7,13 @@ including torn records, and compare the results bit for bit.
 
 from dataclasses import dataclass, field
 
-from trainingcxl.spec.config import GROUP_RECORDS, RING_HEADERS
-from trainingcxl.spec.records import (COMMIT, RING, SNAPSHOT, commit_record, decode_group_line,
-                                      decode_record, valid_header)
+import numpy as np
 
-__all__ = ["Recovery", "recover"]
+from trainingcxl.spec.config import GROUP_RECORDS, LINE_BYTES, RING_HEADERS
+from trainingcxl.spec.records import (COMMIT, RING, SNAPSHOT, checksum, commit_record,
+                                      decode_group_line, decode_record, valid_header)
+
+__all__ = ["Recovery", "recover", "snapshot_params"]
 
 
 @dataclass
@@ -98,3 +100,13 @@ def _walk(cfg, media, read, result, *, gen, d, lsn, at, groups):
                 result.writes[header.b + j] = line
             result.rolled_back += 1
             lsn = (lsn - 1) & 0xFFFFFFFF
+
+
+def snapshot_params(config, header, lines):
+    """The float32 MLP parameters a snapshot slot holds: ``header`` its valid header
+    (:func:`~trainingcxl.spec.records.valid_header`), ``lines`` the ``header.a`` data
+    lines after it; ``None`` if they do not match the header's checksum (a torn pull)."""
+    if checksum(lines) != header.b:
+        return None
+    raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in lines)
+    return np.frombuffer(raw, dtype=np.float32)[:config.mlp_params].copy()

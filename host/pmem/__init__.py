@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainingcxl.spec.config import LINE_BYTES
-from trainingcxl.spec.records import SNAPSHOT, checksum, valid_header
+from trainingcxl.spec.records import SNAPSHOT, valid_header
 from trainingcxl.host.model.dlrm import DenseModel
 from trainingcxl.host.model.export import export_model
 from trainingcxl.host.model.fixed import from_fixed
-from trainingcxl.host.model.recovery import recover
+from trainingcxl.host.model.recovery import recover, snapshot_params
 from .media_file import MediaFile, MediaFileError, create
 
 __all__ = ["open", "DurableState", "MediaFile", "MediaFileError", "create"]
@@ -134,9 +134,8 @@ def _snapshot(cfg, lines, batch):
         header = valid_header(lines[base], SNAPSHOT)
         if header is None or header.batch != batch:
             continue
-        data = [lines[base + 1 + k] for k in range(header.a)]
-        if checksum(data) != header.b:
+        params = snapshot_params(cfg, header, [lines[base + 1 + k] for k in range(header.a)])
+        if params is None:
             raise MediaFileError(f"the snapshot of batch {batch}: a valid header over torn data")
-        raw = b"".join(x.to_bytes(LINE_BYTES, "little") for x in data)
-        return np.frombuffer(raw, dtype=np.float32)[:cfg.mlp_params].copy()
+        return params
     raise MediaFileError(f"recovery chose the snapshot of batch {batch}, which no slot holds")
