@@ -148,9 +148,9 @@ class _DeviceCheckpoints(Checkpoints, ABC):
         """What the host waits for once the pull of ``b`` is started."""
 
     async def _snapshot(self, run, b):
-        """Snapshot the MLP after batch ``b``. The device's pull is staged if the engine is
-        free; with a pull in flight that would leave the snapshots more than K behind,
-        the host waits for it."""
+        """Snapshot the MLP after batch ``b`` if the last pull started is more than K
+        batches old. The device's pull is staged if the engine is free; with a pull in
+        flight that would leave the snapshots more than K behind, the host waits for it."""
         dev = run.device
         await self._before_snapshot(run)
         st = await dev.checkpoint_state()
@@ -168,7 +168,10 @@ class _DeviceCheckpoints(Checkpoints, ABC):
                 st = await dev.checkpoint_state()
         if st["durable"] is not None:
             self.durable = max(self.durable, st["durable"])
-        if not st["snapshot_busy"]:
+        # One snapshot every K + 1 batches is all the bound needs; more would only add
+        # media writes (at small batches a pull takes about a batch).
+        due = self.pulling is None or b - self.pulling > self.k
+        if due and not st["snapshot_busy"]:
             await self.path.copy(run, run.cfg.mlp_params * 4, hops=2)    # GPU -> host -> device
             await dev.stage_mlp(run.gpu.model.parameters())
             await self._pull(run, b)
@@ -183,7 +186,11 @@ class _DeviceCheckpoints(Checkpoints, ABC):
         self.durable = st["durable"] if st["durable"] is not None else d
 
     async def check_committed(self, run, last):
-        st = await run.device.checkpoint_state()
+        # The run ends durable to its last batch: the pull in flight ends first.
+        st = await (run.device.wait_snapshot(self.pulling) if self.pulling is not None
+                    else run.device.checkpoint_state())
+        if st["durable"] is not None:
+            self.durable = max(self.durable, st["durable"])
         if st["committed"] != last:
             run.record["errors"].append({"batch": last, "commit": "NOT_COMMITTED",
                                          "committed": st["committed"]})

@@ -83,12 +83,15 @@ def test_relaxed_and_strict_orders_train_the_same_tables(fake_training):
 
 @pytest.mark.parametrize("name", ["cxl-b", "cxl"])
 def test_snapshots_follow_their_commit_and_stay_within_k(fake_training, name):
-    """SNAPSHOT_MLP(b) after COMMIT(b) (with K = 0 for every batch, valid before the next
-    batch's lookup); with a pull slower than a batch, every lookup still sees the
-    snapshots at most K behind the commits, and the staged copy never changes during
-    a pull."""
+    """SNAPSHOT_MLP(b) after COMMIT(b), one every K + 1 batches (with K = 0 for every
+    batch, valid before the next batch's lookup); with a pull slower than a batch, every
+    lookup still sees the snapshots at most K behind the commits, the staged copy never
+    changes during a pull, and the run ends durable to its last K batches at most."""
     k = SYSTEMS[name].staleness
     t = fake_training(name, batches=BATCHES, pull_cycles=30_000)
+    pulled = [b for b in range(1, BATCHES + 1) if t.at("SNAPSHOT_MLP", b) is not None]
+    assert all(b - a > k for a, b in zip(pulled, pulled[1:])), \
+        f"snapshots of {pulled}: more than one every K + 1 = {k + 1} batches"
     for b in range(1, BATCHES + 1):
         snapshot = t.at("SNAPSHOT_MLP", b)
         assert snapshot is not None or k > 0
