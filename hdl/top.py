@@ -231,7 +231,28 @@ class Device(wiring.Component):
         wiring.connect(m, lookup.done, dispatch.lookup_done)
         wiring.connect(m, update.done, dispatch.update_done)
         wiring.connect(m, ckpt.done, dispatch.ckpt_done)
-        wiring.connect(m, dispatch.done, control.done)
+        if has_link:
+            # The control window is not behind the link model, but the lines an
+            # engine wrote to host memory (a lookup's pooled vectors) are: the
+            # agent acknowledges a write once its data enters the link, which
+            # then carries it for ``cache_latency`` cycles more. A completion
+            # waits until every data line that entered the link towards the host
+            # before it has left, so that a host that sees it finds the results
+            # in its memory (lines sent after it do not hold it back).
+            waiting, mark = Signal(), Signal(32)
+            sent = Mux(waiting, mark, link.to_host_data)
+            landed = (link.to_host_data_left - sent)[31] == 0     # left >= sent, modulo 2**32
+            with m.If(dispatch.done.valid & ~waiting):
+                m.d.sync += [waiting.eq(1), mark.eq(link.to_host_data)]
+            with m.If(control.done.valid & control.done.ready):
+                m.d.sync += waiting.eq(0)
+            m.d.comb += [
+                control.done.valid.eq(dispatch.done.valid & landed),
+                control.done.payload.eq(dispatch.done.payload),
+                dispatch.done.ready.eq(control.done.ready & landed),
+            ]
+        else:
+            wiring.connect(m, dispatch.done, control.done)
         m.d.comb += [
             pmem.power_fail.eq(self.power_fail),
             self.irq.eq(control.irq),

@@ -80,6 +80,8 @@ class LinkDirection(wiring.Component):
         Messages that entered (all channels).
     data_messages : Out(32)
         Messages that entered on ``data_channels``.
+    data_left : Out(32)
+        Messages that left on ``data_channels``.
     """
 
     def __init__(self, shapes, *, depth, rate, latency_bits=12, data_channels=()):
@@ -107,6 +109,7 @@ class LinkDirection(wiring.Component):
             "latency": In(data.ArrayLayout(latency_bits, len(shapes))),
             "messages": Out(32),
             "data_messages": Out(32),
+            "data_left": Out(32),
         })
         super().__init__(members)
 
@@ -171,9 +174,14 @@ class LinkDirection(wiring.Component):
         is_data = Signal()
         if self._data_channels:
             m.d.comb += is_data.eq(Cat(self.inputs[k].ready for k in sorted(self._data_channels)).any())
+        left = Signal()
+        if self._data_channels:
+            m.d.comb += left.eq(Cat(self.outputs[k].valid & self.outputs[k].ready
+                                    for k in sorted(self._data_channels)).any())
         m.d.sync += [
             self.messages.eq(self.messages + accept),
             self.data_messages.eq(self.data_messages + is_data),
+            self.data_left.eq(self.data_left + left),
         ]
         return m
 
@@ -219,6 +227,11 @@ class CxlLink(wiring.Component):
         Messages, and messages carrying a data line, that entered host to device.
     to_host, to_host_data : Out(32)
         The same device to host.
+    to_host_data_left : Out(32)
+        Messages carrying a data line that left the link device to host: with
+        ``to_host_data``, which of the lines the device wrote to host memory are
+        still on their way (a completion waits for those sent before it, see
+        :class:`~trainingcxl.hdl.top.Device`).
     """
 
     # Channel order of each direction, and which of them carry data.
@@ -244,6 +257,7 @@ class CxlLink(wiring.Component):
             "to_device_data": Out(32),
             "to_host": Out(32),
             "to_host_data": Out(32),
+            "to_host_data_left": Out(32),
         })
 
     @property
@@ -295,5 +309,6 @@ class CxlLink(wiring.Component):
             self.to_device_data.eq(h2d.data_messages),
             self.to_host.eq(d2h.messages),
             self.to_host_data.eq(d2h.data_messages),
+            self.to_host_data_left.eq(d2h.data_left),
         ]
         return m

@@ -14,6 +14,11 @@ from trainingcxl.spec.cxl_messages import (D2HReqOpcode, H2DRspOpcode, M2SReqOpc
                                            S2MDrsOpcode)
 from trainingcxl.hdl.cxl.channels import CxlCacheSignature, CxlMemSignature
 from trainingcxl.spec.config import Config, LinkTiming
+from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.spec.presets import PRESETS
+from trainingcxl.spec.registers import REG, Reg
+from trainingcxl.hdl.top import Device
+from trainingcxl.sim.amaranth_host import words_to_lines
 from trainingcxl.sim.amaranth_streams import simulate as run, stream_get, stream_put
 
 
@@ -380,3 +385,113 @@ def test_cxl_link_latencies_reset_to_the_configured_one_and_it_converts_to_veril
     assert link.depth == 32                         # ceil(37 / 3) + 4 = 17 -> 32
     text = verilog.convert(link, name="cxl_link")
     assert "module cxl_link" in text
+
+
+def test_the_link_counts_the_data_lines_that_left_it_towards_the_host():
+    """``to_host_data_left`` follows ``to_host_data`` by the link's latency: a D2H Data
+    message counts as entered at once and as left when the host takes it."""
+    top = _Top(Config(link=LinkTiming(latency=20, rate=(1, 1))))
+    link, ep = top.link, top.endpoint
+
+    async def tb(ctx):
+        ctx.set(top.mem_latency, 20)
+        ctx.set(top.cache_latency, 20)
+        await ctx.tick()
+        ctx.set(ep.cache.d2h_data.payload, {"uqid": 8, "data": 99})
+        ctx.set(ep.cache.d2h_data.valid, 1)
+        await ctx.tick()
+        ctx.set(ep.cache.d2h_data.valid, 0)
+        waited = 0
+        while not ctx.get(top.cxl_cache.d2h_data.valid):
+            assert (ctx.get(link.to_host_data), ctx.get(link.to_host_data_left)) == (1, 0)
+            waited += 1
+            await ctx.tick()
+        assert waited == 19
+        ctx.set(top.cxl_cache.d2h_data.ready, 1)
+        await ctx.tick()
+        assert (ctx.get(link.to_host_data), ctx.get(link.to_host_data_left)) == (1, 1)
+
+    run(top, tb)
+
+
+@pytest.mark.parametrize("latency", [16, 40])
+def test_a_completion_waits_for_the_pooled_vectors_crossing_the_link(latency):
+    """A device whose CXL.cache link takes ``latency`` cycles: when a LOOKUP's completion
+    shows in the control window (``irq``), every pooled vector it wrote is in host memory.
+
+    The agent acknowledges a write once its D2H Data enters the link, which carries it
+    ``latency`` cycles more, while the control window is not behind the link model:
+    the completion used to reach the host first, and a host reading the results at
+    once (the driver does, about 16 cycles after) missed the last vectors."""
+    cfg = PRESETS["tiny"].replace(link=LinkTiming(latency=latency))
+    dut = Device(cfg)
+    cache = dut.cxl_cache
+    OFF, IDX, VEC = 0x100, 0x140, 0x180        # host lines
+    offsets = [0, 2, 3, 5, 8, 9, 11, 12, 14]   # 8 bags, tables 0 and 1 in turn
+    indices = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    host = {OFF + k: v for k, v in enumerate(words_to_lines(offsets))}
+    host.update({IDX + k: v for k, v in enumerate(words_to_lines(indices))})
+    out_lines = {VEC + k for k in range((len(offsets) - 1) * cfg.lines_per_row)}
+    landed = {}                                 # host line -> cycle its data arrived
+    clock = [0]
+
+    async def host_model(ctx):
+        """Answers each CXL.cache request two cycles after it arrives, in order."""
+        reads, pulls, due, uqid = [], {}, [], 0
+        ctx.set(cache.d2h_req.ready, 1)
+        ctx.set(cache.d2h_data.ready, 1)
+        while True:
+            for kind in ("h2d_data", "h2d_rsp"):
+                queue = [a for a in due if a[1] == kind and a[0] <= clock[0]]
+                s = getattr(cache, kind)
+                ctx.set(s.valid, bool(queue))
+                if queue:
+                    ctx.set(s.payload, queue[0][2])
+                    if ctx.get(s.ready):
+                        due.remove(queue[0])
+            if ctx.get(cache.d2h_req.valid):
+                r = ctx.get(cache.d2h_req.payload)
+                if r.opcode == D2HReqOpcode.RdCurr:
+                    due.append((clock[0] + 2, "h2d_data",
+                                {"cqid": r.cqid, "poison": 0, "data": host.get(r.addr, 0)}))
+                else:
+                    assert r.opcode == D2HReqOpcode.ItoMWr
+                    pulls[uqid] = r.addr
+                    due.append((clock[0] + 2, "h2d_rsp", {"opcode": H2DRspOpcode.GO_WritePull,
+                                                          "cqid": r.cqid, "uqid": uqid}))
+                    uqid += 1
+            if ctx.get(cache.d2h_data.valid):
+                d = ctx.get(cache.d2h_data.payload)
+                addr = pulls.pop(d.uqid)
+                host[addr] = d.data
+                landed[addr] = clock[0]
+            await ctx.tick()
+            clock[0] += 1
+
+    async def access(ctx, reg, value=None):
+        await stream_put(ctx, dut.control.req, {"write": value is not None, "addr": reg,
+                                                "data": value or 0})
+        return (await stream_get(ctx, dut.control.rsp)).data
+
+    async def main(ctx):
+        await access(ctx, Reg.DESC_OP, REG.DESC_OP.encode(op=Op.LOOKUP.value, batch=3))
+        await access(ctx, Reg.DESC_SIZE, REG.DESC_SIZE.encode(n_bags=len(offsets) - 1,
+                                                              n_indices=len(indices)))
+        await access(ctx, Reg.DESC_IDX, IDX * 64)
+        await access(ctx, Reg.DESC_OFF, OFF * 64)
+        await access(ctx, Reg.DESC_VEC, VEC * 64)
+        await access(ctx, Reg.DOORBELL, 1)
+        for _ in range(5000):
+            if ctx.get(dut.irq):
+                break
+            await ctx.tick()
+        seen = clock[0]
+        missing = sorted(out_lines - {a for a, t in landed.items() if t < seen})
+        assert await access(ctx, Reg.COMPLETED) == 1
+        last = REG.LAST_DONE.decode(await access(ctx, Reg.LAST_DONE))
+        assert (last["batch"], ErrorCode(last["error"])) == (3, ErrorCode.NONE)
+        assert not missing, (f"completion at cycle {seen}, pooled vectors of lines "
+                             f"{[hex(a) for a in missing]} still on the link")
+        assert set(landed) == out_lines
+
+    run(dut, main, background=[host_model])
