@@ -173,6 +173,8 @@ class TrainJob(Job):
                           "to --batches (the configuration and the run's seed, data, system, "
                           "K and order are FILE's)")
     overwrite: bool = option(False, "with --pmem: start a new run in FILE's place")
+    pool_member: dict = option(None, "set by a pool's coordinator, not on the command line: "
+                               "the device of the pool this run is (docs/pool.md)")
 
     def resolved(self, config):
         """This job with what it left to the configuration and the system decided:
@@ -222,7 +224,12 @@ class TrainJob(Job):
         if job.pmem and sim != "verilator":
             raise JobError("--pmem maps the media from a file through Verilator's backdoor; "
                            "use --sim verilator")
-        if job.checkpointing:
+        if config.model.tables and not job.pool_member:
+            raise JobError("model.tables is what a pool gives its devices; to spread the "
+                           "tables over devices set --devices N (pool.devices)")
+        if config.pool.devices > 1:
+            job._check_pool(config, system)
+        elif job.checkpointing:
             # The undo log must hold the distinct rows of the batches live at once.
             try:
                 check_checkpoint_regions(config, job.batch_size,
@@ -233,6 +240,42 @@ class TrainJob(Job):
         paths = {name: str(Path(getattr(job, name)).resolve())
                  for name in ("dump", "export", "pmem") if getattr(job, name)}
         return job.replace(**paths)
+
+    def _check_pool(self, config, system):
+        """What a pool of devices runs today: device systems, whole training runs (power
+        failures, media files and held-out tests are for one device yet), and each
+        device's undo log sized for its share of the batches."""
+        from trainingcxl.host.model.regions import check_checkpoint_regions
+        from trainingcxl.host.model.data import SyntheticWorkload
+        from trainingcxl.host.model.shard import shard_batch
+        from trainingcxl.spec.config import ConfigError
+        from trainingcxl.spec.pool import shards
+        if not system.engines:
+            raise JobError(f"a pool of devices trains with the device's engines; system "
+                           f"{system.name} has none (use cxl, cxl-b, cxl-d or near-data)")
+        for what, given in (("power failures", self.failures), ("--pmem", self.pmem),
+                            ("--dump", self.dump), ("--export", self.export),
+                            ("a held-out test set", self.test_samples and self.eval_every)):
+            if given:
+                raise JobError(f"{what}: not yet on a pool of devices (pool.devices = "
+                               f"{config.pool.devices}); docs/pool.md says what runs")
+        if self.data != "synthetic":
+            raise JobError("a pool of devices trains on synthetic data yet")
+        try:
+            plan = shards(config)
+        except ConfigError as e:
+            raise JobError(str(e)) from None
+        if self.checkpointing:
+            data = SyntheticWorkload(config, seed=self.seed, batch_size=self.batch_size,
+                                     min_pooling=self.min_pooling, zipf_alpha=self.zipf_alpha)
+            batches = [data.batch(i) for i in range(self.batches)]
+            for s in plan:
+                try:
+                    check_checkpoint_regions(s.config, self.batch_size,
+                                             [shard_batch(b, s.tables) for b in batches],
+                                             relaxed=self.relaxed)
+                except ValueError as e:
+                    raise JobError(f"device {s.device}: {e}") from None
 
     def _with_data(self, config, note):
         """The job with its data and test set checked (TSV files read, paths made

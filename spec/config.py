@@ -24,7 +24,7 @@ __all__ = [
     "NOMINAL_CLOCK_MHZ", "BOARD_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
     "GROUP_RECORDS",
     "ConfigError", "MediaProfile", "MEDIA_PROFILES", "DEFAULT_MEDIA",
-    "FixedPoint", "PmemTiming", "LinkTiming", "CopyTiming", "HostPmemTiming", "SdramTiming", "ModelShape", "GpuTiming", "Config",
+    "FixedPoint", "PmemTiming", "LinkTiming", "PoolShape", "CopyTiming", "HostPmemTiming", "SdramTiming", "ModelShape", "GpuTiming", "Config",
 ]
 
 #: Nominal device clock used to turn the published nanosecond figures into cycles.
@@ -221,6 +221,27 @@ class LinkTiming:
 
 
 @dataclass(frozen=True)
+class PoolShape:
+    """A pool of devices behind a CXL switch (host side only; :mod:`trainingcxl.spec.pool`).
+
+    ``devices``: how many devices hold the tables (1: one device attached straight
+    to the host, no switch). ``switch_latency``: cycles a switch adds to every
+    message one way, 10 (40 ns at 250 MHz): a switch puts a second pair of CXL ports
+    on the path, its upstream and downstream ports, and :class:`LinkTiming` charges a
+    pair of ports 40 ns each way (Pond, Li et al., ASPLOS 2023: 70-90 ns a round
+    trip); the switching logic itself is left out, which favours the pool.
+    """
+    devices: int = 1
+    switch_latency: int = 10
+
+    def __post_init__(self):
+        _check(isinstance(self.devices, int) and 1 <= self.devices <= 64,
+               f"pool.devices must be an integer in [1, 64], not {self.devices!r}")
+        _check(isinstance(self.switch_latency, int) and 0 <= self.switch_latency <= 2048,
+               f"pool.switch_latency must be cycles in [0, 2048], not {self.switch_latency!r}")
+
+
+@dataclass(frozen=True)
 class CopyTiming:
     """Explicit copies over a non-coherent PCIe link (host side only).
 
@@ -391,15 +412,20 @@ class ModelShape:
     (13-512-256-64-16 and 512-256-1) is ``bottom_hidden=(512, 256, 64)``,
     ``top_hidden=(512, 256)``. ``lr`` is the SGD learning rate of every
     parameter; ``batch_size`` the samples per batch a training run uses unless
-    told otherwise.
+    told otherwise. ``tables``: the embedding tables the interaction sees, 0 for
+    the configuration's own; a device of a pool holds some of the model's tables
+    (:mod:`trainingcxl.spec.pool`) and snapshots the whole MLP.
     """
     dense_features: int = 13
     bottom_hidden: tuple[int, ...] = (64,)
     top_hidden: tuple[int, ...] = (64,)
     lr: float = 0.1
     batch_size: int = 32
+    tables: int = 0
 
     def __post_init__(self):
+        _check(isinstance(self.tables, int) and 0 <= self.tables <= 4096,
+               f"model.tables must be a table count in [0, 4096], not {self.tables!r}")
         _check(isinstance(self.dense_features, int) and self.dense_features >= 1,
                f"model.dense_features must be a positive integer, not {self.dense_features!r}")
         for name in ("bottom_hidden", "top_hidden"):
@@ -546,6 +572,10 @@ class Config:
         The DLRM dense part, the GPU's timing, the cost of explicit DMA
         copies and of PMEM on the host's memory bus; host side only (they do
         not change the device, see :meth:`hardware_digest`).
+    pool : PoolShape
+        The devices the tables are spread over and the switch before them
+        (host side only: each device is built from its own configuration,
+        :func:`trainingcxl.spec.pool.device_configs`).
     """
     tables: tuple[int, ...] = (64, 64)
     dim: int = 16
@@ -577,6 +607,7 @@ class Config:
     gpu: GpuTiming = field(default_factory=GpuTiming)
     copy: CopyTiming = field(default_factory=CopyTiming)
     host_pmem: HostPmemTiming = field(default_factory=HostPmemTiming)
+    pool: PoolShape = field(default_factory=PoolShape)
 
     def __post_init__(self):
         _check(isinstance(self.tables, tuple) and 1 <= len(self.tables) <= 64,
@@ -593,6 +624,9 @@ class Config:
                f"not {self.max_pooling!r}")
         _check(isinstance(self.max_bags, int) and 1 <= self.max_bags <= (1 << 20),
                f"max_bags must be in [1, 2**20], not {self.max_bags!r}")
+        _check(self.model.tables == 0 or self.model.tables > len(self.tables),
+               f"model.tables = {self.model.tables}: a pool's device holds some of the model's "
+               f"tables, fewer than all ({len(self.tables)} here); 0 means this configuration's own")
         _check(isinstance(self.blocks, tuple) and set(self.blocks) <= set(BLOCKS)
                and len(set(self.blocks)) == len(self.blocks),
                f"blocks must be a list of distinct names among {', '.join(BLOCKS)}, "
@@ -659,6 +693,11 @@ class Config:
         return len(self.tables)
 
     @property
+    def model_tables(self):
+        """Embedding tables the model's interaction sees: all of the pool's."""
+        return self.model.tables or self.n_tables
+
+    @property
     def lines_per_row(self):
         return self.dim * 4 // LINE_BYTES
 
@@ -718,7 +757,7 @@ class Config:
     def mlp_params(self):
         """Number of MLP parameters (float32) of ``model``, as :class:`DenseModel` lays them out."""
         shape = self.model
-        n_vec = self.n_tables + 1
+        n_vec = self.model_tables + 1
         bottom = (shape.dense_features, *shape.bottom_hidden, self.dim)
         top = (self.dim + n_vec * (n_vec - 1) // 2, *shape.top_hidden, 1)
         return sum(i * o + o for dims in (bottom, top) for i, o in zip(dims, dims[1:]))
@@ -831,7 +870,7 @@ class Config:
         _check(not unknown, f"unknown configuration keys: {', '.join(sorted(map(str, unknown)))}")
         sub = {"fixed": FixedPoint, "pmem": PmemTiming, "link": LinkTiming,
                "model": ModelShape, "gpu": GpuTiming, "copy": CopyTiming,
-               "host_pmem": HostPmemTiming, "sdram": SdramTiming}
+               "host_pmem": HostPmemTiming, "sdram": SdramTiming, "pool": PoolShape}
         for key, klass in sub.items():
             if key in d:
                 _check(isinstance(d[key], dict),
@@ -861,7 +900,7 @@ class Config:
         """Hash of the fields the device is built from (not the host-only ``model`` and
         ``gpu``): the key of cached Verilog and simulator builds."""
         d = {k: v for k, v in self.to_dict().items()
-             if k not in ("model", "gpu", "copy", "host_pmem", "relaxed_lookup")}
+             if k not in ("model", "gpu", "copy", "host_pmem", "pool", "relaxed_lookup")}
         # Automatic region sizes follow the model; the resolved sizes are hardware.
         d["log_lines"], d["snapshot_lines"] = self.log_size, self.snapshot_size
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]

@@ -33,7 +33,7 @@ def test_the_site_builds_without_warnings(site):
     status, out = site
     assert status == 0
     for page in ("index", "design", "design-notes", "registers", "usage", "architecture",
-                 "checkpointing", "relaxed-lookup", "ladder", "pmem", "boards", "verification",
+                 "checkpointing", "relaxed-lookup", "ladder", "pmem", "pool", "boards", "verification",
                  "results", "api/spec", "api/hdl", "api/host"):
         assert (out / f"{page}.html").is_file(), page
 

@@ -36,6 +36,9 @@ import numpy as np
 from trainingcxl.host.model.criteo import CriteoDataset
 from trainingcxl.host.model.data import SyntheticWorkload
 from trainingcxl.host.model.export import export_model
+from trainingcxl.host.model.shard import ShardData
+from trainingcxl.host.protocol.pool import PoolLink
+from trainingcxl.spec.config import Config
 from trainingcxl.host.driver.ports import DeviceTB
 from trainingcxl.sim.bench_env import bench_config
 from trainingcxl.host.jobs import TrainJob
@@ -85,7 +88,17 @@ async def train_job(dut):
     cfg = bench_config()
     job, out_path = read_job(TrainJob)
     job = job.resolved(cfg)
-    data, test_set = datasets(cfg, job)
+    pool = None
+    if job.pool_member:
+        # One device of a pool: its share of the model's batches, no held-out test (the
+        # model's tables are spread over the pool).
+        member = job.pool_member
+        model = Config.from_dict(member["model_config"])
+        data, test_set = ShardData(datasets(model, job)[0], member["tables"]), None
+        pool = PoolLink(member["address"], member["authkey"], member["device"],
+                        member["tables"], member["model_rows"])
+    else:
+        data, test_set = datasets(cfg, job)
     tb = DeviceTB(dut, cfg, seed=job.seed, protocol_checks=False)
     await tb.reset()
     await tb.check_identity()
@@ -99,7 +112,7 @@ async def train_job(dut):
                       checkpointing=job.checkpointing, measure_from=job.measure_from,
                       test_set=test_set, eval_every=job.eval_every,
                       resume=job.resume, replay=media.recoveries() if job.resume else (),
-                      on_recovered=media.record_recovery if media else None)
+                      on_recovered=media.record_recovery if media else None, pool=pool)
     # Ctrl-C ends the run after the batch in progress, committed and checked.
     signal.signal(signal.SIGINT, lambda *_: setattr(run, "stop_requested", True))
     # What exists now lives for the whole run: keep the collector from walking it again.
@@ -107,6 +120,8 @@ async def train_job(dut):
     wall0 = time.perf_counter()
     try:
         record = await run.run()
+        if pool is not None:
+            pool.close()
     except Exception as e:
         # Keep what the run found (an inconsistent recovery, above all) for the report.
         record = run.record

@@ -58,6 +58,13 @@ def register(sub):
         system={"choices": tuple(SYSTEMS)}, staleness={"type": staleness, "metavar": "K"},
         check_every={"type": positive}, dump={"metavar": "DIR"}, export={"metavar": "DIR"},
         pmem={"metavar": "FILE"})
+    sp.add_argument("--devices", type=positive, metavar="N", default=None,
+                    help="a pool of N devices behind a CXL switch, the tables spread over "
+                         "them, one simulator each, coupled batch by batch (the "
+                         "configuration's pool.devices, 1 unless set; docs/pool.md)")
+    sp.add_argument("--workers", type=positive, metavar="W", default=None,
+                    help="with --devices: simulators running at once (default: the cores, at "
+                         "most N); the results do not depend on it")
     sp.add_argument("--no-checkpoint", action="store_true",
                     help="no undo log, commits or snapshots (to measure what checkpointing "
                          "costs); power failures cannot be injected")
@@ -120,6 +127,11 @@ def train_on_sim(args):
     for flag, value in (("--port", args.port), ("--baud", args.baud)):
         if value is not None:
             raise SystemExit(f"error: {flag} is for --target board")
+    if args.devices is not None:
+        args.config = args.config.replace(pool=args.config.pool.__class__(
+            devices=args.devices, switch_latency=args.config.pool.switch_latency))
+    elif args.workers is not None and args.config.pool.devices == 1:
+        raise SystemExit("error: --workers goes with a pool (--devices N)")
     cfg = args.config
     check_device_top(cfg)
     if media is not None:
@@ -148,9 +160,13 @@ def train_on_sim(args):
           f"{order} order, {checkpoints}, {report.plural(len(job.failures), 'power failure')} "
           f"planned, on {args.sim}", flush=True)
     t0 = time.monotonic()
+    pooled = args.devices is not None or cfg.pool.devices > 1
     try:
-        with _stop_on_ctrl_c(), _media_in_use(job.pmem):
-            rec = launch(job, cfg, sim=args.sim)
+        if pooled:
+            rec = _train_on_pool(job, cfg, args)
+        else:
+            with _stop_on_ctrl_c(), _media_in_use(job.pmem):
+                rec = launch(job, cfg, sim=args.sim)
     except BenchFailure as e:
         if e.record is None:
             report.error(e)
@@ -196,6 +212,13 @@ def train_on_sim(args):
         report.line(label, text)
     for text in failure_summary(rec):
         print(text)
+    if "pool" in rec:
+        p = rec["pool"]
+        per = ", ".join(f"{d['device']}: {sum(d['cycles_per_batch']) // len(d['cycles_per_batch']):,}"
+                        for d in rec["devices"])
+        report.line("pool", f"{p['devices']} device(s), switch {p['switch_latency']} cycles each "
+                            f"way, {p['workers']} simulator(s) at once; cycles per batch by "
+                            f"device {per}")
     report.line("wall time", f"{rec['wall_s']:.1f} s")
     if args.plot:
         _plot_losses(rec, args.plot)
@@ -212,6 +235,21 @@ def train_on_sim(args):
               f"checked); {resume}", file=sys.stderr)
         return 130
     return 0 if rec["golden_match"] else 1
+
+
+def _train_on_pool(job, cfg, args):
+    """Train on a pool of devices (:mod:`trainingcxl.host.tools.device_pool`); a failed
+    device's error ends the command."""
+    from trainingcxl.host.tools.device_pool import run_pool
+    from trainingcxl.spec.pool import shards
+    plan = shards(cfg)
+    print(f"  pool of {len(plan)} device(s), switch {cfg.pool.switch_latency if len(plan) > 1 else 0} "
+          f"cycles each way; tables by device: "
+          + "; ".join(f"{s.device}: {', '.join(map(str, s.tables))}" for s in plan), flush=True)
+    try:
+        return run_pool(job, cfg, sim=args.sim, workers=args.workers)
+    except RuntimeError as e:
+        raise SystemExit(f"error: the pool's run failed: {str(e)[-2000:]}")
 
 
 @contextlib.contextmanager

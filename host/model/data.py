@@ -147,8 +147,16 @@ class SyntheticWorkload:
         return dense, labels
 
 
-def initial_tables(config, seed, scale=0.05):
-    """Tables of uniform values in ``[-scale, scale)``, in fixed point; a pure function of ``seed``."""
+def initial_tables(config, seed, scale=0.05, *, only=None):
+    """Tables of uniform values in ``[-scale, scale)``, in fixed point; a pure function of
+    ``seed``. ``only``: the numbers of the tables wanted (a pool device's), each the same
+    as among all; the others are skipped, not made."""
     rng = np.random.default_rng([seed, 0x7AB1E5])
-    return [to_fixed(rng.uniform(-scale, scale, size=(rows, config.dim)), config.fixed.frac_bits)
-            for rows in config.tables]
+    out = []
+    for t, rows in enumerate(config.tables):
+        if only is None or t in only:
+            out.append(to_fixed(rng.uniform(-scale, scale, size=(rows, config.dim)),
+                                config.fixed.frac_bits))
+        else:
+            rng.bit_generator.advance(rows * config.dim)    # one 64-bit draw a value
+    return out

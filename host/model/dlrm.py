@@ -45,7 +45,7 @@ class DenseModel:
         self.config = config
         self.dtype = np.dtype(dtype)
         shape = config.model
-        n_vec = config.n_tables + 1
+        n_vec = config.model_tables + 1
         self.n_pairs = n_vec * (n_vec - 1) // 2
         self._iu = np.triu_indices(n_vec, k=1)
         bottom = (shape.dense_features, *shape.bottom_hidden, config.dim)
@@ -213,11 +213,26 @@ class StepResult:
     deltas: np.ndarray | None    # what the update consumes (int32), fixed-point path only
 
 
-class FixedPointTrainer:
-    """The golden model of a training run on the device: fixed-point embeddings, float32 MLPs."""
+def _all_tables(share, kind, pooled):
+    """The pooled vectors of every table of the model: ``pooled`` (batch, tables, dim) of
+    this device's tables, gathered with the other devices' by ``share`` (a pool's
+    :class:`~trainingcxl.host.protocol.pool.PoolLink`), or as they are."""
+    return pooled if share is None else share.gather(kind, pooled)
 
-    def __init__(self, config, tables, seed=0):
-        self.config = config
+
+def _own_tables(share, d_pooled):
+    """The gradients (batch, model tables, dim) of this device's tables."""
+    return d_pooled if share is None else d_pooled[:, list(share.tables), :]
+
+
+class FixedPointTrainer:
+    """The golden model of a training run on the device: fixed-point embeddings, float32 MLPs.
+
+    ``share``: on a device of a pool, the exchange of pooled vectors with the other
+    devices; the trainer then holds this device's tables and the whole MLP."""
+
+    def __init__(self, config, tables, seed=0, share=None):
+        self.config, self.share = config, share
         self.tables = [np.asarray(t, dtype=np.int32).copy() for t in tables]
         self.dense = DenseModel(config, seed)
 
@@ -225,20 +240,23 @@ class FixedPointTrainer:
         cfg = self.config
         pooled = embedding_bag_sum(cfg, self.tables, batch.indices, batch.offsets).pooled
         pooled_f = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
-        logits, cache = self.dense.forward(batch.dense, pooled_f.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        pooled_f = _all_tables(self.share, "golden",
+                               pooled_f.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        logits, cache = self.dense.forward(batch.dense, pooled_f)
         loss = self.dense.loss(logits, batch.labels)
         grads, d_pooled = self.dense.backward(cache, logits, batch.labels)
         self.dense.sgd(grads, cfg.model.lr)
-        deltas = embedding_deltas(cfg, d_pooled)
+        deltas = embedding_deltas(cfg, _own_tables(self.share, d_pooled))
         embedding_update(cfg, self.tables, batch.indices, batch.offsets, deltas, inplace=True)
         return StepResult(loss=loss, pooled=pooled, deltas=deltas)
 
 
 class FloatTrainer:
-    """The float32 reference: the same model and data with embeddings in float32."""
+    """The float32 reference: the same model and data with embeddings in float32
+    (``share`` as for :class:`FixedPointTrainer`)."""
 
-    def __init__(self, config, tables, seed=0):
-        self.config = config
+    def __init__(self, config, tables, seed=0, share=None):
+        self.config, self.share = config, share
         self.tables = [from_fixed(t, config.fixed.frac_bits).astype(np.float32) for t in tables]
         self.dense = DenseModel(config, seed)
 
@@ -246,10 +264,12 @@ class FloatTrainer:
         cfg = self.config
         by_table = _table_rows(cfg, batch.indices, batch.offsets)
         pooled = float_bag_sum(cfg, self.tables, batch.indices, batch.offsets, by_table=by_table)
-        logits, cache = self.dense.forward(batch.dense, pooled.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        logits, cache = self.dense.forward(batch.dense, _all_tables(
+            self.share, "reference", pooled.reshape(batch.batch_size, cfg.n_tables, cfg.dim)))
         loss = self.dense.loss(logits, batch.labels)
         grads, d_pooled = self.dense.backward(cache, logits, batch.labels)
         self.dense.sgd(grads, cfg.model.lr)
+        d_pooled = _own_tables(self.share, d_pooled)
         step = np.float32(cfg.model.lr) * d_pooled.reshape(batch.n_bags, cfg.dim)
         for table, (bags, rows) in zip(self.tables, by_table):
             if len(rows):
@@ -258,17 +278,19 @@ class FloatTrainer:
 
 
 class Gpu:
-    """The GPU: runs the dense model on the pooled vectors the device produced."""
+    """The GPU: runs the dense model on the pooled vectors the device produced (on a pool,
+    ``share`` gathers every device's)."""
 
-    def __init__(self, cfg, model):
-        self.cfg = cfg
+    def __init__(self, cfg, model, share=None):
+        self.cfg, self.share = cfg, share
         self.model = model
 
     def step(self, batch, pooled):
         cfg = self.cfg
         x = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
-        logits, cache = self.model.forward(batch.dense, x.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        x = _all_tables(self.share, "gpu", x.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
+        logits, cache = self.model.forward(batch.dense, x)
         loss = self.model.loss(logits, batch.labels)
         grads, d_pooled = self.model.backward(cache, logits, batch.labels)
         self.model.sgd(grads, cfg.model.lr)
-        return loss, embedding_deltas(cfg, d_pooled)
+        return loss, embedding_deltas(cfg, _own_tables(self.share, d_pooled))

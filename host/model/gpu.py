@@ -15,7 +15,7 @@ class GpuCost:
 
 def _mlp_widths(config):
     shape = config.model
-    n_vec = config.n_tables + 1
+    n_vec = config.model_tables + 1
     bottom = (shape.dense_features, *shape.bottom_hidden, config.dim)
     top = (config.dim + n_vec * (n_vec - 1) // 2, *shape.top_hidden, 1)
     return [(i, o) for i, o in zip(bottom, bottom[1:])] + [(i, o) for i, o in zip(top, top[1:])]
@@ -35,7 +35,7 @@ def step_cost(config, batch_size):
     """
     b = batch_size
     layers = _mlp_widths(config)
-    n_vec = config.n_tables + 1
+    n_vec = config.model_tables + 1
     flops = sum(6 * b * i * o for i, o in layers) + 4 * b * n_vec * n_vec * config.dim
     params = sum(i * o + o for i, o in layers)
     activations = b * (sum(o for _, o in layers) + n_vec * config.dim)

@@ -39,6 +39,7 @@ tables read back from the device, the GPU's MLPs) and the float32 reference
 (:mod:`trainingcxl.host.model.evaluate`).
 """
 
+import dataclasses
 import sys
 import time
 
@@ -86,8 +87,11 @@ class TrainingRun:
     def __init__(self, device, data, *, system, runtime, failures, batches, seed, staleness,
                  relaxed=False, check_every=10, until_plan_done=False, extend=False,
                  log=progress, checkpointing=True, measure_from=None, counters=COUNTERS,
-                 test_set=None, eval_every=0, resume=False, replay=(), on_recovered=None):
+                 test_set=None, eval_every=0, resume=False, replay=(), on_recovered=None,
+                 pool=None):
         self.device, self.cfg, self.data = device, device.config, data
+        # On a device of a pool: the exchange with the other devices (:mod:`.pool`).
+        self.pool = pool
         self.n, self.seed, self.k = batches, seed, staleness
         self.system = system
         self.strategy = strategy(system, device=device, runtime=runtime,
@@ -242,9 +246,15 @@ class TrainingRun:
     def _models(self):
         """The golden model and the float32 reference at batch 0, and their history."""
         t0 = time.monotonic()
-        tables = initial_tables(self.cfg, seed=self.seed)
-        self.golden = FixedPointTrainer(self.cfg, tables, seed=self.seed)
-        self.reference = FloatTrainer(self.cfg, tables, seed=self.seed)
+        pool = self.pool
+        if pool is None:
+            tables = initial_tables(self.cfg, seed=self.seed)
+        else:                                   # this device's tables of the pool's
+            model = self.cfg.replace(tables=pool.model_rows,
+                                     model=dataclasses.replace(self.cfg.model, tables=0))
+            tables = initial_tables(model, seed=self.seed, only=pool.tables)
+        self.golden = FixedPointTrainer(self.cfg, tables, seed=self.seed, share=pool)
+        self.reference = FloatTrainer(self.cfg, tables, seed=self.seed, share=pool)
         self.history = GoldenHistory(self.golden, self.reference)     # remembers batch 0
         return tables, t0
 
@@ -262,11 +272,14 @@ class TrainingRun:
         await self.checkpoints.format(self)
         tables, t0 = self._models()
         await dev.load_tables(tables)
-        self.gpu = Gpu(cfg, DenseModel(cfg, self.seed))
+        self.gpu = Gpu(cfg, DenseModel(cfg, self.seed), share=self.pool)
         if time.monotonic() - t0 > 2:           # large tables: say where the time went
             self.log(f"[data] {sum(cfg.tables):,} rows made, loaded into the media and into "
                      f"the golden models in {time.monotonic() - t0:.1f} s")
         await self.checkpoints.zero(self, self.gpu.model.parameters())
+        if self.pool is not None:               # every device of the pool begins together
+            start, _ = self.pool.clock(self.now())
+            await self.wait(start - self.now())
         await self._count_from_here()
 
     async def resume_media(self):
@@ -396,6 +409,9 @@ class TrainingRun:
             same = looked.error == ErrorCode.NONE and np.array_equal(looked.pooled, want.pooled)
             rec["pooled_mismatches"] += int(not same)
             self.enter("gpu", b)
+            if self.pool is not None:           # the GPU begins once every device delivered
+                self.gpu_from, self.gpu_owed = self.pool.clock(
+                    self.now() if self.gpu_from is None else self.gpu_from, self.gpu_owed)
             loss, deltas = self.gpu.step(batch, looked.pooled)
             self.host_stats["gpu_busy_cycles"] += self.gpu_cycles
             nxt = self.batch_data(b + 1) if b < self.limit else None

@@ -1,0 +1,53 @@
+"""A training run on a pool of devices, one simulator each (Verilator)."""
+
+import pytest
+
+from trainingcxl.spec.config import PoolShape
+from trainingcxl.spec.presets import PRESETS
+from trainingcxl.host.apps.launch import launch
+from trainingcxl.host.jobs import JobError, TrainJob
+from trainingcxl.host.tools.device_pool import run_pool
+
+SAME = ("loss", "loss_ref", "cycles_per_batch", "cycles", "counters", "checks")
+
+
+def job(cfg, **kw):
+    return TrainJob(batches=3, quiet=True, test_samples=0, **kw).validated(cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_a_pool_of_one_device_is_the_device():
+    cfg = PRESETS["tiny"]
+    alone = launch(job(cfg), cfg)
+    pooled = run_pool(job(cfg), cfg.replace(pool=PoolShape(devices=1)), workers=1)
+    for key in SAME:
+        assert pooled[key] == alone[key], key
+    assert pooled["golden_match"] and pooled["pool"]["switch_latency"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_a_pool_trains_the_model_of_one_device_whatever_runs_its_simulators():
+    cfg = PRESETS["tiny"]
+    two = cfg.replace(pool=PoolShape(devices=2))
+    alone = launch(job(cfg), cfg)
+    parallel = run_pool(job(two), two, workers=2)
+    serial = run_pool(job(two), two, workers=1)
+    assert parallel["golden_match"] and parallel["pooled_mismatches"] == 0
+    assert all(c["tables_match"] for c in parallel["checks"])
+    # One GPU trains on both devices' tables: the model of one device, bit for bit.
+    assert parallel["loss"] == alone["loss"] and parallel["loss_ref"] == alone["loss_ref"]
+    for key in SAME:
+        assert serial[key] == parallel[key], key
+    assert [d["tables"] for d in parallel["devices"]] == [[1], [0]]
+    # The switch is on every device's link.
+    assert parallel["pool"]["switch_latency"] == two.pool.switch_latency > 0
+
+
+def test_what_a_pool_does_not_run_yet_is_refused_before_anything_is_built():
+    two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
+    with pytest.raises(JobError, match="power failures: not yet on a pool"):
+        TrainJob(failures=({"cycle": 100},)).validated(two)
+    with pytest.raises(JobError, match="system host-pmem"):
+        TrainJob(system="host-pmem").validated(two)
