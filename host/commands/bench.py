@@ -14,6 +14,7 @@ simulators' speed on one run. Simulations are deterministic: the same seed
 gives the same cycle counts.
 """
 
+import argparse
 import dataclasses
 import sys
 import time
@@ -213,7 +214,7 @@ def _bench_fan_out(args, say):
 def cmd_bench(args):
     def say(text):
         print(text, flush=True)
-    alone = [o for o, v in (("--scale", args.scale), ("--speed", args.speed),
+    alone = [o for o, v in (("--scale", args.scale), ("--pool", args.pool), ("--speed", args.speed),
                             ("--loader", args.loader), ("--fan-out", args.fan_out_failures),
                             ("--cpu", args.cpu)) if v]
     if len(alone) > 1:
@@ -230,6 +231,10 @@ def cmd_bench(args):
         _speed_lines(speed, say)
         report.json_out(args.json, {"sim_speed": speed}, say=say, args=args)
         return 0
+    if args.pool:
+        from trainingcxl.host.commands import bench_pool
+        args.batches = args.batches or bench_pool.DEFAULT_BATCHES
+        return bench_pool.cmd_pool(args, say)
     scale_only = [o for o, v in (("--sizes", args.sizes), ("--batch-sizes", args.batch_sizes)) if v]
     if args.scale:
         from trainingcxl.host.commands import bench_scale
@@ -309,6 +314,18 @@ def _media(workloads):
     return ",".join(sorted({w.config.media_profile for w in workloads}))
 
 
+def _int_list(text):
+    """argparse type: ``1,2,4`` -> (1, 2, 4), each a positive integer."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, "
+                                         f"not {text!r}")
+    return values
+
+
 def register(sub):
     from trainingcxl.host.commands import bench_scale     # it builds on this module
     sp = sub.add_parser(
@@ -379,6 +396,23 @@ def register(sub):
     sp.add_argument("--batch-sizes", type=bench_scale.parse_batch_sizes, default=None,
                     metavar="32,256,2048",
                     help="with --scale: batch sizes (default: all: 32,256,2048)")
+    sp.add_argument("--pool", action="store_true",
+                    help="instead of the ladder: pools of --devices devices (docs/pool.md) "
+                         "training the scale ladder's model, strong scaling (the same 8 "
+                         "tables of --pool-rows rows spread wider) and weak (8 tables of "
+                         "devices x --pool-rows rows), with and without checkpointing: cycles "
+                         "per batch, samples per simulated and per wall second, checkpoint "
+                         "overhead, the switch's latency")
+    sp.add_argument("--devices", type=_int_list, default=(1, 2, 4, 8), metavar="1,2,4,8",
+                    help="with --pool: pool sizes (default: 1,2,4,8; at most 8, one table each)")
+    sp.add_argument("--pool-rows", type=positive, default=1000, metavar="N",
+                    help="with --pool: rows of each table at strong scaling (default: 1,000)")
+    sp.add_argument("--pool-batch", type=positive, default=256, metavar="N",
+                    help="with --pool: samples per batch (default: 256)")
+    sp.add_argument("--pool-workers", type=_int_list, default=(), metavar="1,2",
+                    help="with --pool: also run the largest pool with each of these numbers "
+                         "of simulators at once: its wall time per batch (the cycles must not "
+                         "change)")
     sp.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
     sp.add_argument("--plot", metavar="OUT.png",
                     help="draw each system's cycles per batch by phase (with --scale: how each "
