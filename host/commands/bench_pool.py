@@ -21,7 +21,7 @@ from trainingcxl.spec.config import NOMINAL_CLOCK_MHZ, PoolShape
 from trainingcxl.spec.presets import rm_config
 from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.tools.argtypes import save_figure
-from .bench_scale import DEFAULT_BATCHES, MIN_POOLING, WARMUP_BATCHES
+from .bench_scale import DEFAULT_BATCHES, MIN_POOLING, WARMUP_BATCHES, publish
 
 __all__ = ["DEVICES", "pool_points", "run_pool_bench", "report", "plot", "cmd_pool"]
 
@@ -153,17 +153,11 @@ def plot(result, path):
 
 def cmd_pool(args, say):
     """``bench --pool``: run, print, and write the JSON and plot; 1 if any run differed."""
-    from trainingcxl.host.commands.report import json_out
     try:
         result = run_pool_bench(args, say)
     except RuntimeError as e:
         say(f"error: {e}")
         return 1
-    report(result, say)
-    say(f"  wall time {result['wall_s']:.0f} s")
-    json_out(args.json, result, say=say, args=args)
-    if args.plot:
-        plot(result, args.plot)
-        say(f"  plot  {args.plot}")
+    publish(result, args, say, report, plot)
     ok = all(r["golden_match"] for r in result["points"]) and result["same_cycles_any_workers"]
     return 0 if ok else 1

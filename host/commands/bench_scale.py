@@ -21,7 +21,7 @@ from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS, scale_ladder
 from .report import json_out
 
 __all__ = ["DEFAULT_SYSTEMS", "DEFAULT_BATCHES", "parse_sizes", "parse_batch_sizes",
-           "scale_workloads", "run_scale", "report", "plot", "cmd_scale"]
+           "scale_workloads", "run_scale", "report", "plot", "cmd_scale", "publish"]
 
 #: Systems of the default run: every rung of the ladder and the paper's baseline, with
 #: and without checkpointing (``pmem``'s CXL.mem traffic runs in gateware, see
@@ -271,11 +271,16 @@ def cmd_scale(args, say):
     except (BenchFailure, RuntimeError) as e:
         say(f"error: {e}")
         return 1
+    publish(result, args, say, report, plot)
+    return 1 if result["errors"] else 0
+
+
+def publish(result, args, say, report, plot):
+    """Print a benchmark's ``result`` (``report``), then write its JSON and its plot:
+    the JSON first, so that a figure that cannot be drawn loses no measurement."""
     report(result, say)
     say(f"  wall time {result['wall_s']:.0f} s")
-    # The JSON first: a figure that cannot be drawn loses no measurement.
     json_out(args.json, result, say=say, args=args)
     if args.plot:
         plot(result, args.plot)
         say(f"  plot  {args.plot}")
-    return 1 if result["errors"] else 0
