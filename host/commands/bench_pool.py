@@ -52,8 +52,10 @@ def _figures(record, batch_size, first):
 
 def run_pool_bench(args, say):
     """Every point with and without checkpointing; returns the JSON-ready result."""
+    from trainingcxl.host.tools.cluster import open_cluster
     from trainingcxl.host.tools.device_pool import run_pool
     first = WARMUP_BATCHES + 1
+    cluster = None if args.cluster == "local" else open_cluster(args.cluster, args.jobs)
     rows = []
     t0 = time.monotonic()
 
@@ -61,7 +63,7 @@ def run_pool_bench(args, say):
         job = TrainJob(batches=args.batches, batch_size=args.pool_batch, seed=args.seed,
                        min_pooling=MIN_POOLING, test_samples=0, quiet=True,
                        checkpointing=checkpointing).validated(cfg)
-        return run_pool(job, cfg, workers=workers)
+        return run_pool(job, cfg, workers=workers, cluster=cluster)
 
     points = pool_points(args.devices, args.pool_rows, args.pool_batch)
     # Every device built first: a run's wall time is its simulators', not their builds'.
@@ -97,7 +99,10 @@ def run_pool_bench(args, say):
                             "cycles": rec["cycles"], "golden_match": rec["golden_match"]})
             say(f"[pool] {n} devices on {w} simulator(s) at once: "
                 f"{workers[-1]['wall_s_per_batch']:.1f} s/batch, {rec['cycles']:,} cycles")
+    if cluster is not None:
+        cluster.close()
     return {"batches": args.batches, "batch_size": args.pool_batch, "rows": args.pool_rows,
+            "where": args.cluster,
             "seed": args.seed, "window": [first, args.batches], "points": rows,
             "workers": workers,
             "same_cycles_any_workers": len({w["cycles"] for w in workers}) <= 1,

@@ -12,6 +12,7 @@ from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import JobError, TrainJob
 from trainingcxl.host.tools.argtypes import fraction, nonneg, positive, save_figure
 from trainingcxl.host.tools.plans import add_failure_options, failure_plan, failure_summary, staleness
+from trainingcxl.host.tools.cluster import parse_cluster
 from . import report
 from .options import config_arg, sim_option, workload_options
 from .train_targets import Board, SimulatedBoard, add_target_options
@@ -63,8 +64,12 @@ def register(sub):
                          "them, one simulator each, coupled batch by batch (the "
                          "configuration's pool.devices, 1 unless set; docs/pool.md)")
     sp.add_argument("--workers", type=positive, metavar="W", default=None,
-                    help="with --devices: simulators running at once (default: the cores, at "
-                         "most N); the results do not depend on it")
+                    help="with --devices: simulators running at once (default: the cores, or "
+                         "the cluster's CPUs, at most N); the results do not depend on it")
+    sp.add_argument("--cluster", type=parse_cluster, default="local", metavar="WHERE",
+                    help="with --devices: where the devices' simulators run: local (processes "
+                         "of this machine), ray (a private Ray instance here), auto (the Ray "
+                         "cluster this machine joined) or ray://HOST:PORT (docs/pool.md)")
     sp.add_argument("--no-checkpoint", action="store_true",
                     help="no undo log, commits or snapshots (to measure what checkpointing "
                          "costs); power failures cannot be injected")
@@ -130,8 +135,8 @@ def train_on_sim(args):
     if args.devices is not None:
         args.config = args.config.replace(pool=args.config.pool.__class__(
             devices=args.devices, switch_latency=args.config.pool.switch_latency))
-    elif args.workers is not None and args.config.pool.devices == 1:
-        raise SystemExit("error: --workers goes with a pool (--devices N)")
+    elif args.config.pool.devices == 1 and (args.workers is not None or args.cluster != "local"):
+        raise SystemExit("error: --workers and --cluster go with a pool (--devices N)")
     cfg = args.config
     check_device_top(cfg)
     if media is not None:
@@ -240,6 +245,7 @@ def train_on_sim(args):
 def _train_on_pool(job, cfg, args):
     """Train on a pool of devices (:mod:`trainingcxl.host.tools.device_pool`); a failed
     device's error ends the command."""
+    from trainingcxl.host.tools.cluster import open_cluster
     from trainingcxl.host.tools.device_pool import run_pool
     from trainingcxl.spec.pool import shards
     plan = shards(cfg)
@@ -247,7 +253,10 @@ def _train_on_pool(job, cfg, args):
           f"cycles each way; tables by device: "
           + "; ".join(f"{s.device}: {', '.join(map(str, s.tables))}" for s in plan), flush=True)
     try:
-        return run_pool(job, cfg, sim=args.sim, workers=args.workers)
+        if args.cluster == "local":
+            return run_pool(job, cfg, sim=args.sim, workers=args.workers)
+        with open_cluster(args.cluster) as cluster:
+            return run_pool(job, cfg, sim=args.sim, workers=args.workers, cluster=cluster)
     except RuntimeError as e:
         raise SystemExit(f"error: the pool's run failed: {str(e)[-2000:]}")
 

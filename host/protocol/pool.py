@@ -31,6 +31,8 @@ class PoolLink:
         from multiprocessing.connection import Client
         self.device, self.tables = device, tuple(tables)
         self.model_rows = tuple(model_rows)
+        # A TCP address (host, port) crosses JSON as a list.
+        address = tuple(address) if isinstance(address, list) else address
         self.conn = Client(address, authkey=bytes.fromhex(authkey))
         self._ask("hello", device)
 

@@ -33,20 +33,86 @@ __all__ = ["run_pool", "merge_records"]
 POLL_S = 2.0
 
 
-def _device_run(job_dict, config_dict, sim, out_path):
-    """One device's simulator, in a process of its own; its record goes to ``out_path``."""
+def _device_run(item):
+    """One device's simulator (``item``: its job, configuration and simulator, as
+    dicts); returns ``{"record", "error"}``."""
     from trainingcxl.spec.config import Config
     from trainingcxl.host.apps.launch import launch
     from trainingcxl.host.jobs import TrainJob
     from trainingcxl.sim.runner import BenchFailure
-    job = TrainJob.from_dict(job_dict)
+    job = TrainJob.from_dict(item["job"])
     try:
-        record = launch(job, Config.from_dict(config_dict), sim=sim, capture=True,
+        record = launch(job, Config.from_dict(item["config"]), sim=item["sim"], capture=True,
                         name=f"pool-device{job.pool_member['device']}")
-        error = None
+        return {"record": record, "error": None}
     except BenchFailure as e:
-        record, error = e.record, str(e)
-    Path(out_path).write_text(json.dumps({"record": record, "error": error}, default=str))
+        return {"record": e.record, "error": str(e)}
+
+
+def _device_process(item, out_path):
+    Path(out_path).write_text(json.dumps(_device_run(item), default=str))
+
+
+class _LocalDevices:
+    """Each device's simulator in a process of this machine; the coordinator listens on
+    a Unix socket."""
+
+    def __init__(self, tmp):
+        self.tmp, self.procs = tmp, []
+        self.address, self.family = os.path.join(tmp, "pool.sock"), "AF_UNIX"
+
+    def start(self, items):
+        ctx = multiprocessing.get_context("spawn")
+        for d, item in enumerate(items):
+            p = ctx.Process(target=_device_process, args=(item, os.path.join(self.tmp, f"d{d}.json")))
+            p.start()
+            self.procs.append(p)
+
+    def ended(self):
+        return [d for d, p in enumerate(self.procs) if p.exitcode is not None]
+
+    def results(self, stopped):
+        for p in self.procs:
+            p.join(timeout=60 if not stopped else 10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        paths = [Path(self.tmp, f"d{d}.json") for d in range(len(self.procs))]
+        return [json.loads(p.read_text()) if p.exists() else {"record": None, "error": "no record"}
+                for p in paths]
+
+
+class _RayDevices:
+    """Each device's simulator as a Ray task (on whichever node Ray places it); the
+    coordinator listens on TCP. The tasks of a pool must all run at once (they meet
+    every batch), so each asks for a share of a CPU when the cluster has fewer CPUs
+    than the pool has devices."""
+
+    def __init__(self, cluster, n):
+        import ray
+        self.ray = ray
+        self.address = (ray.util.get_node_ip_address(), 0)
+        self.family = "AF_INET"
+        cpus = max(1, cluster.workers)
+        self.task = ray.remote(num_cpus=min(1.0, cpus / n), max_retries=0)(_device_run)
+        self.refs = []
+
+    def start(self, items):
+        self.refs = [self.task.remote(item) for item in items]
+
+    def ended(self):
+        done, _ = self.ray.wait(self.refs, num_returns=len(self.refs), timeout=0)
+        return [self.refs.index(r) for r in done]
+
+    def results(self, stopped):
+        out = []
+        for ref in self.refs:
+            try:
+                out.append(self.ray.get(ref, timeout=60 if not stopped else 10))
+            except Exception as e:      # a lost task, a task stopped by the pool
+                self.ray.cancel(ref, force=True)
+                out.append({"record": None, "error": f"{type(e).__name__}: {e}"})
+        return out
 
 
 class _Exchange:
@@ -102,45 +168,39 @@ class _Exchange:
             self.conns[device].send(answer)
 
 
-def run_pool(job, config, *, sim="verilator", workers=None, log=print):
+def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
     """Train ``job`` on ``config``'s pool of devices; returns the merged record (and each
     device's under ``devices``). ``workers``: simulators running at once (default: as
-    many as this machine has cores, at most the devices)."""
+    many as this machine has cores, at most the devices). ``cluster``: a Ray
+    :class:`~.cluster.RayCluster` to run the simulators on, or ``None`` for processes of
+    this machine."""
     plan = shards(config)
     n = len(plan)
-    workers = max(1, min(n, workers or os.cpu_count() or 1))
+    workers = max(1, min(n, workers or (cluster.workers if cluster is not None and
+                                         cluster.name != "local" else os.cpu_count()) or 1))
     authkey = secrets.token_bytes(16)
-    ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="trainingcxl-pool-") as tmp:
-        listener = Listener(os.path.join(tmp, "pool.sock"), family="AF_UNIX", authkey=authkey)
-        procs = []
-        for s in plan:
-            member = {"device": s.device, "tables": list(s.tables),
-                      "model_rows": list(config.tables), "address": listener.address,
-                      "authkey": authkey.hex(), "model_config": config.to_dict()}
-            p = ctx.Process(target=_device_run, daemon=False,
-                            args=(job.replace(pool_member=member).to_dict(),
-                                  s.config.to_dict(), sim, os.path.join(tmp, f"d{s.device}.json")))
-            p.start()
-            procs.append(p)
+        devices = (_RayDevices(cluster, n) if cluster is not None and cluster.name != "local"
+                   else _LocalDevices(tmp))
+        listener = Listener(devices.address, family=devices.family, authkey=authkey)
+        address = listener.address
+        if devices.family == "AF_INET":         # where the tasks reach this process
+            address = (devices.address[0], listener.address[1])
+        devices.start([{"job": job.replace(pool_member={
+                            "device": s.device, "tables": list(s.tables),
+                            "model_rows": list(config.tables), "address": address,
+                            "authkey": authkey.hex(), "model_config": config.to_dict()}).to_dict(),
+                        "config": s.config.to_dict(), "sim": sim} for s in plan])
         t0 = time.monotonic()
         stopped = None
         try:
-            conns = _accept(listener, procs, n)
-            _serve(_Exchange(conns, plan, workers), conns, procs)
+            conns = _accept(listener, devices, n)
+            _serve(_Exchange(conns, plan, workers), conns, devices)
         except RuntimeError as e:
             stopped = str(e)
         finally:
             listener.close()
-            for p in procs:
-                p.join(timeout=60 if stopped is None else 10)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-        results = [json.loads(Path(tmp, f"d{s.device}.json").read_text())
-                   if Path(tmp, f"d{s.device}.json").exists() else {"record": None,
-                                                                    "error": "no record"}
-                   for s in plan]
+        results = devices.results(stopped)
     # The device that failed first says why; the others were stopped by the pool.
     errors = [f"device {d}: {r['error'][-1500:]}" for d, r in enumerate(results)
               if r["error"] and "the pool stopped" not in r["error"]]
@@ -148,13 +208,14 @@ def run_pool(job, config, *, sim="verilator", workers=None, log=print):
         raise RuntimeError("; ".join(errors or [stopped or "a device left no record"]))
     record = merge_records([r["record"] for r in results], plan)
     record["pool"] = {"devices": n, "workers": workers,
+                      "where": "local" if cluster is None else cluster.name,
                       "switch_latency": config.pool.switch_latency if n > 1 else 0,
                       "tables": [list(s.tables) for s in plan],
                       "wall_s": time.monotonic() - t0}
     return record
 
 
-def _accept(listener, procs, n):
+def _accept(listener, devices, n):
     """Every device's connection, by device number; a simulator that dies first stops it."""
     import queue
     import threading
@@ -173,7 +234,7 @@ def _accept(listener, procs, n):
         try:
             conn = joined.get(timeout=POLL_S)
         except queue.Empty:         # are the simulators still there?
-            dead = [i for i, p in enumerate(procs) if p.exitcode is not None]
+            dead = devices.ended()
             if dead:
                 raise RuntimeError(f"device {dead[0]}'s simulator ended before it joined "
                                    f"the pool")
@@ -185,7 +246,7 @@ def _accept(listener, procs, n):
     return conns
 
 
-def _serve(exchange, conns, procs):
+def _serve(exchange, conns, devices):
     """Answer the devices until every one has said it is done."""
     for d in sorted(conns):
         exchange.receive(d, ("hello", d))
@@ -194,8 +255,7 @@ def _serve(exchange, conns, procs):
         live = [c for c, d in by_conn.items() if d not in exchange.done]
         ready = wait(live, timeout=POLL_S)
         if not ready:
-            dead = [i for i, p in enumerate(procs) if p.exitcode is not None
-                    and i not in exchange.done]
+            dead = [d for d in devices.ended() if d not in exchange.done]
             if dead:
                 for c in live:                  # the others wait for an answer: stop them
                     try:

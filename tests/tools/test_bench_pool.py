@@ -21,7 +21,7 @@ def _fake(monkeypatch, cycles_by_workers=None):
     from trainingcxl.sim import runner
     monkeypatch.setattr(runner, "build", lambda *a, **kw: None)
 
-    def run_pool(job, cfg, workers=None, **kw):
+    def run_pool(job, cfg, workers=None, cluster=None):
         n = cfg.pool.devices
         per = 1000 * (1 + cfg.tables[0] // 1000) // n + (0 if job.checkpointing else -100)
         total = (cycles_by_workers or {}).get(workers, per * job.batches)
@@ -34,7 +34,7 @@ def _fake(monkeypatch, cycles_by_workers=None):
 
 def _args(tmp_path, **kw):
     base = dict(devices=(1, 2), pool_rows=1000, pool_batch=32, batches=5, seed=0, jobs=2,
-                pool_workers=(1, 2), json=str(tmp_path / "p.json"), plot=str(tmp_path / "p.png"))
+                pool_workers=(1, 2), cluster="local", json=str(tmp_path / "p.json"), plot=str(tmp_path / "p.png"))
     return argparse.Namespace(**{**base, **kw})
 
 

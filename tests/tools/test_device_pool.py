@@ -45,6 +45,27 @@ def test_a_pool_trains_the_model_of_one_device_whatever_runs_its_simulators():
     assert parallel["pool"]["switch_latency"] == two.pool.switch_latency > 0
 
 
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.xdist_group("ray")
+def test_a_pool_on_ray_gives_what_it_gives_on_this_machine():
+    ray = pytest.importorskip("ray")
+    from trainingcxl.host.tools.cluster import RayCluster
+    two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
+    here = run_pool(job(two), two)
+    # One CPU for two devices: each task asks for half of it, so both run at once.
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        with RayCluster() as cluster:
+            there = run_pool(job(two), two, cluster=cluster)
+    finally:
+        ray.shutdown()
+    for key in SAME:
+        assert there[key] == here[key], key
+    assert there["pool"]["where"] == "ray" and there["pool"]["workers"] == 1
+
+
 def test_what_a_pool_does_not_run_yet_is_refused_before_anything_is_built():
     two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
     with pytest.raises(JobError, match="power failures: not yet on a pool"):
