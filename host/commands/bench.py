@@ -30,6 +30,7 @@ from trainingcxl.host.tools.ladder import (BASELINES, WORKLOADS, baseline_key, o
                                            table)
 
 from . import report
+from .options import pmem_dir_option
 
 __all__ = ["register"]
 
@@ -413,6 +414,7 @@ def register(sub):
                     help="with --pool: also run the largest pool with each of these numbers "
                          "of simulators at once: its wall time per batch (the cycles must not "
                          "change)")
+    pmem_dir_option(sp)
     sp.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
     sp.add_argument("--plot", metavar="OUT.png",
                     help="draw each system's cycles per batch by phase (with --scale: how each "

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from . import report
-from .options import config_option
+from .options import config_option, pmem_dir_option
 from trainingcxl.host.protocol.phases import BATCH_PHASES
 from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
 from trainingcxl.host.tools.argtypes import nonneg as _nonneg, positive as _positive
@@ -109,7 +109,7 @@ def run_tasks(kind, args, cluster, specs, note, fn=None):
 # -- trainingcxl campaign ------------------------------------------------------------------
 
 def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, orders, seed,
-                   min_pooling=0):
+                   min_pooling=0, pmem_dir=None):
     """The runs of a campaign: ``ceil(failures / per_run)`` training runs cycling over
     the staleness bounds and lookup orders, each with a failure plan drawn from
     ``seed`` (a third in named phases, a fifth during the recovery of the one before,
@@ -138,7 +138,7 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
                        relaxed=relaxed, staleness=k, failures=tuple(plan), extend=True, failure_seed=seed * 1000 + i,
                        test_samples=0)
         specs.append({"index": i, "config": cfg.to_dict(), "job": job.to_dict(),
-                      "staleness": k, "relaxed": relaxed})
+                      "staleness": k, "relaxed": relaxed, "pmem_dir": pmem_dir})
     return specs
 
 
@@ -149,13 +149,16 @@ def _mix(spec):
 
 def cmd_campaign(args):
     if args.kill:
+        if args.pmem_dir:
+            raise SystemExit("error: a --kill campaign keeps its media files in its own "
+                             "folder; --pmem-dir is for planned power failures")
         return cmd_kill_campaign(args)
     base = args.config
     try:
         specs = campaign_specs(base, failures=args.failures, per_run=args.per_run,
                                batches=args.batches, batch_size=args.batch_size,
                                staleness=args.staleness, orders=args.orders, seed=args.seed,
-                               min_pooling=args.min_pooling)
+                               min_pooling=args.min_pooling, pmem_dir=args.pmem_dir)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     runs, per_run, staleness, orders = len(specs), args.per_run, args.staleness, args.orders
@@ -421,6 +424,7 @@ def register(sub):
     _fan_out_options(sp, "campaign")
     sp.add_argument("--reproducers", metavar="DIR", default="campaign-failures",
                     help="where bad runs leave a reproducer and waveform")
+    pmem_dir_option(sp)
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
     sp.set_defaults(func=cmd_campaign)
 

@@ -8,7 +8,7 @@ from trainingcxl.spec.presets import PRESETS, load_config
 from trainingcxl.host.tools.argtypes import add_set_option, nonneg, positive, with_overrides
 
 __all__ = ["config_arg", "config_option", "sim_option", "json_option", "workload_options",
-           "resolve_config", "check_device_top"]
+           "pmem_dir_option", "resolve_config", "check_device_top"]
 
 
 def config_arg(text):
@@ -44,6 +44,13 @@ def sim_option(sp, note="icarus is about 30x slower, use --config tiny"):
 
 def json_option(sp):
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+
+
+def pmem_dir_option(sp):
+    sp.add_argument("--pmem-dir", metavar="DIR", default=None,
+                    help="keep each training run's PMEM media in a file of DIR named by the "
+                         "run (DIR/<run>.pmem, made anew; on a cluster DIR must be shared), "
+                         "for trainingcxl.host.pmem.open after the run (docs/pmem.md)")
 
 
 def resolve_config(args):

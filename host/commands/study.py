@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from . import report
-from .options import config_option
+from .options import config_option, pmem_dir_option
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
 from trainingcxl.host.model.evaluate import evaluate
@@ -187,7 +187,7 @@ def _rtl_point(spec):
                   "mlp_equal": same_mlp}
 
 
-def rtl_specs(count, seed):
+def rtl_specs(count, seed, pmem_dir=None):
     """``count`` RTL runs on ``tiny``: K of 0, 1, 8 in strict and relaxed order, in turn,
     with three random failures each."""
     cfg = PRESETS["tiny"]
@@ -197,7 +197,8 @@ def rtl_specs(count, seed):
         job = TrainJob(seed=seed + i, batches=12, batch_size=8, check_every=4, relaxed=relaxed,
                        staleness=k, system="cxl", failures=({"random": True},) * 3,
                        failure_seed=seed + i, extend=True, test_samples=0)
-        out.append({"index": f"study-rtl{i}", "config": cfg.to_dict(), "job": job.to_dict()})
+        out.append({"index": f"study-rtl{i}", "config": cfg.to_dict(), "job": job.to_dict(),
+                    "pmem_dir": pmem_dir})
     return out
 
 
@@ -299,7 +300,7 @@ def cmd_study(args):
     summary = _summary(points, modes, ks)
     rtl = []
     if args.rtl_sample:
-        specs = rtl_specs(args.rtl_sample, args.seed)
+        specs = rtl_specs(args.rtl_sample, args.seed, args.pmem_dir)
         pool.prebuild([PRESETS["tiny"]])
         bar = Progress(len(specs), "RTL runs")
         for _, result in pool.run(_rtl_point, specs):
@@ -371,6 +372,7 @@ def register(sub):
                     help="RTL runs with failures to replay on the golden model (default: 6; "
                          "0: none)")
     sp.add_argument("--jobs", type=positive, default=2, help="processes")
+    pmem_dir_option(sp)
     sp.add_argument("--json", metavar="OUT", help="write every point and the summary to OUT")
     sp.add_argument("--plot", metavar="OUT.png", help="draw the change in test AUC and log "
                                                       "loss against K, per mode")

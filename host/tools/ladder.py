@@ -141,6 +141,7 @@ def train_spec(index, workload, system_name, checkpointing, args, *, failures=()
     return {
         "index": index, "sim": "verilator", "config": cfg.to_dict(),
         "workload": workload.name, "system": system_name, "checkpointing": checkpointing,
+        "pmem_dir": getattr(args, "pmem_dir", None),
         "job": TrainJob(seed=args.seed, batches=args.batches, batch_size=workload.batch_size,
                         min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha,
                         check_every=1 << 30, relaxed=sysm.relaxed, staleness=k,

@@ -11,18 +11,33 @@ def run_train(spec):
     """One training run of a fan-out in this worker's process: ``spec`` carries the
     configuration and the :class:`~trainingcxl.host.jobs.TrainJob` as dicts (``config``,
     ``job``), and ``waves_to``, a path for a waveform. Returns ``(spec, record or None,
-    error text or None)``; a run that failed after writing its record returns both."""
+    error text or None)``; a run that failed after writing its record returns both.
+    With ``pmem_dir``, the run keeps its PMEM media in ``pmem_dir/<index>.pmem``
+    (docs/pmem.md), made anew."""
     from trainingcxl.spec.config import Config
     from trainingcxl.host.apps.launch import launch
     from trainingcxl.host.jobs import TrainJob
     from trainingcxl.sim.runner import BenchFailure
     job = TrainJob.from_dict(spec["job"]).replace(quiet=True)
+    config = Config.from_dict(spec["config"])
+    if spec.get("pmem_dir"):
+        job = _with_media_file(job, config, spec)
     try:
-        record = launch(job, Config.from_dict(spec["config"]), sim=spec.get("sim", "verilator"),
+        record = launch(job, config, sim=spec.get("sim", "verilator"),
                         capture=True, waves=spec.get("waves_to"), name=f"run{spec['index']}")
         return spec, record, None
     except BenchFailure as e:
         return spec, e.record, str(e)
+
+
+def _with_media_file(job, config, spec):
+    """``job`` keeping its media in a new file of ``spec["pmem_dir"]``, named by the run."""
+    from pathlib import Path
+    from trainingcxl.host.pmem.media_file import RUN_FIELDS, create
+    path = (Path(spec["pmem_dir"]) / f"{spec['index']}.pmem").resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    create(path, config, {k: getattr(job, k) for k in RUN_FIELDS}, overwrite=True)
+    return job.replace(pmem=str(path), overwrite=True)
 
 
 class Progress:

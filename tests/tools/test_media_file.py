@@ -194,6 +194,24 @@ def test_a_kill_campaign_tallies_kills_resumes_and_lost_batches(tmp_path):
     assert all(t["final_resumed"] is None or t["final_resumed"]["consistent"] for t in s["tasks"])
 
 
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_a_campaign_keeps_each_runs_media_in_a_file_of_its_own(tmp_path):
+    """``--pmem-dir``: every run's media outlive it, its recoveries journaled; the Python
+    API reads the durable state each run ended at."""
+    from trainingcxl.host.cli import main
+    out = tmp_path / "c.json"
+    assert main(["campaign", "--failures", "4", "--per-run", "2", "--batches", "3",
+                 "--staleness", "0,1", "--orders", "strict", "--jobs", "2",
+                 "--pmem-dir", str(tmp_path / "media"), "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["run_details"]
+    for r in runs:
+        state = pmem.open(tmp_path / "media" / f"{r['index']}.pmem")
+        assert state.found and state.durable >= 3 - r["staleness"]
+        assert len(state.recoveries) == r["failures"] == 2
+        assert state.run["staleness"] == r["staleness"]
+
+
 def test_a_file_in_use_by_another_run_is_refused(tmp_path, capsys):
     """A second run on a media file (or one that would --overwrite it) is refused while the
     first holds it; the lock goes with the first process."""
