@@ -1,7 +1,8 @@
 """A training run on a pool of devices: one simulator per device, coupled batch by batch.
 
-:func:`run_pool` starts a simulator process per device of ``Config.pool``
-(:mod:`trainingcxl.spec.pool`), each training its tables with the protocol of one
+:func:`run_pool` starts a simulator per device of ``Config.pool`` (a process of this
+machine, or a Ray task; :mod:`trainingcxl.spec.pool`), each training its tables with
+the protocol of one
 device, and answers their exchanges (:mod:`trainingcxl.host.protocol.pool`): it
 gathers every device's pooled vectors and hands them back, and it gives every
 device the same GPU start, the latest of theirs. Between two exchanges a device
@@ -127,17 +128,16 @@ class _Exchange:
 
     def receive(self, device, message):
         what = message[0]
-        if what != "hello":
-            self.free += 1              # a device that sends waits: its worker is free
-        if what == "hello":
+        if what == "hello":             # a device that has not run yet: it waits its turn
             self.ready.append((device, None))
-        elif what == "done":
-            self.done[device] = message[1]
         else:
-            self.pending[device] = message
-            live = [d for d in self.conns if d not in self.done]
-            if len(self.pending) == len(live):
-                self._answer_round()
+            self.free += 1              # a device that sends waits: its worker is free
+            if what == "done":
+                self.done[device] = message[1]
+            else:
+                self.pending[device] = message
+                if len(self.pending) == len([d for d in self.conns if d not in self.done]):
+                    self._answer_round()
         self._dispatch()
 
     def _answer_round(self):
