@@ -134,6 +134,16 @@ class DenseModel:
         grads_bottom.reverse()
         return grads_bottom + grads_top, d_pooled
 
+    def train(self, batch, pooled, lr):
+        """One step on ``batch`` with the pooled vectors ``pooled`` (batch, tables, dim):
+        forward, loss, backward and SGD; returns the loss and the pooled vectors'
+        gradients."""
+        logits, cache = self.forward(batch.dense, pooled)
+        loss = self.loss(logits, batch.labels)
+        grads, d_pooled = self.backward(cache, logits, batch.labels)
+        self.sgd(grads, lr)
+        return loss, d_pooled
+
     def sgd(self, grads, lr):
         lr = self.dtype.type(lr)
         for layer, (gw, gb) in zip(self.layers, grads):
@@ -213,84 +223,100 @@ class StepResult:
     deltas: np.ndarray | None    # what the update consumes (int32), fixed-point path only
 
 
-def _all_tables(share, kind, pooled):
-    """The pooled vectors of every table of the model: ``pooled`` (batch, tables, dim) of
-    this device's tables, gathered with the other devices' by ``share`` (a pool's
-    :class:`~trainingcxl.host.protocol.pool.PoolLink`), or as they are."""
-    return pooled if share is None else share.gather(kind, pooled)
+def _own_tables(own, d_pooled):
+    """The gradients (batch, model tables, dim) of the tables ``own`` (a pool device's,
+    the model's table numbers), or all of them (``None``)."""
+    return d_pooled if own is None else d_pooled[:, list(own), :]
 
 
-def _own_tables(share, d_pooled):
-    """The gradients (batch, model tables, dim) of this device's tables."""
-    return d_pooled if share is None else d_pooled[:, list(share.tables), :]
+class _Trainer:
+    """What the golden model and the float32 reference share: tables (converted by
+    :meth:`_table`), the MLPs, and the step of the MLPs.
 
+    ``own``: on a device of a pool, the numbers of the model's tables it holds; the
+    trainer then holds those tables and the whole MLP, and its step takes the pooled
+    vectors of every table (``model_inputs``, gathered from the pool's devices)."""
 
-class FixedPointTrainer:
-    """The golden model of a training run on the device: fixed-point embeddings, float32 MLPs.
-
-    ``share``: on a device of a pool, the exchange of pooled vectors with the other
-    devices; the trainer then holds this device's tables and the whole MLP."""
-
-    def __init__(self, config, tables, seed=0, share=None):
-        self.config, self.share = config, share
-        self.tables = [np.asarray(t, dtype=np.int32).copy() for t in tables]
+    def __init__(self, config, tables, seed=0, own=None):
+        self.config, self.own = config, own
+        self.tables = [self._table(t) for t in tables]
         self.dense = DenseModel(config, seed)
 
-    def step(self, batch):
+    def _mlp_step(self, batch, x, model_inputs):
+        """The MLPs' step on this trainer's pooled vectors ``x`` (or the model's); returns
+        the loss and the gradients of this trainer's tables' pooled vectors."""
+        loss, d_pooled = self.dense.train(batch, x if model_inputs is None else model_inputs,
+                                          self.config.model.lr)
+        return loss, _own_tables(self.own, d_pooled)
+
+
+class FixedPointTrainer(_Trainer):
+    """The golden model of a training run on the device: fixed-point embeddings, float32
+    MLPs (``own`` as for :class:`_Trainer`)."""
+
+    @staticmethod
+    def _table(t):
+        return np.asarray(t, dtype=np.int32).copy()
+
+    def inputs(self, batch):
+        """The pooled vectors of this trainer's tables: fixed point (bags, dim), and as the
+        MLPs take them, float32 (batch, tables, dim)."""
         cfg = self.config
         pooled = embedding_bag_sum(cfg, self.tables, batch.indices, batch.offsets).pooled
-        pooled_f = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
-        pooled_f = _all_tables(self.share, "golden",
-                               pooled_f.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
-        logits, cache = self.dense.forward(batch.dense, pooled_f)
-        loss = self.dense.loss(logits, batch.labels)
-        grads, d_pooled = self.dense.backward(cache, logits, batch.labels)
-        self.dense.sgd(grads, cfg.model.lr)
-        deltas = embedding_deltas(cfg, _own_tables(self.share, d_pooled))
+        x = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
+        return pooled, x.reshape(batch.batch_size, cfg.n_tables, cfg.dim)
+
+    def step(self, batch, inputs=None, model_inputs=None):
+        cfg = self.config
+        pooled, x = inputs or self.inputs(batch)
+        loss, d_pooled = self._mlp_step(batch, x, model_inputs)
+        deltas = embedding_deltas(cfg, d_pooled)
         embedding_update(cfg, self.tables, batch.indices, batch.offsets, deltas, inplace=True)
         return StepResult(loss=loss, pooled=pooled, deltas=deltas)
 
 
-class FloatTrainer:
+class FloatTrainer(_Trainer):
     """The float32 reference: the same model and data with embeddings in float32
-    (``share`` as for :class:`FixedPointTrainer`)."""
+    (``own`` as for :class:`_Trainer`)."""
 
-    def __init__(self, config, tables, seed=0, share=None):
-        self.config, self.share = config, share
-        self.tables = [from_fixed(t, config.fixed.frac_bits).astype(np.float32) for t in tables]
-        self.dense = DenseModel(config, seed)
+    def _table(self, t):
+        return from_fixed(t, self.config.fixed.frac_bits).astype(np.float32)
 
-    def step(self, batch):
+    def inputs(self, batch):
+        """Each table's rows of the batch, and the pooled vectors of this trainer's tables,
+        float32 (batch, tables, dim)."""
         cfg = self.config
         by_table = _table_rows(cfg, batch.indices, batch.offsets)
         pooled = float_bag_sum(cfg, self.tables, batch.indices, batch.offsets, by_table=by_table)
-        logits, cache = self.dense.forward(batch.dense, _all_tables(
-            self.share, "reference", pooled.reshape(batch.batch_size, cfg.n_tables, cfg.dim)))
-        loss = self.dense.loss(logits, batch.labels)
-        grads, d_pooled = self.dense.backward(cache, logits, batch.labels)
-        self.dense.sgd(grads, cfg.model.lr)
-        d_pooled = _own_tables(self.share, d_pooled)
+        return by_table, pooled.reshape(batch.batch_size, cfg.n_tables, cfg.dim)
+
+    def step(self, batch, inputs=None, model_inputs=None):
+        cfg = self.config
+        by_table, x = inputs or self.inputs(batch)
+        loss, d_pooled = self._mlp_step(batch, x, model_inputs)
         step = np.float32(cfg.model.lr) * d_pooled.reshape(batch.n_bags, cfg.dim)
         for table, (bags, rows) in zip(self.tables, by_table):
             if len(rows):
                 float_subtract(table, rows, step[bags])
-        return StepResult(loss=loss, pooled=pooled, deltas=None)
+        return StepResult(loss=loss, pooled=x.reshape(batch.n_bags, cfg.dim), deltas=None)
 
 
 class Gpu:
-    """The GPU: runs the dense model on the pooled vectors the device produced (on a pool,
-    ``share`` gathers every device's)."""
+    """The GPU: runs the dense model on the pooled vectors the device produced (``own``
+    as for :class:`FixedPointTrainer`: on a pool, ``model_inputs`` are every device's)."""
 
-    def __init__(self, cfg, model, share=None):
-        self.cfg, self.share = cfg, share
+    def __init__(self, cfg, model, own=None):
+        self.cfg, self.own = cfg, own
         self.model = model
 
-    def step(self, batch, pooled):
+    def inputs(self, batch, pooled):
+        """The device's pooled vectors (fixed point, bags x dim) as the MLPs take them."""
         cfg = self.cfg
         x = from_fixed(pooled, cfg.fixed.frac_bits).astype(np.float32)
-        x = _all_tables(self.share, "gpu", x.reshape(batch.batch_size, cfg.n_tables, cfg.dim))
-        logits, cache = self.model.forward(batch.dense, x)
-        loss = self.model.loss(logits, batch.labels)
-        grads, d_pooled = self.model.backward(cache, logits, batch.labels)
-        self.model.sgd(grads, cfg.model.lr)
-        return loss, embedding_deltas(cfg, _own_tables(self.share, d_pooled))
+        return x.reshape(batch.batch_size, cfg.n_tables, cfg.dim)
+
+    def step(self, batch, pooled, model_inputs=None):
+        cfg = self.cfg
+        x = self.inputs(batch, pooled) if model_inputs is None else model_inputs
+        loss, d_pooled = self.model.train(batch, x, cfg.model.lr)
+        return loss, embedding_deltas(cfg, _own_tables(self.own, d_pooled))

@@ -34,14 +34,17 @@ class GoldenHistory:
         self._mlp = {}      # b -> (golden parameters, reference parameters) after b
         self.remember(0)
 
-    def step(self, b, batch):
+    def step(self, b, batch, inputs=(None, None), model_inputs=(None, None)):
         """Train both models on ``batch`` as batch ``b`` (the one after ``head``); returns
-        their :class:`~trainingcxl.host.model.dlrm.StepResult`s."""
+        their :class:`~trainingcxl.host.model.dlrm.StepResult`s. On a pool device,
+        ``inputs`` are each model's own (``inputs(batch)``) and ``model_inputs`` the
+        pooled vectors of every table, gathered from the pool."""
         if b != self.head + 1:
             raise ValueError(f"batch {b} does not follow batch {self.head}")
         rows = touched_rows(self.golden.config, batch.indices, batch.offsets)
         undo = [(r, g[r], f[r]) for r, g, f in zip(rows, self.golden.tables, self.reference.tables)]
-        want, ref = self.golden.step(batch), self.reference.step(batch)
+        want = self.golden.step(batch, inputs[0], model_inputs[0])
+        ref = self.reference.step(batch, inputs[1], model_inputs[1])
         self._undo[b], self.head = undo, b
         return want, ref
 

@@ -6,16 +6,14 @@ GPU needs all of them, once a batch: the GPU step runs on the pooled vectors of
 every table, and it begins when the last device's lookup has delivered. So the
 coupling is per batch, not per register access:
 
-* ``gather(kind, pooled)``: this device's pooled vectors (batch, its tables, dim)
-  for the others', the model's (batch, all tables, dim) back; the golden model,
-  the float32 reference and the GPU each gather theirs;
-* ``clock(t, owed)``: when this device could start the GPU step and the GPU kernels
-  it owes (the pooling of rows the GPU holds); back, the pool's: the latest start
-  and the sum of the kernels. Every device then lets the same GPU step pass, so
-  their clocks agree wherever they meet, whatever runs them and in which order.
-
-At power-up the clocks are aligned the same way (:meth:`PoolLink.align`): every
-device begins batch 1 at the same cycle. The coordinator is
+* ``exchange(parts, t, owed)``, once a batch, before any model steps: this device's
+  pooled vectors (batch, its tables, dim) of the golden model, the float32
+  reference and the device, for the model's (batch, all tables, dim); and when
+  this device could start the GPU step with the GPU kernels it owes (the pooling
+  of rows the GPU holds), for the pool's: the latest start and the sum of the
+  kernels. Every device then lets the same GPU step pass, so their clocks agree
+  wherever they meet, whatever runs them and in which order;
+* ``align(t)`` at power-up: every device begins batch 1 at the same cycle. The coordinator is
 :mod:`trainingcxl.host.tools.device_pool`.
 """
 
@@ -43,12 +41,16 @@ class PoolLink:
             raise RuntimeError(f"the pool stopped: {answer[1]}")
         return answer
 
-    def gather(self, kind, pooled):
-        return self._ask("gather", kind, pooled)
+    def exchange(self, parts, t, owed=0):
+        """Once a batch: this device's pooled vectors ``parts`` (each batch x its tables x
+        dim) and when it could start the GPU step, ``t``, with the GPU kernels it owes;
+        returns every table's pooled vectors (each batch x model tables x dim) and the
+        pool's GPU start and kernels."""
+        return self._ask("batch", parts, int(t), int(owed))
 
-    def clock(self, t, owed=0):
-        """The pool's GPU start and kernels owed, for this device's ``t`` and ``owed``."""
-        return self._ask("clock", int(t), int(owed))
+    def align(self, t):
+        """The latest of the devices' ``t``: when all of them can begin."""
+        return self._ask("align", int(t))
 
     def close(self, summary=None):
         try:

@@ -253,8 +253,9 @@ class TrainingRun:
             model = self.cfg.replace(tables=pool.model_rows,
                                      model=dataclasses.replace(self.cfg.model, tables=0))
             tables = initial_tables(model, seed=self.seed, only=pool.tables)
-        self.golden = FixedPointTrainer(self.cfg, tables, seed=self.seed, share=pool)
-        self.reference = FloatTrainer(self.cfg, tables, seed=self.seed, share=pool)
+        own = None if pool is None else pool.tables
+        self.golden = FixedPointTrainer(self.cfg, tables, seed=self.seed, own=own)
+        self.reference = FloatTrainer(self.cfg, tables, seed=self.seed, own=own)
         self.history = GoldenHistory(self.golden, self.reference)     # remembers batch 0
         return tables, t0
 
@@ -272,14 +273,14 @@ class TrainingRun:
         await self.checkpoints.format(self)
         tables, t0 = self._models()
         await dev.load_tables(tables)
-        self.gpu = Gpu(cfg, DenseModel(cfg, self.seed), share=self.pool)
+        self.gpu = Gpu(cfg, DenseModel(cfg, self.seed),
+                       own=None if self.pool is None else self.pool.tables)
         if time.monotonic() - t0 > 2:           # large tables: say where the time went
             self.log(f"[data] {sum(cfg.tables):,} rows made, loaded into the media and into "
                      f"the golden models in {time.monotonic() - t0:.1f} s")
         await self.checkpoints.zero(self, self.gpu.model.parameters())
         if self.pool is not None:               # every device of the pool begins together
-            start, _ = self.pool.clock(self.now())
-            await self.wait(start - self.now())
+            await self.wait(self.pool.align(self.now()) - self.now())
         await self._count_from_here()
 
     async def resume_media(self):
@@ -404,15 +405,15 @@ class TrainingRun:
             self.enter("lookup", b)
             await self.failures.before_batch(self, b)
             looked = early if early is not None else await sysm.lookup(self, b, batch)
-            want, ref = self.history.step(b, batch)
+            gathered = self._pool_exchange(batch, looked) if self.pool is not None else None
+            want, ref = (self.history.step(b, batch) if gathered is None
+                         else self.history.step(b, batch, *gathered[:2]))
             loss_ref = ref.loss
             same = looked.error == ErrorCode.NONE and np.array_equal(looked.pooled, want.pooled)
             rec["pooled_mismatches"] += int(not same)
             self.enter("gpu", b)
-            if self.pool is not None:           # the GPU begins once every device delivered
-                self.gpu_from, self.gpu_owed = self.pool.clock(
-                    self.now() if self.gpu_from is None else self.gpu_from, self.gpu_owed)
-            loss, deltas = self.gpu.step(batch, looked.pooled)
+            loss, deltas = self.gpu.step(batch, looked.pooled,
+                                         None if gathered is None else gathered[2])
             self.host_stats["gpu_busy_cycles"] += self.gpu_cycles
             nxt = self.batch_data(b + 1) if b < self.limit else None
             early = await self.order.during_gpu(self, b, nxt)
@@ -457,6 +458,17 @@ class TrainingRun:
                     self.record["interrupted"] = True
                 return
             b += 1
+
+    def _pool_exchange(self, batch, looked):
+        """On a pool device, once a batch: this device's pooled vectors (the golden
+        model's, the reference's and the device's) for every table's, and when the GPU
+        can begin (this device's lookup done, or :meth:`gpu_begins`) for when it begins,
+        the last device's. Returns the models' own inputs and every table's."""
+        g_in, r_in = self.golden.inputs(batch), self.reference.inputs(batch)
+        t = self.now() if self.gpu_from is None else self.gpu_from
+        (g_all, r_all, d_all), (self.gpu_from, self.gpu_owed) = self.pool.exchange(
+            [g_in[1], r_in[1], self.gpu.inputs(batch, looked.pooled)], t, self.gpu_owed)
+        return (g_in, r_in), (g_all, r_all), d_all
 
     def _evaluate(self, b, tables):
         """Held-out metrics after batch ``b``: the device's tables with the GPU's MLPs, and

@@ -141,16 +141,18 @@ class _Exchange:
         self._dispatch()
 
     def _answer_round(self):
-        kinds = {m[:2] if m[0] == "gather" else m[:1] for m in self.pending.values()}
+        kinds = {m[0] for m in self.pending.values()}
         if len(kinds) != 1:
-            raise RuntimeError(f"the devices disagree on the exchange: {sorted(map(str, kinds))}")
-        first = next(iter(self.pending.values()))
-        if first[0] == "gather":
-            answer = self._gathered({d: m[2] for d, m in self.pending.items()})
-        else:
-            answer = (max(m[1] for m in self.pending.values()),
-                      sum(m[2] for m in self.pending.values()))
-        self.ready.extend((d, answer) for d in sorted(self.pending))
+            raise RuntimeError(f"the devices disagree on the exchange: {sorted(kinds)}")
+        messages = self.pending
+        if kinds == {"align"}:
+            answer = max(m[1] for m in messages.values())
+        else:                           # "batch": parts, t, owed
+            parts = [self._gathered({d: m[1][k] for d, m in messages.items()})
+                     for k in range(len(next(iter(messages.values()))[1]))]
+            answer = (parts, (max(m[2] for m in messages.values()),
+                              sum(m[3] for m in messages.values())))
+        self.ready.extend((d, answer) for d in sorted(messages))
         self.pending = {}
 
     def _gathered(self, parts):

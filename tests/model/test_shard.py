@@ -1,7 +1,5 @@
 """A pool device's share of the batches and of the training arithmetic."""
 
-import threading
-
 import numpy as np
 
 from trainingcxl.spec.config import PoolShape
@@ -32,29 +30,13 @@ def test_a_device_makes_its_tables_as_the_whole_model_would():
     assert all(np.array_equal(a, b) for a, b in zip(some, [every[1], every[3]]))
 
 
-class _Pool:
-    """The pool's exchange in one process: each device's trainer in a thread of its own."""
-
-    def __init__(self, plan, n_tables):
-        self.plan, self.n_tables = plan, n_tables
-        self.barrier = threading.Barrier(len(plan))
-        self.parts = {}
-
-    def member(self, s):
-        pool = self
-
-        class Share:
-            tables = s.tables
-
-            def gather(self, kind, part):
-                pool.parts[s.device] = part
-                pool.barrier.wait()
-                out = np.empty((part.shape[0], pool.n_tables, part.shape[2]), part.dtype)
-                for d, p in pool.parts.items():
-                    out[:, list(pool.plan[d].tables), :] = p
-                pool.barrier.wait()
-                return out
-        return Share()
+def _gathered(plan, n_tables, parts):
+    """Every table's pooled vectors from each device's (as the pool's coordinator does)."""
+    one = parts[0]
+    out = np.empty((one.shape[0], n_tables, one.shape[2]), one.dtype)
+    for s, part in zip(plan, parts):
+        out[:, list(s.tables), :] = part
+    return out
 
 
 def test_a_pool_trains_the_model_one_device_trains_bit_for_bit():
@@ -63,25 +45,17 @@ def test_a_pool_trains_the_model_one_device_trains_bit_for_bit():
     tables = initial_tables(cfg, 1)
     whole = [FixedPointTrainer(cfg, tables, seed=1), FloatTrainer(cfg, tables, seed=1)]
     plan = shards(cfg)
-    exchange = [_Pool(plan, cfg.n_tables) for _ in whole]
-    parts = {s.device: [kind(s.config, initial_tables(cfg, 1, only=s.tables), seed=1,
-                             share=x.member(s))
-                        for kind, x in zip((FixedPointTrainer, FloatTrainer), exchange)]
-             for s in plan}
-    losses = {}
-
-    def train(d):
-        mine = ShardData(data, plan[d].tables)
-        losses[d] = [[t.step(mine.batch(i)).loss for t in parts[d]] for i in range(4)]
-
-    threads = [threading.Thread(target=train, args=(d,)) for d in parts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    want = [[t.step(data.batch(i)).loss for t in whole] for i in range(4)]
-    assert all(losses[d] == want for d in parts)
-    for s in plan:
-        for mine, full in zip(parts[s.device], whole):
-            assert all(np.array_equal(a, full.tables[t]) for a, t in zip(mine.tables, s.tables))
-            assert np.array_equal(mine.dense.parameters(), full.dense.parameters())
+    parts = [[kind(s.config, initial_tables(cfg, 1, only=s.tables), seed=1, own=s.tables)
+              for kind in (FixedPointTrainer, FloatTrainer)] for s in plan]
+    for i in range(4):
+        want = [t.step(data.batch(i)).loss for t in whole]
+        batches = [ShardData(data, s.tables).batch(i) for s in plan]
+        inputs = [[t.inputs(b) for t in mine] for mine, b in zip(parts, batches)]
+        every = [_gathered(plan, cfg.n_tables, [x[k][1] for x in inputs]) for k in range(2)]
+        for mine, b, own in zip(parts, batches, inputs):
+            got = [t.step(b, own[k], every[k]).loss for k, t in enumerate(mine)]
+            assert got == want
+    for s, mine in zip(plan, parts):
+        for trainer, full in zip(mine, whole):
+            assert all(np.array_equal(a, full.tables[t]) for a, t in zip(trainer.tables, s.tables))
+            assert np.array_equal(trainer.dense.parameters(), full.dense.parameters())
