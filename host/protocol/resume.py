@@ -27,4 +27,4 @@ def resume_models(config, seed, history, d, m, params):
     history.resume(d, m)
     model = DenseModel(config, seed)
     model.load_parameters(params)
-    return history.golden, history.reference, Gpu(config, model)
+    return history.golden, history.reference, Gpu(config, model, own=history.golden.own)
