@@ -4,6 +4,7 @@ board top, or a board on a serial port (:mod:`.train_targets`). A target object
 checks the command line for what it can do, runs the training and summarises it."""
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import time
@@ -133,8 +134,8 @@ def train_on_sim(args):
         if value is not None:
             raise SystemExit(f"error: {flag} is for --target board")
     if args.devices is not None:
-        args.config = args.config.replace(pool=args.config.pool.__class__(
-            devices=args.devices, switch_latency=args.config.pool.switch_latency))
+        args.config = args.config.replace(pool=dataclasses.replace(args.config.pool,
+                                                                   devices=args.devices))
     elif args.config.pool.devices == 1 and (args.workers is not None or args.cluster != "local"):
         raise SystemExit("error: --workers and --cluster go with a pool (--devices N)")
     cfg = args.config

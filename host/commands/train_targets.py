@@ -161,8 +161,8 @@ def board_failures(args, batches, board_phases):
     if args.fail_at:
         raise SystemExit("error: --fail-at (a cycle) has no meaning on a board; use "
                          f"--fail-in PHASE@BATCH with a phase of {', '.join(board_phases)}")
-    if args.kill_in or args.pmem:
-        raise SystemExit("error: --kill-in and --pmem are for the simulated device "
+    if args.kill_in or args.pmem or getattr(args, "devices", None):
+        raise SystemExit("error: --kill-in, --pmem and --devices are for the simulated device "
                          "(--target sim)")
     rng = random.Random(args.seed if args.failure_seed is None else args.failure_seed)
     out = []

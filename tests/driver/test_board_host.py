@@ -81,7 +81,8 @@ def test_board_failure_options():
                 _args(fail_in=[parse_fail_in("update@9")]),
                 _args(fail_in=[parse_fail_in("update@1+5")]),
                 _args(fail_in=[parse_fail_in("commit@1"), parse_fail_in("commit@1")]),
-                _args(kill_in=[parse_fail_in("update@1")]), _args(pmem="run.pmem")):
+                _args(kill_in=[parse_fail_in("update@1")]), _args(pmem="run.pmem"),
+                _args(devices=2)):
         with pytest.raises(SystemExit):
             board_failures(bad, 5, BOARD_PHASES)
 
