@@ -332,7 +332,7 @@ def cmd_sweep(args):
         plans += [[e for r in part for e in ({"phase": "update", "offset": 20},
                                              {"phase": "recovery", "offset": r})]
                   for part in _chunks(rec_offsets, args.points_per_run)]
-        specs = [{"index": k, "config": cfg.to_dict(),
+        specs = [{"index": k, "config": cfg.to_dict(), "pmem_dir": args.pmem_dir,
                   "job": common.replace(batches=3 + len(plan) + 2,
                                         failures=tuple(plan)).to_dict()}
                  for k, plan in enumerate(plans)]
@@ -454,5 +454,6 @@ def register(sub):
     _fan_out_options(sp, "sweep")
     sp.add_argument("--reproducers", metavar="DIR", default="sweep-failures",
                     help="where bad runs leave a reproducer and waveform")
+    pmem_dir_option(sp)
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
     sp.set_defaults(func=cmd_sweep)
