@@ -13,8 +13,9 @@ coupling is per batch, not per register access:
   of rows the GPU holds), for the pool's: the latest start and the sum of the
   kernels. Every device then lets the same GPU step pass, so their clocks agree
   wherever they meet, whatever runs them and in which order;
-* ``align(t)`` at power-up: every device begins batch 1 at the same cycle. The coordinator is
-:mod:`trainingcxl.host.tools.device_pool`.
+* ``align(t)`` at power-up: every device begins batch 1 at the same cycle.
+
+The coordinator is :mod:`trainingcxl.host.tools.device_pool`.
 """
 
 __all__ = ["PoolLink"]
