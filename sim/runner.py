@@ -347,7 +347,11 @@ def _compile(sim, config, top, source, bdir, waves, log):
                 "+define+TCXL_DPI", *map(str, DPI_SOURCES)]
         jobs = str(max(1, os.cpu_count() or 1))
         os.environ["MAKEFLAGS"] = f"{os.environ.get('MAKEFLAGS', '')} -j{jobs}".strip()
-    bdir.mkdir(parents=True, exist_ok=True)
+    # A folder without its stamp is a build that was stopped part-way (perhaps from
+    # another checkout, whose paths its makefiles name): start it afresh. The lock is
+    # ours, so no other process is building it.
+    shutil.rmtree(bdir, ignore_errors=True)
+    bdir.mkdir(parents=True)
     log_path = bdir / "build.log"
     try:
         with _ticking(log, f"[build] compiling for {sim}"):

@@ -218,3 +218,25 @@ def test_an_edit_of_any_module_the_gateware_imports_rebuilds(scratch):
     edit("spec/records.py", "CRC_INIT = 0xFFFFFFFE", "CRC_INIT = 0xFFFFFFFD")
     last = probe("stub")
     assert last["files"] == [Path(last["verilog"]).name]
+
+
+def test_a_build_stopped_part_way_is_started_afresh(tmp_path, monkeypatch):
+    """A build folder without its stamp (a build killed part-way, perhaps in another
+    checkout whose paths its makefiles name) is emptied before the next build."""
+    from trainingcxl.sim import runner
+    bdir = tmp_path / "verilator-partial"
+    bdir.mkdir()
+    (bdir / "Vtop.mk").write_text("VM_USER_CLASSES = /a/checkout/that/is/gone/crc32c\n")
+    seen = []
+
+    class FakeRunner:
+        def build(self, *, build_dir, log_file, **kw):
+            seen.append(sorted(p.name for p in Path(build_dir).iterdir()))
+            Path(log_file).write_text("built")
+
+    monkeypatch.setattr(runner, "_runner", lambda sim: FakeRunner())
+    monkeypatch.setattr(runner, "_prune_stale", lambda *a: None)
+    runner._compile("verilator", PRESETS["tiny"], "device", tmp_path / "x.v", bdir, False,
+                    lambda text: None)
+    assert seen == [[]], "the stopped build's files were still there"
+    assert (bdir / ".built").exists()
