@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-__all__ = ["shard_bags", "shard_batch", "ShardData"]
+__all__ = ["shard_bags", "shard_batch", "model_inputs", "ShardData"]
 
 
 def shard_bags(batch_size, n_tables, tables):
@@ -29,6 +29,16 @@ def shard_batch(batch, tables):
     take = np.repeat(starts - new[:-1], lengths) + np.arange(new[-1])
     return replace(batch, indices=np.asarray(batch.indices)[take],
                    offsets=new.astype(batch.offsets.dtype), n_tables=len(tables))
+
+
+def model_inputs(tables, parts):
+    """Every table's pooled vectors (batch, model tables, dim) from the devices' ``parts``
+    (each batch x its tables x dim), device ``k`` holding the model's tables ``tables[k]``."""
+    one = parts[0]
+    out = np.empty((one.shape[0], sum(map(len, tables)), one.shape[2]), dtype=one.dtype)
+    for held, part in zip(tables, parts):
+        out[:, list(held), :] = part
+    return out
 
 
 class ShardData:

@@ -24,9 +24,8 @@ import time
 from multiprocessing.connection import Listener, wait
 from pathlib import Path
 
-import numpy as np
-
 from trainingcxl.spec.pool import shards
+from trainingcxl.host.model.shard import model_inputs
 
 __all__ = ["run_pool", "merge_records"]
 
@@ -37,17 +36,10 @@ POLL_S = 2.0
 def _device_run(item):
     """One device's simulator (``item``: its job, configuration and simulator, as
     dicts); returns ``{"record", "error"}``."""
-    from trainingcxl.spec.config import Config
-    from trainingcxl.host.apps.launch import launch
-    from trainingcxl.host.jobs import TrainJob
-    from trainingcxl.sim.runner import BenchFailure
-    job = TrainJob.from_dict(item["job"])
-    try:
-        record = launch(job, Config.from_dict(item["config"]), sim=item["sim"], capture=True,
-                        name=f"pool-device{job.pool_member['device']}")
-        return {"record": record, "error": None}
-    except BenchFailure as e:
-        return {"record": e.record, "error": str(e)}
+    from .pool import run_train
+    device = item["job"]["pool_member"]["device"]
+    _, record, error = run_train({**item, "index": f"pool-device{device}"})
+    return {"record": record, "error": error}
 
 
 def _device_process(item, out_path):
@@ -156,12 +148,8 @@ class _Exchange:
         self.pending = {}
 
     def _gathered(self, parts):
-        one = next(iter(parts.values()))
-        n_tables = sum(len(s.tables) for s in self.shards)
-        out = np.empty((one.shape[0], n_tables, one.shape[2]), dtype=one.dtype)
-        for d, part in parts.items():
-            out[:, list(self.shards[d].tables), :] = part
-        return out
+        return model_inputs([self.shards[d].tables for d in sorted(parts)],
+                            [parts[d] for d in sorted(parts)])
 
     def _dispatch(self):
         while self.free and self.ready:

@@ -8,7 +8,7 @@ from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
 from trainingcxl.host.model.golden import embedding_bag_sum
-from trainingcxl.host.model.shard import ShardData, shard_bags, shard_batch
+from trainingcxl.host.model.shard import ShardData, model_inputs, shard_bags, shard_batch
 
 
 def test_a_shard_batch_is_the_bags_of_its_tables_in_order():
@@ -30,15 +30,6 @@ def test_a_device_makes_its_tables_as_the_whole_model_would():
     assert all(np.array_equal(a, b) for a, b in zip(some, [every[1], every[3]]))
 
 
-def _gathered(plan, n_tables, parts):
-    """Every table's pooled vectors from each device's (as the pool's coordinator does)."""
-    one = parts[0]
-    out = np.empty((one.shape[0], n_tables, one.shape[2]), one.dtype)
-    for s, part in zip(plan, parts):
-        out[:, list(s.tables), :] = part
-    return out
-
-
 def test_a_pool_trains_the_model_one_device_trains_bit_for_bit():
     cfg = PRESETS["small"].replace(pool=PoolShape(devices=3))
     data = SyntheticWorkload(cfg, seed=1, batch_size=16)
@@ -51,7 +42,7 @@ def test_a_pool_trains_the_model_one_device_trains_bit_for_bit():
         want = [t.step(data.batch(i)).loss for t in whole]
         batches = [ShardData(data, s.tables).batch(i) for s in plan]
         inputs = [[t.inputs(b) for t in mine] for mine, b in zip(parts, batches)]
-        every = [_gathered(plan, cfg.n_tables, [x[k][1] for x in inputs]) for k in range(2)]
+        every = [model_inputs([s.tables for s in plan], [x[k][1] for x in inputs]) for k in range(2)]
         for mine, b, own in zip(parts, batches, inputs):
             got = [t.step(b, own[k], every[k]).loss for k, t in enumerate(mine)]
             assert got == want
