@@ -74,6 +74,8 @@ class ControlWindow(wiring.Component):
         The checkpoint configuration registers, as last written.
     link_latency : Out(64)
         ``LINK_LATENCY``; after a reset, ``config.link.latency`` for both protocols.
+    pool_durable : Out(32)
+        ``POOL_DURABLE``, on a device of a pool only; after a reset all ones.
     """
 
     #: The registers whose values come from the rest of the device, from the register map.
@@ -96,6 +98,8 @@ class ControlWindow(wiring.Component):
             "link_latency": Out(REG.LINK_LATENCY.layout,
                                 init={"mem": config.link.latency, "cache": config.link.latency}),
         }
+        if config.pool.member:
+            members["pool_durable"] = Out(32, init=0xFFFF_FFFF)
         for reg in self.COUNTERS:
             members[f"ctr_{reg.name.lower()}"] = In(register(reg).layout)
         super().__init__(members)
@@ -291,6 +295,8 @@ class ControlWindow(wiring.Component):
               Reg.MLP_LINES: self.mlp_lines, Reg.LINK_LATENCY: self.link_latency}
         if cfg.gpu_window:
             rw.update({Reg.GPU_BASE: gpu_base, Reg.GPU_LIMIT: gpu_limit})
+        if cfg.pool.member:
+            rw[Reg.POOL_DURABLE] = self.pool_durable
 
         # The value of the register addressed, for a read (0 and ``read_bad`` for no
         # register).

@@ -272,7 +272,11 @@ class Device(wiring.Component):
                 ckpt.mlp_lines.eq(control.mlp_lines[:32]),
                 logger.enable.eq(ckpt.logging),
                 logger.gen.eq(ckpt.gen),
-                logger.durable.eq(ckpt.durable),
+                # On a device of a pool, no record the pool may still roll back is
+                # reclaimed: the logger's durable point is the pool's if that is older.
+                logger.durable.eq(ckpt.durable if not cfg.pool.member else
+                                  Mux(control.pool_durable < ckpt.durable,
+                                      control.pool_durable, ckpt.durable)),
                 logger.durable_valid.eq(ckpt.durable_valid),
                 logger.restart.eq(ckpt.restart),
                 logger.flush.eq(~lookup.busy),

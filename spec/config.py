@@ -230,15 +230,24 @@ class PoolShape:
     on the path, its upstream and downstream ports, and :class:`LinkTiming` charges a
     pair of ports 40 ns each way (Pond, Li et al., ASPLOS 2023: 70-90 ns a round
     trip); the switching logic itself is left out, which favours the pool.
+
+    ``member`` (set by :func:`trainingcxl.spec.pool.shards` on each device of a pool of
+    more than one): the device's gateware keeps every undo record of a batch the host
+    has not said the whole pool passed (``POOL_DURABLE``), and its ``RECOVER`` rolls back
+    to the batch the host names, the pool's durable batch, when that is older than its
+    own (docs/pool.md, "Exact recovery").
     """
     devices: int = 1
     switch_latency: int = 10
+    member: bool = False
 
     def __post_init__(self):
         _check(isinstance(self.devices, int) and 1 <= self.devices <= 64,
                f"pool.devices must be an integer in [1, 64], not {self.devices!r}")
         _check(isinstance(self.switch_latency, int) and 0 <= self.switch_latency <= 2048,
                f"pool.switch_latency must be cycles in [0, 2048], not {self.switch_latency!r}")
+        _check(isinstance(self.member, bool), f"pool.member must be true or false, not "
+                                              f"{self.member!r}")
 
 
 @dataclass(frozen=True)
@@ -746,7 +755,10 @@ class Config:
         relaxed order, the one looked up early hold live records."""
         if self.log_lines:
             return self.log_lines
-        return 2 * self.groups_for(self.records_per_batch(self.model.batch_size)) * self.group_lines
+        # A device of a pool also keeps the batches the slowest device has not made
+        # durable yet, a batch or two more (``PoolShape.member``).
+        batches = 4 if self.pool.member else 2
+        return batches * self.groups_for(self.records_per_batch(self.model.batch_size)) * self.group_lines
 
     @property
     def log_groups(self):

@@ -4,7 +4,7 @@ from amaranth.lib import data, enum
 
 from .config import ADDR_BITS
 
-__all__ = ["Op", "ErrorCode", "OP_MEANINGS", "ERROR_MEANINGS", "descriptor_layout",
+__all__ = ["Op", "ErrorCode", "OP_MEANINGS", "ERROR_MEANINGS", "descriptor_layout", "NO_TARGET",
            "completion_layout"]
 
 
@@ -55,7 +55,8 @@ OP_MEANINGS = {
     Op.SNAPSHOT_MLP: "pull the GPU's staged copy of the MLP parameters into the older snapshot "
                      "slot, header last",
     Op.RECOVER: "after a power failure: roll back to the newest durable batch, choose the "
-                "snapshot, report both",
+                "snapshot, report both; on a device of a pool, to the batch the descriptor "
+                "names if that is older (NO_TARGET: none)",
     Op.FINISH: "add the rows a relaxed LOOKUP deferred (docs/relaxed-lookup.md)",
 }
 
@@ -83,6 +84,10 @@ ERROR_MEANINGS = {
                              "do not fit)",
 }
 assert set(OP_MEANINGS) == set(Op) and set(ERROR_MEANINGS) == set(ErrorCode)
+
+
+#: ``RECOVER``'s batch when it names no batch to roll back to: the newest durable one.
+NO_TARGET = 0xFFFF_FFFF
 
 
 def descriptor_layout(config):

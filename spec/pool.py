@@ -53,7 +53,8 @@ def shards(config):
     for d, tables in enumerate(_placement(config.tables, n)):
         cfg = replace(config, tables=tuple(config.tables[t] for t in tables), link=link,
                       model=replace(config.model, tables=config.model_tables),
-                      pool=PoolShape(devices=1, switch_latency=config.pool.switch_latency))
+                      pool=PoolShape(devices=1, switch_latency=config.pool.switch_latency,
+                                    member=True))
         out.append(Shard(d, tables, cfg))
     return out
 

@@ -271,6 +271,10 @@ REGISTERS = (
     *_error_log(0), *_error_log(1), *_error_log(2), *_error_log(3),
     _r("CACHE_TIMEOUTS", 0x58, "RO", "DIAGNOSTIC",
        "CXL.cache requests the host left unanswered (failed with an error)"),
+    _r("POOL_DURABLE", 0x59, "RW", "CONTROL",
+       "a device of a pool (Config.pool.member): the newest batch the host has seen durable "
+       "on every device; the undo logger keeps every record of a later batch (after a "
+       "reset: all ones, no limit; absent on a device of its own)"),
 )
 
 #: Registers by name: ``REG.DESC_OP.encode(op=1, batch=7)``.

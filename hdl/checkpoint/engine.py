@@ -5,7 +5,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from trainingcxl.spec.config import ADDR_BITS
-from trainingcxl.spec.descriptors import ErrorCode, Op, completion_layout, descriptor_layout
+from trainingcxl.spec.descriptors import (NO_TARGET, ErrorCode, Op, completion_layout,
+                                          descriptor_layout)
 from trainingcxl.spec.registers import Reg
 from ..common.line_port import LinePortSignature
 from .scanner import RecoveryScanner
@@ -70,6 +71,11 @@ class CheckpointEngine(wiring.Component):
 
     With no intact commit record or no snapshot the result is
     ``NO_CHECKPOINT``: the host starts from scratch.
+
+    On a device of a pool (``Config.pool.member``) the descriptor's batch names the
+    pool's durable batch (``NO_TARGET``: none): D is that batch when it is older than
+    ``C``, whatever the snapshots (the host chose D and the snapshot from every
+    device's records), and snapshots after D are erased before the seal.
 
     Members
     -------
@@ -236,6 +242,8 @@ class CheckpointEngine(wiring.Component):
             self.restart.eq(scan.restart), self.recovering.eq(scan.recovering),
             self.recover_lines.eq(scan.lines_read),
         ]
+        if cfg.pool.member:         # RECOVER's batch: the pool's durable batch, to roll back to
+            m.d.comb += [scan.target.eq(desc.batch), scan.targeted.eq(desc.batch != NO_TARGET)]
 
         error = Signal(ErrorCode)
         m.d.comb += [self.done.payload.batch.eq(desc.batch), self.done.payload.op.eq(desc.op),
@@ -327,7 +335,9 @@ class CheckpointEngine(wiring.Component):
                         committed.eq(scan.d_batch), committed_valid.eq(1),
                         commit_next.eq(Mux(scan.seal_slot == last, 0, scan.seal_slot + 1)),
                         self.recovered_d.eq(scan.d_batch), self.recovered_m.eq(scan.m_batch),
-                        self.recovered_flags.eq(0b11), self.rolled_back.eq(scan.rolled),
+                        self.recovered_flags.eq(Cat(C(1, 1), scan.m_found) if cfg.pool.member
+                                                else 0b11),
+                        self.rolled_back.eq(scan.rolled),
                     ]
                     m.next = "COMPLETE"
             with m.State("COMPLETE"):

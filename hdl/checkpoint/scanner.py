@@ -50,6 +50,14 @@ class RecoveryScanner(wiring.Component):
         Rolled back and sealed: generation ``best_gen + 1`` starts at D
         (``d_batch``) with bound ``best_k``, from snapshot ``m_batch``; the
         seal is in ``seal_slot``; ``rolled`` records were rolled back.
+    target : In(32), targeted : In(1)
+        A device of a pool (``Config.pool.member``; absent otherwise): with
+        ``targeted``, D is ``target`` if that is older than the newest commit,
+        whatever the snapshots; ``m_batch`` is then the newest snapshot not after
+        D, if any (``m_found``), and the snapshots after D are erased before the
+        seal (they belong to the timeline the recovery ends).
+    m_found : Out(1)
+        With ``done``: ``m_batch`` names a snapshot.
     found : Out(1), best_gen : Out(16), best_slot : Out(range(commit_lines)), best_k : Out(8)
     d_batch, m_batch : Out(32), seal_slot : Out(range(commit_lines)), rolled : Out(32)
     lines_read : Out(32)
@@ -91,6 +99,8 @@ class RecoveryScanner(wiring.Component):
             "seal_slot": Out(slots),
             "rolled": Out(32),
             "lines_read": Out(32),
+            **({"target": In(32), "targeted": In(1)} if config.pool.member else {}),
+            "m_found": Out(1),
             "seal_load": In(1),
             "seal_gen": In(16),
             "seal_batch": In(32),
@@ -162,6 +172,17 @@ class RecoveryScanner(wiring.Component):
             any=Signal(), end=Signal(32), newest=Signal(32), slot=Signal(abits),
             groups=Signal(32))
         rsb = Array(Signal(32, name=f"rslot{k}_batch") for k in range(2))
+        # A device of a pool may be told the batch to roll back to (``target``).
+        member = cfg.pool.member
+        targeted = self.targeted if member else C(0)
+        limit = Signal(32)              # the newest batch D may be: C, or an older target
+        if member:
+            m.d.comb += limit.eq(Mux(targeted & (self.target < best_batch), self.target,
+                                     best_batch))
+            drops = Cat(targeted & rsv[k] & (rsb[k] > self.d_batch) for k in range(2))
+        else:
+            m.d.comb += limit.eq(best_batch)
+        m.d.comb += self.m_found.eq(self.slots_valid != 0)
         d_batch = self.d_batch
         m_batch = self.m_batch
         rhv = Signal(RING_HEADERS)                                  # ring header of gen g
@@ -487,8 +508,8 @@ class RecoveryScanner(wiring.Component):
 
             with m.State("R_DECIDE"):
                 usable = Signal(2)
-                m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= best_batch),
-                                          rsv[1] & (rsb[1] <= best_batch)))
+                m.d.comb += usable.eq(Cat(rsv[0] & (rsb[0] <= limit),
+                                          rsv[1] & (rsb[1] <= limit)))
                 first = usable[0] & (~usable[1] | (rsb[0] >= rsb[1]))
                 k1 = rhv[1] & (~rhv[0] | (rh_next[1] > rh_next[0]))
                 if cfg.register_slices:
@@ -501,11 +522,12 @@ class RecoveryScanner(wiring.Component):
                 with m.State("R_WEIGH"):
                         weigh(picks[:2], picks[2], picks[3])
             with m.State("R_CHOOSE"):
-                with m.If(~found | (self.slots_valid == 0)):
+                with m.If(~found | (~targeted & (self.slots_valid == 0))):
                     m.d.comb += [self.none.eq(1), restart.eq(1)]
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += d_batch.eq(Mux(mk < best_batch, mk, best_batch))
+                    m.d.sync += d_batch.eq(Mux(targeted, limit,
+                                               Mux(mk < best_batch, mk, best_batch)))
                     m.next = "R_PLAN"
             def start_walk(rollback):
                 with m.If(rollback):
@@ -534,13 +556,31 @@ class RecoveryScanner(wiring.Component):
                 with m.If(received & ~busy):
                     m.d.sync += reading.eq(0)
                     m.next = "R_DRAIN"
+            def seal():
+                m.d.sync += seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
+                                             best_slot + 1))
+                m.d.sync += [sealing.eq(1), c_gen.eq(best_gen + 1), c_batch.eq(d_batch),
+                             c_k.eq(best_k)]
+                m.next = "R_SEAL"
+
             with m.State("R_DRAIN"):
                 with m.If(outstanding == 0):
-                    m.d.sync += seal_slot.eq(Mux(best_slot == cfg.commit_lines - 1, 0,
-                                                 best_slot + 1))
-                    m.d.sync += [sealing.eq(1), c_gen.eq(best_gen + 1), c_batch.eq(d_batch),
-                                 c_k.eq(best_k)]
-                    m.next = "R_SEAL"
+                    if member:
+                        with m.If(drops.any()):
+                            m.next = "R_DROP"
+                        with m.Else():
+                            seal()
+                    else:
+                        seal()
+            if member:
+                with m.State("R_DROP"):
+                    # A snapshot after D, of the timeline this recovery ends: its header
+                    # is erased before the seal, so no later commit makes it usable.
+                    k = ~drops[0]
+                    write_line(Mux(k, cfg.snapshot_base[1], cfg.snapshot_base[0]), 0)
+                    with m.If(port.req.ready):
+                        m.d.sync += rsv.bit_select(k, 1).eq(0)
+                        m.next = "R_DRAIN"
             with m.State("R_SEAL"):
                 # Everything rolled back is persistent: start generation g + 1 at D.
                 line, ready_line = sealed()

@@ -29,13 +29,18 @@ class Recovery:
     reads: list = field(default_factory=list)       # media lines read, in order
 
 
-def recover(config, media, staleness):
+def recover(config, media, staleness, target=None):
     """Recover ``media`` (a mutable sequence of line integers, indexed by media line) in place.
 
     ``staleness`` (the control register) only counts when there is no checkpoint;
     otherwise the bound stored in the newest commit record does. Only the lines in
     ``Recovery.reads`` are read: the commit records, the snapshot and ring headers,
-    and the records the walk back from the ring header meets."""
+    and the records the walk back from the ring header meets.
+
+    ``target`` (a device of a pool, ``RECOVER``'s batch): roll back to that batch if it
+    is older than the newest commit, whatever the snapshots (the host chose it from
+    every device's); ``m`` is then the newest snapshot not after D, or ``None``, and
+    the snapshots after D, of the timeline the recovery ends, are erased."""
     cfg = config
     reads = []
 
@@ -50,13 +55,14 @@ def recover(config, media, staleness):
             best = (h.gen, h.batch, slot, h.a & 0xFF)
     snaps = [valid_header(read(base), SNAPSHOT) for base in cfg.snapshot_base]
     rings = [valid_header(read(cfg.ring_base + k), RING) for k in range(RING_HEADERS)]
-    usable = [h.batch for h in snaps if h is not None and best is not None and h.batch <= best[1]]
-    if best is None or not usable:
+    limit = None if best is None else best[1] if target is None else min(best[1], target)
+    usable = [h.batch for h in snaps if h is not None and best is not None and h.batch <= limit]
+    if best is None or (target is None and not usable):
         return Recovery(found=False, gen=0 if best is None else best[0] + 1, staleness=staleness,
                         reads=reads)
     gen, committed, slot, k = best
-    m = max(usable)
-    d = min(committed, m + k)
+    m = max(usable, default=None)
+    d = min(committed, m + k) if target is None else limit
     result = Recovery(found=True, d=d, m=m, gen=gen + 1, staleness=k, reads=reads)
 
     # The ring header of generation g that says the most (the first on a tie).
@@ -67,6 +73,11 @@ def recover(config, media, staleness):
     if ring is not None and ring.a != 0 and ring.batch > d:
         _walk(cfg, media, read, result, gen=gen, d=d, lsn=ring.a - 1, at=ring.b,
               groups=min(ring.a, cfg.log_groups))
+    if target is not None:
+        for base, h in zip(cfg.snapshot_base, snaps):
+            if h is not None and h.batch > d:
+                media[base] = 0
+                result.writes[base] = 0
     seal = cfg.commit_base + (slot + 1) % cfg.commit_lines
     media[seal] = commit_record(gen=gen + 1, batch=d, staleness=k)
     result.writes[seal] = media[seal]

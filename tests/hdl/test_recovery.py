@@ -12,11 +12,12 @@ from amaranth.sim import Simulator
 
 from trainingcxl.hdl.checkpoint.engine import CheckpointEngine
 from trainingcxl.hdl.common.line_port import LineOp
-from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.spec.descriptors import NO_TARGET, ErrorCode, Op
 from trainingcxl.hdl.pmem.controller import PmemController
-from trainingcxl.spec.config import Config, PmemTiming
+from trainingcxl.spec.config import Config, PmemTiming, PoolShape
 from trainingcxl.spec.config import GROUP_RECORDS
-from trainingcxl.spec.records import commit_record, ring_header, snapshot_header, undo_group
+from trainingcxl.spec.records import (COMMIT, commit_record, ring_header, snapshot_header,
+                                      undo_group, valid_header)
 from trainingcxl.host.model.recovery import recover
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
@@ -63,7 +64,7 @@ def slot_line(cfg, slot):
     return cfg.log_base + slot % cfg.log_groups * cfg.group_lines
 
 
-def run_recover(media, staleness, cfg=CFG):
+def run_recover(media, staleness, cfg=CFG, target=NO_TARGET):
     """Recover ``media`` on the hardware; returns (error, D, m, rolled, media after)."""
     dut = Harness(cfg)
     out = {}
@@ -72,13 +73,14 @@ def run_recover(media, staleness, cfg=CFG):
         for addr, value in enumerate(media):
             ctx.set(dut.pmem.media.data[addr], value)
         ctx.set(dut.ckpt.staleness, staleness)
-        await stream_put(ctx, dut.ckpt.desc, {"op": Op.RECOVER, "batch": 0})
+        await stream_put(ctx, dut.ckpt.desc, {"op": Op.RECOVER, "batch": target})
         done = await stream_get(ctx, dut.ckpt.done, timeout=200_000)
         for _ in range(4 * CFG.pmem.write_latency):     # nothing may be left in flight
             await ctx.tick()
         out["error"] = ErrorCode(done.error)
         out["d"], out["m"] = ctx.get(dut.ckpt.recovered_d), ctx.get(dut.ckpt.recovered_m)
         out["rolled"] = ctx.get(dut.ckpt.rolled_back)
+        out["m_valid"] = bool(ctx.get(dut.ckpt.recovered_flags) & 2)
         out["gen"] = ctx.get(dut.ckpt.gen)
         out["k"] = ctx.get(dut.ckpt.staleness_in_force)
         out["lines"] = ctx.get(dut.ckpt.recover_lines)
@@ -206,6 +208,33 @@ def test_recover_matches_the_reference_on_random_images(seed, folds, registered,
     assert (got["d"], got["m"], got["rolled"], got["gen"]) == (ref.d, ref.m, ref.rolled_back,
                                                                ref.gen)
     bad = [a for a in range(CFG.media_lines) if got["media"][a] != want[a]]
+    assert not bad, f"{len(bad)} media lines differ from the reference, first {bad[0]}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, *(pytest.param(s, marks=pytest.mark.slow)
+                                         for s in range(2, 10))])
+def test_a_pool_device_rolls_back_to_the_batch_the_host_names(seed):
+    """A device of a pool: RECOVER to the pool's durable batch, up to a few batches before
+    the device's newest commit, matches the reference (D the target whatever the
+    snapshots, m the newest snapshot not after it, the snapshots after it erased)."""
+    rng = random.Random(1000 + seed)
+    cfg = replace(CFG, pool=PoolShape(member=True))
+    media = random_image(rng)
+    commits = [valid_header(media[cfg.commit_base + k], COMMIT) for k in range(cfg.commit_lines)]
+    newest = max(((h.gen, h.batch) for h in commits if h is not None), default=(0, 0))[1]
+    target = max(0, newest - rng.randrange(0, 6)) if rng.random() < 0.9 else NO_TARGET
+    want = list(media)
+    ref = recover(cfg, want, 0, None if target == NO_TARGET else target)
+    got = run_recover(media, 0, cfg, target)
+    if not ref.found:
+        assert got["error"] == ErrorCode.NO_CHECKPOINT
+        return
+    assert got["error"] == ErrorCode.NONE
+    assert got["m_valid"] == (ref.m is not None)
+    assert (got["d"], got["rolled"], got["gen"]) == (ref.d, ref.rolled_back, ref.gen)
+    if ref.m is not None:
+        assert got["m"] == ref.m
+    bad = [a for a in range(cfg.media_lines) if got["media"][a] != want[a]]
     assert not bad, f"{len(bad)} media lines differ from the reference, first {bad[0]}"
 
 
