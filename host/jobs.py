@@ -242,9 +242,10 @@ class TrainJob(Job):
         return job.replace(**paths)
 
     def _check_pool(self, config, system):
-        """What a pool of devices runs today: device systems, whole training runs (power
-        failures, media files and held-out tests are for one device yet), and each
-        device's undo log sized for its share of the batches."""
+        """What a pool of devices runs today: device systems, failures of the pool
+        (:func:`~trainingcxl.host.protocol.pool.device_failures`; media files and
+        held-out tests are for one device yet), and each device's undo log sized for
+        its share of the batches."""
         from trainingcxl.host.model.regions import check_checkpoint_regions
         from trainingcxl.host.model.data import SyntheticWorkload
         from trainingcxl.host.model.shard import shard_batch
@@ -253,7 +254,12 @@ class TrainJob(Job):
         if not system.engines:
             raise JobError(f"a pool of devices trains with the device's engines; system "
                            f"{system.name} has none (use cxl, cxl-b, cxl-d or near-data)")
-        for what, given in (("power failures", self.failures), ("--pmem", self.pmem),
+        from trainingcxl.host.protocol.pool import device_failures
+        try:
+            device_failures(self.failures, 0)
+        except ValueError as e:
+            raise JobError(str(e)) from None
+        for what, given in (("--pmem", self.pmem),
                             ("--dump", self.dump), ("--export", self.export),
                             ("a held-out test set", self.test_samples and self.eval_every)):
             if given:

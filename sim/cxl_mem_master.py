@@ -1,6 +1,7 @@
 """CXL.mem host master: issues reads and writes to device memory, matches responses by tag."""
 
 import collections
+from asyncio import CancelledError
 
 import cocotb
 from cocotb.triggers import Event
@@ -56,6 +57,9 @@ class CxlMemMaster:
         if entry is None:
             self.errors.append(f"response for tag {rsp.tag} that is not outstanding: {rsp!r}")
             return
+        if entry[0] is None:            # the host stopped waiting: the tag is free again
+            self._release(rsp.tag)
+            return
         entry[1].append(rsp)
         entry[0].set()
 
@@ -64,17 +68,34 @@ class CxlMemMaster:
             # Wait in line: a freed tag wakes exactly one waiter.
             turn = Event()
             self._waiters.append(turn)
-            await wait_or_fail(turn.wait(), self.timeout_ns,
-                               f"CXL.mem {what}: no tag came free within "
-                               f"{self.timeout_ns} ns (responses stopped)")
+            try:
+                await wait_or_fail(turn.wait(), self.timeout_ns,
+                                   f"CXL.mem {what}: no tag came free within "
+                                   f"{self.timeout_ns} ns (responses stopped)")
+            except CancelledError:      # the tag freed for this waiter goes to the next
+                if turn.is_set() and self._waiters:
+                    self._waiters.popleft().set()
+                elif turn in self._waiters:
+                    self._waiters.remove(turn)
+                raise
         tag = self._free.popleft()
         done, box = Event(), []
         self._pending[tag] = (done, box)
         seq = self._issued
         self._issued += 1
         source.send_nowait({**payload, "tag": tag})
-        await wait_or_fail(done.wait(), self.timeout_ns,
-                           f"CXL.mem {what} (tag {tag}) got no response within {self.timeout_ns} ns")
+        try:
+            await wait_or_fail(done.wait(), self.timeout_ns,
+                               f"CXL.mem {what} (tag {tag}) got no response within "
+                               f"{self.timeout_ns} ns")
+        except CancelledError:
+            # The host stopped (a device of a pool halted while another's power failed):
+            # the device still answers, and its answer frees the tag.
+            if done.is_set():
+                self._release(tag)
+            else:
+                self._pending[tag] = (None, None)
+            raise
         self._release(tag)
         # Count answers that overtook a request issued before them.
         if seq < self._newest_answered:

@@ -9,6 +9,7 @@ run leaves a reproducer (and its waveform) behind.
 """
 
 import argparse
+import dataclasses
 import json
 import random
 import statistics
@@ -19,10 +20,11 @@ from pathlib import Path
 from . import report
 from .options import config_option, pmem_dir_option
 from trainingcxl.host.protocol.phases import BATCH_PHASES
-from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
+from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, JobError, TrainJob
 from trainingcxl.host.tools.argtypes import nonneg as _nonneg, positive as _positive
 from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.host.tools.journal import Journal, default_journal, task_digest
+from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.regions import check_checkpoint_regions
 from trainingcxl.host.tools.plans import staleness as _staleness
 from trainingcxl.host.tools import pool
@@ -41,6 +43,17 @@ def tally(results):
         p["consistent"] += int(f["consistent"])
     nested = sum(f["failures_during_recovery"] for f in failures)
     cycles = [f["recovery_cycles"] for f in failures]
+    pools = {}
+    if any("devices_failed" in f for f in failures):        # failures of a pool of devices
+        sizes = [len(f["recovery_cycles_per_device"]) for f in failures]
+        pools = {"pool": {
+            "whole_pool": sum(len(f["devices_failed"]) == n for f, n in zip(failures, sizes)),
+            "one_device": sum(len(f["devices_failed"]) < n for f, n in zip(failures, sizes)),
+            "during_recovery": nested,
+            "deepest_recovered_batch": max(f["recovered_batch"] for f in failures),
+            "devices_rolled_back_with_power_on": sum(
+                sum(r > 0 for d, r in enumerate(f["rolled_back_per_device"])
+                    if d not in f["devices_failed"]) for f in failures)}}
     return {
         "failures": len(failures) + nested,
         "failures_in_training": len(failures),
@@ -51,6 +64,7 @@ def tally(results):
         "by_phase": dict(sorted(by_phase.items())),
         "recovery_cycles": {"median": statistics.median(cycles) if cycles else 0,
                             "max": max(cycles, default=0)},
+        **pools,
     }
 
 
@@ -60,6 +74,14 @@ def _reproducer(out_dir, spec, record, error):
     line, and (re-run with tracing) its waveform."""
     folder = Path(out_dir) / f"run-{spec['index']}"
     folder.mkdir(parents=True, exist_ok=True)
+    if spec["config"].get("pool", {}).get("devices", 1) > 1:
+        # A pool's run replays from its job alone (the plan strikes at the pool's cycles).
+        (folder / "repro.json").write_text(json.dumps({
+            **spec, "error": error,
+            "command": "python -c 'import json, sys; from trainingcxl.host.tools.device_pool import "
+                       "run_pool_train; print(run_pool_train(json.load(open(sys.argv[1])))[2])' "
+                       f"{folder / 'repro.json'}"}, indent=2))
+        return folder
     fired = [{"at": c} for f in (record or {}).get("failures", []) if f.get("cycle")
              for c in [f["cycle"], *f.get("recovery_failure_cycles", [])]]
     a = spec["job"]
@@ -118,14 +140,19 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
         raise ValueError("the orders include relaxed, but the configuration leaves out the "
                          "relaxed block; use --orders strict")
     cfg = base.replace(relaxed_lookup=False)
-    check_checkpoint_regions(cfg, batch_size)
+    devices = cfg.pool.devices
+    if devices == 1:
+        check_checkpoint_regions(cfg, batch_size)
+    elif pmem_dir:
+        raise ValueError("--pmem-dir: a pool's devices keep their media in memory yet")
     rng = random.Random(seed)
     specs = []
     for i in range(max(1, -(-failures // per_run))):
         k = staleness[i % len(staleness)]
         relaxed = orders[(i // len(staleness)) % len(orders)] == "relaxed"
-        plan = []
-        for _ in range(per_run):
+        plan = [] if devices == 1 else _pool_plan(rng, per_run, devices,
+                                                  step_cost(cfg, batch_size).cycles)
+        for _ in range(per_run if devices == 1 else 0):
             roll = rng.random()
             if roll < 0.2 and plan and plan[-1].get("phase") != "recovery":
                 plan.append({"phase": "recovery"})        # a second failure, during RECOVER
@@ -137,9 +164,47 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
                        min_pooling=min_pooling, system=CAMPAIGN_SYSTEM, check_every=1000,
                        relaxed=relaxed, staleness=k, failures=tuple(plan), extend=True, failure_seed=seed * 1000 + i,
                        test_samples=0)
+        if devices > 1:
+            try:
+                job.validated(cfg)
+            except JobError as e:
+                raise ValueError(str(e)) from None
         specs.append({"index": i, "config": cfg.to_dict(), "job": job.to_dict(),
                       "staleness": k, "relaxed": relaxed, "pmem_dir": pmem_dir})
     return specs
+
+
+#: The share of a pool campaign's failures that strike every device at once, and that
+#: strike one device during the recovery from the failure before; the rest strike one
+#: device while the others keep their power.
+POOL_WHOLE, POOL_NESTED = 0.35, 0.2
+
+#: Most cycles after the failure before that one during the pool's recovery strikes
+#: (a recovery of ``tiny``'s pool takes 1,500-2,500 cycles).
+POOL_AFTER = 1200
+
+#: Where after the pool's GPU step begins a failure strikes: with this chance during
+#: the GPU step, else from 200 cycles before its end to 1,500 after it, over the
+#: update, the commit, the snapshot and the next lookup (at small batches the GPU step
+#: is most of a batch).
+POOL_IN_GPU = 0.4
+
+
+def _pool_plan(rng, per_run, devices, gpu_cycles):
+    """A pool's failure plan (:func:`trainingcxl.host.protocol.pool.device_failures`)."""
+    plan = []
+    for _ in range(per_run):
+        roll = rng.random()
+        if roll < POOL_NESTED and plan and "after" not in plan[-1]:
+            plan.append({"after": rng.randint(1, POOL_AFTER), "devices": [rng.randrange(devices)]})
+            continue
+        offset = (rng.randint(1, gpu_cycles) if rng.random() < POOL_IN_GPU
+                  else max(1, gpu_cycles + rng.randint(-200, 1500)))
+        entry = {"pool_batch": "next", "skip": rng.randint(0, 2), "offset": offset}
+        if roll >= POOL_NESTED + POOL_WHOLE:
+            entry["devices"] = [rng.randrange(devices)]
+        plan.append(entry)
+    return plan
 
 
 def _mix(spec):
@@ -154,6 +219,8 @@ def cmd_campaign(args):
                              "folder; --pmem-dir is for planned power failures")
         return cmd_kill_campaign(args)
     base = args.config
+    if args.devices is not None:
+        base = base.replace(pool=dataclasses.replace(base.pool, devices=args.devices))
     try:
         specs = campaign_specs(base, failures=args.failures, per_run=args.per_run,
                                batches=args.batches, batch_size=args.batch_size,
@@ -179,9 +246,19 @@ def cmd_campaign(args):
         if error or not rec or not rec.get("golden_match"):
             bad += 1
         return f", {bad} bad"
-    with open_cluster(args.cluster, args.jobs) as cluster:
-        cluster.prebuild([base.replace(relaxed_lookup=False)])
-        results, execution = run_tasks("campaign", args, cluster, specs, note)
+    pooled = base.pool.devices > 1
+    from trainingcxl.host.tools.device_pool import run_pool_train
+    with open_cluster(args.cluster, 1 if pooled else args.jobs) as cluster:
+        if pooled:      # one pool at a time, its devices' simulators on --jobs workers
+            from trainingcxl.spec.pool import device_configs
+            cluster.prebuild(list({c.to_json(): c for c in device_configs(
+                base.replace(relaxed_lookup=False))}.values()))
+            for spec in specs:
+                spec["workers"] = args.jobs
+        else:
+            cluster.prebuild([base.replace(relaxed_lookup=False)])
+        results, execution = run_tasks("campaign", args, cluster, specs, note,
+                                       fn=run_pool_train if pooled else None)
     execution["wall_s"] = round(time.monotonic() - t0, 1)
     summary = {"runs": runs, **tally(results), "config": base.to_dict(), "seed": args.seed}
     by_config = {}
@@ -277,6 +354,12 @@ def _print_tally(what, s):
           f"{s['recovery_cycles']['max']} max")
     print("  by phase           " + ", ".join(f"{p} {v['consistent']}/{v['failures']}"
                                                for p, v in s["by_phase"].items()))
+    if "pool" in s:
+        p = s["pool"]
+        print(f"  pool               {p['whole_pool']} of the whole pool, {p['one_device']} of one "
+              f"device (the others kept their power: {p['devices_rolled_back_with_power_on']} "
+              f"of them rolled back with it), {p['during_recovery']} during the pool's "
+              f"recovery; every device at the same D and m after each")
     for key, v in s.get("by_config", {}).items():
         print(f"  {key:<18} {v['runs']} runs, {v['consistent']}/{v['failures']} consistent")
     if s.get("bad_runs"):
@@ -416,6 +499,12 @@ def register(sub):
     sp.add_argument("--batches", type=_positive, default=6, help="batches per run")
     sp.add_argument("--batch-size", type=_positive, default=8, help="samples per batch")
     _min_pooling_option(sp)
+    sp.add_argument("--devices", type=_positive, metavar="N",
+                    help="a pool of N devices (docs/pool.md): failures of the whole pool, of "
+                         "one device while the others keep their power, and of one device "
+                         "during the pool's recovery; every device rolls back to the pool's "
+                         "durable batch. One pool runs at a time, its simulators on --jobs "
+                         "processes")
     sp.add_argument("--staleness", type=_staleness_list, default=[0, 1, 8], metavar="K[,K...]",
                     help="staleness bounds to mix")
     sp.add_argument("--orders", type=_orders, default=["strict", "relaxed"], metavar="ORDER[,ORDER]",

@@ -51,10 +51,10 @@ from typing import NamedTuple
 import numpy as np
 
 from trainingcxl.spec.config import LINE_BYTES
-from trainingcxl.spec.descriptors import ErrorCode, Op
+from trainingcxl.spec.descriptors import NO_TARGET, ErrorCode, Op
 from trainingcxl.spec.host_layout import HostLayout
 from trainingcxl.spec.records import SNAPSHOT, valid_header
-from trainingcxl.host.model.recovery import snapshot_params
+from trainingcxl.host.model.recovery import checkpoint_lines, newest_checkpoint, snapshot_params
 from trainingcxl.spec.registers import COUNTERS, REG, Reg, constants
 
 __all__ = ["Device", "DeviceError", "LookupResult", "Recovery", "rows_to_lines",
@@ -375,18 +375,53 @@ class Device:
                                    f"{self.timeout_cycles} cycles")
             await self.transport.sleep(128)
 
-    async def recover(self):
-        """``RECOVER``; returns a :class:`Recovery`."""
+    async def recover(self, target=None):
+        """``RECOVER``; returns a :class:`Recovery`. ``target`` (a device of a pool): the
+        pool's durable batch, to roll back to (``m`` is then ``None`` if no snapshot of
+        this device is that old)."""
         before = await self.read(Reg.RECOVER_CYCLES)
-        error = (await self._run(Op.RECOVER, 0, 0, 0, 0))[0]
+        error = (await self._run(Op.RECOVER, NO_TARGET if target is None else target,
+                                 0, 0, 0))[0]
         rec = REG.RECOVERED.decode(await self.read(Reg.RECOVERED))
         info = REG.RECOVERED_INFO.decode(await self.read(Reg.RECOVERED_INFO))
         cycles = await self.read(Reg.RECOVER_CYCLES) - before
         if error != ErrorCode.NONE:
             return Recovery(error, None, None, 0, cycles, info["lines_read"])
-        if not (info["d_valid"] and info["m_valid"]):
+        if not (info["d_valid"] and (info["m_valid"] or target is not None)):
             raise DeviceError(f"RECOVER completed without a result ({info})")
-        return Recovery(error, rec["d"], rec["m"], info["rolled_back"], cycles, info["lines_read"])
+        return Recovery(error, rec["d"], rec["m"] if info["m_valid"] else None,
+                        info["rolled_back"], cycles, info["lines_read"])
+
+    async def checkpoint_records(self):
+        """What the checkpoint records on the media say before a ``RECOVER``: a
+        :class:`~trainingcxl.host.model.recovery.Checkpoint` (a pool's host reads every
+        device's to choose the pool's durable batch)."""
+        lines = await self.read_media_lines(checkpoint_lines(self.config))
+        return newest_checkpoint(self.config, lines.__getitem__)
+
+    async def quiesce(self, poll_cycles=64):
+        """Let the device finish what it was given (a device of a pool whose power stayed
+        on, before it rolls back with the others): every descriptor queued, the snapshot
+        pull, the undo logger's writes (until its busy count stops growing)."""
+        self.submitted = await self.read(Reg.SUBMITTED)
+        await self.wait_completed(self.submitted)
+        deadline = self.transport.deadline(self.timeout_cycles)
+        busy = None
+        while True:
+            state = REG.CKPT_STATE.decode(await self.read(Reg.CKPT_STATE))
+            now = await self.read(Reg.LOG_BUSY)
+            if not state["snapshot_busy"] and now == busy:
+                return
+            if deadline.expired():
+                raise TimeoutError(f"the device did not come to rest after "
+                                   f"{self.timeout_cycles} cycles: {state}, undo logger busy "
+                                   f"for {now} cycles")
+            busy = now
+            await self.transport.sleep(poll_cycles)
+
+    async def set_pool_durable(self, batch):
+        """``POOL_DURABLE``: the newest batch durable on every device of the pool."""
+        await self.write(Reg.POOL_DURABLE, batch)
 
     async def read_snapshot(self, slot_batch):
         """The MLP parameters (float32) in the valid snapshot slot of batch ``slot_batch``,

@@ -99,11 +99,15 @@ class GoldenHistory:
 
     def resume(self, d, m):
         """Where a recovery that found ``d`` and ``m`` leaves the trainers: their tables as
-        after batch ``d`` (:meth:`rollback`), their MLPs as after batch ``m``."""
+        after batch ``d`` (:meth:`rollback`), their MLPs as after batch ``m``; that is the
+        state after ``d`` from now on."""
         golden_mlp, reference_mlp = self.mlp(m)
         self.rollback(d)
         self.golden.dense.load_parameters(golden_mlp)
         self.reference.dense.load_parameters(reference_mlp)
+        # From here on the state after batch d is this one (the tables of d, the MLPs of
+        # m): what a snapshot of d taken now holds (a pool device that had none as old).
+        self._mlp[d] = (golden_mlp, reference_mlp)
 
     def rollback(self, d):
         """Bring both trainers back to their state after batch ``d`` and forget every later

@@ -13,7 +13,8 @@ from trainingcxl.spec.config import GROUP_RECORDS, LINE_BYTES, RING_HEADERS
 from trainingcxl.spec.records import (COMMIT, RING, SNAPSHOT, checksum, commit_record,
                                       decode_group_line, decode_record, valid_header)
 
-__all__ = ["Recovery", "recover", "snapshot_params"]
+__all__ = ["Recovery", "Checkpoint", "checkpoint_lines", "newest_checkpoint", "recover",
+           "snapshot_params"]
 
 
 @dataclass
@@ -27,6 +28,47 @@ class Recovery:
     staleness: int = 0              # the bound in force from now on
     writes: dict = field(default_factory=dict)      # media line -> value written, in order
     reads: list = field(default_factory=list)       # media lines read, in order
+
+
+@dataclass
+class Checkpoint:
+    """What a device's checkpoint records say before a ``RECOVER`` (a pool's host reads
+    them from every device to choose the pool's durable batch): the newest intact
+    commit record's batch ``committed`` (``None`` without one), its generation, slot
+    and bound ``k``, and per snapshot slot the batch of its intact header, or ``None``."""
+    committed: int | None
+    gen: int = 0
+    k: int = 0
+    slot: int = 0
+    slots: tuple = (None, None)
+
+    @property
+    def snapshots(self):
+        """The batches of the snapshots a recovery may use: intact, not after the commit."""
+        return tuple(b for b in self.slots if b is not None and self.committed is not None
+                     and b <= self.committed)
+
+
+def checkpoint_lines(config):
+    """The media lines :func:`newest_checkpoint` reads: the commit slots, then both
+    snapshot headers."""
+    return [config.commit_base + s for s in range(config.commit_lines)] + list(config.snapshot_base)
+
+
+def newest_checkpoint(config, read):
+    """The :class:`Checkpoint` of the media whose line ``a`` is ``read(a)``, from the
+    lines of :func:`checkpoint_lines`, read in that order (RECOVER's steps 1 and 2)."""
+    cfg = config
+    best = None                                         # (gen, batch, slot, K)
+    for slot in range(cfg.commit_lines):
+        h = valid_header(read(cfg.commit_base + slot), COMMIT)
+        if h is not None and (best is None or (h.gen, h.batch) > best[:2]):
+            best = (h.gen, h.batch, slot, h.a & 0xFF)
+    slots = tuple(None if h is None else h.batch
+                  for h in (valid_header(read(base), SNAPSHOT) for base in cfg.snapshot_base))
+    if best is None:
+        return Checkpoint(None, slots=slots)
+    return Checkpoint(best[1], gen=best[0], slot=best[2], k=best[3], slots=slots)
 
 
 def recover(config, media, staleness, target=None):
@@ -48,19 +90,15 @@ def recover(config, media, staleness, target=None):
         reads.append(addr)
         return media[addr]
 
-    best = None                                         # (gen, batch, slot, K)
-    for slot in range(cfg.commit_lines):
-        h = valid_header(read(cfg.commit_base + slot), COMMIT)
-        if h is not None and (best is None or (h.gen, h.batch) > best[:2]):
-            best = (h.gen, h.batch, slot, h.a & 0xFF)
-    snaps = [valid_header(read(base), SNAPSHOT) for base in cfg.snapshot_base]
+    ckpt = newest_checkpoint(cfg, read)
     rings = [valid_header(read(cfg.ring_base + k), RING) for k in range(RING_HEADERS)]
-    limit = None if best is None else best[1] if target is None else min(best[1], target)
-    usable = [h.batch for h in snaps if h is not None and best is not None and h.batch <= limit]
-    if best is None or (target is None and not usable):
-        return Recovery(found=False, gen=0 if best is None else best[0] + 1, staleness=staleness,
+    found = ckpt.committed is not None
+    limit = ckpt.committed if target is None or not found else min(ckpt.committed, target)
+    usable = [b for b in ckpt.snapshots if b <= limit]
+    if not found or (target is None and not usable):
+        return Recovery(found=False, gen=ckpt.gen + 1 if found else 0, staleness=staleness,
                         reads=reads)
-    gen, committed, slot, k = best
+    gen, committed, slot, k = ckpt.gen, ckpt.committed, ckpt.slot, ckpt.k
     m = max(usable, default=None)
     d = min(committed, m + k) if target is None else limit
     result = Recovery(found=True, d=d, m=m, gen=gen + 1, staleness=k, reads=reads)
@@ -74,8 +112,8 @@ def recover(config, media, staleness, target=None):
         _walk(cfg, media, read, result, gen=gen, d=d, lsn=ring.a - 1, at=ring.b,
               groups=min(ring.a, cfg.log_groups))
     if target is not None:
-        for base, h in zip(cfg.snapshot_base, snaps):
-            if h is not None and h.batch > d:
+        for base, b in zip(cfg.snapshot_base, ckpt.slots):
+            if b is not None and b > d:
                 media[base] = 0
                 result.writes[base] = 0
     seal = cfg.commit_base + (slot + 1) % cfg.commit_lines

@@ -66,10 +66,18 @@ class FailurePlan:
       enters phase ``P`` (of batch ``b``, if given); ``offset`` left out draws
       it from the phase's last length;
     * ``{"random": True}``: a cycle drawn so that the remaining random
-      failures spread over the rest of the run.
+      failures spread over the rest of the run;
+    * ``{"pool_batch": b, "offset": k}`` (a device of a pool): ``k`` cycles after the
+      pool's GPU step of batch ``b`` (``"next"``: of the next batch, or with ``"skip":
+      n`` of the one n batches later) begins, the same cycle on every device (the
+      next time it does);
+    * ``{"after": k}``: ``k`` cycles after the failure before it struck (a failure
+      during the recovery from it).
 
     An entry with ``"kill": True`` kills the simulator's process (``SIGKILL``) at
-    its cycle instead of cutting the power.
+    its cycle instead of cutting the power; one with ``"halt": True`` (a device of a
+    pool whose power stays on while another device's fails) stops the host's work
+    with the device at its cycle, and the pool's recovery follows.
     """
 
     def __init__(self, entries, seed=0):
@@ -77,6 +85,7 @@ class FailurePlan:
         self.rng = random.Random(seed)
         self.fired = Event()
         self.target = None
+        self.halted = False             # the failure that struck only stopped the host
         self._timer = None
 
     @property
@@ -85,7 +94,8 @@ class FailurePlan:
 
     def _schedule(self, cycle):
         self.target = max(cycle, now() + 1)
-        kill = self.entries.pop(0).get("kill", False)
+        entry = self.entries.pop(0)
+        kill, self.halted = entry.get("kill", False), entry.get("halt", False)
 
         async def wait():
             await Timer((self.target - now()) * PERIOD_NS, "ns")
@@ -102,7 +112,11 @@ class FailurePlan:
         if not self.entries or self.armed():
             return
         e = self.entries[0]
-        if "at" in e:
+        if "pool_batch" in e:
+            return                              # armed by :meth:`on_pool_step`
+        if "after" in e:
+            self._schedule(self.target + e["after"])
+        elif "at" in e:
             self._schedule(e["at"])
         elif "random" in e:
             if batch_cycles is None:
@@ -121,6 +135,15 @@ class FailurePlan:
             if offset is None:
                 offset = self.rng.randint(0, max(1, phase_len.get(phase, 100)))
             self._schedule(now() + offset)
+
+    def on_pool_step(self, batch, cycle):
+        """A device of a pool: the pool's GPU step of ``batch`` begins at ``cycle``."""
+        e = self.entries[0] if self.entries and not self.armed() else {}
+        if e.get("pool_batch") in (batch, "next"):
+            if e.get("skip", 0):
+                e["skip"] -= 1
+            else:
+                self._schedule(cycle + e["offset"])
 
     def acknowledge(self):
         """The failure that fired has been dealt with: the next entry may arm."""
@@ -149,9 +172,12 @@ class FailurePlan:
         return False, None
 
     async def cut(self, run):
-        """The failure fired: cut the power (the running tasks die with it)."""
+        """The failure fired: cut the power (the running tasks die with it), or on a
+        device of a pool that keeps its power, stop the host's work with it."""
         self.acknowledge()
         run.runtime.cancel_all()
+        if self.halted:
+            return
         await run.device.power_fail()
         run.device.forget_host_memory()
 

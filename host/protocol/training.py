@@ -53,6 +53,7 @@ from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.history import GoldenHistory
 from .phases import PHASES
+from .pool import PoolFailed
 from .resume import recovered_state_matches, resume_models
 from .strategies import strategy
 
@@ -90,8 +91,10 @@ class TrainingRun:
                  test_set=None, eval_every=0, resume=False, replay=(), on_recovered=None,
                  pool=None):
         self.device, self.cfg, self.data = device, device.config, data
-        # On a device of a pool: the exchange with the other devices (:mod:`.pool`).
+        # On a device of a pool: the exchange with the other devices (:mod:`.pool`), and
+        # the newest batch the host has seen durable on every device.
         self.pool = pool
+        self.pool_durable = 0
         self.n, self.seed, self.k = batches, seed, staleness
         self.system = system
         self.strategy = strategy(system, device=device, runtime=runtime,
@@ -190,7 +193,8 @@ class TrainingRun:
         (the tables' undo record was taken when the golden models stepped). A recovery
         reaches back no further than ``durable - K``."""
         self.history.remember(b)
-        self.history.prune(self.durable - self.k - 2)
+        durable = self.durable if self.pool is None else min(self.durable, self.pool_durable)
+        self.history.prune(durable - self.k - 2)
 
     def _failures_ahead(self):
         return self.failures.pending or self.failures.armed()
@@ -279,6 +283,8 @@ class TrainingRun:
             self.log(f"[data] {sum(cfg.tables):,} rows made, loaded into the media and into "
                      f"the golden models in {time.monotonic() - t0:.1f} s")
         await self.checkpoints.zero(self, self.gpu.model.parameters())
+        if self.cfg.pool.member:                # no record the pool may roll back is reclaimed
+            await dev.set_pool_durable(0)
         if self.pool is not None:               # every device of the pool begins together
             await self.wait(self.pool.align(self.now()) - self.now())
         await self._count_from_here()
@@ -316,12 +322,13 @@ class TrainingRun:
         self.on_recovered(d, m)
         return d + 1
 
-    async def _recovered_state(self, d, m):
+    async def _recovered_state(self, d, m, params=None):
         """After ``RECOVER`` found ``d`` and ``m``: what the host now knows durable, the
-        snapshot's MLP parameters, and the invariants against the golden model's
-        history (docs/design.md, "Invariants")."""
+        snapshot's MLP parameters (read from the device unless given: a pool's), and the
+        invariants against the golden model's history (docs/design.md, "Invariants")."""
         await self.checkpoints.recovered(self, d)
-        params = await self.device.read_snapshot(m)
+        if params is None:
+            params = await self.device.read_snapshot(m)
         tables_ok, mlp_ok = recovered_state_matches(self.history, d, m,
                                                     await self.device.read_tables(), params)
         return params, {"tables_equal_golden_at_D": tables_ok, "mlp_equal_golden_at_m": mlp_ok,
@@ -405,7 +412,7 @@ class TrainingRun:
             self.enter("lookup", b)
             await self.failures.before_batch(self, b)
             looked = early if early is not None else await sysm.lookup(self, b, batch)
-            gathered = self._pool_exchange(batch, looked) if self.pool is not None else None
+            gathered = await self._pool_exchange(batch, looked) if self.pool is not None else None
             want, ref = (self.history.step(b, batch) if gathered is None
                          else self.history.step(b, batch, *gathered[:2]))
             loss_ref = ref.loss
@@ -459,15 +466,26 @@ class TrainingRun:
                 return
             b += 1
 
-    def _pool_exchange(self, batch, looked):
+    async def _pool_exchange(self, batch, looked):
         """On a pool device, once a batch: this device's pooled vectors (the golden
         model's, the reference's and the device's) for every table's, and when the GPU
         can begin (this device's lookup done, or :meth:`gpu_begins`) for when it begins,
         the last device's. Returns the models' own inputs and every table's."""
         g_in, r_in = self.golden.inputs(batch), self.reference.inputs(batch)
         t = self.now() if self.gpu_from is None else self.gpu_from
-        (g_all, r_all, d_all), (self.gpu_from, self.gpu_owed) = self.pool.exchange(
-            [g_in[1], r_in[1], self.gpu.inputs(batch, looked.pooled)], t, self.gpu_owed)
+        try:
+            (g_all, r_all, d_all), (self.gpu_from, self.gpu_owed), pool_durable = \
+                self.pool.exchange([g_in[1], r_in[1], self.gpu.inputs(batch, looked.pooled)],
+                                   t, self.gpu_owed, self.durable)
+        except PoolFailed:
+            # Another device failed before this batch's GPU step: the failure reaches this
+            # device at its cycle (a planned halt), which ends this task.
+            await self.wait(1 << 40)
+            raise
+        self.failures.on_pool_step(self.batch, self.gpu_from)
+        if pool_durable > self.pool_durable and self.cfg.pool.member:
+            await self.device.set_pool_durable(pool_durable)
+        self.pool_durable = pool_durable
         return (g_in, r_in), (g_all, r_all), d_all
 
     def _evaluate(self, b, tables):
@@ -489,6 +507,8 @@ class TrainingRun:
 
     async def _power_failure(self):
         """Cut the power, recover, check the invariants; returns the batch to resume at."""
+        if self.pool is not None:
+            return await self._pool_failure()
         dev, cfg = self.device, self.cfg
         failure = {"cycle": self.failures.target, "phase": self.phase, "batch": self.batch,
                    "durable_before": self.durable,
@@ -536,3 +556,91 @@ class TrainingRun:
         self._epoch_counters = await dev.counters(self.counter_regs)
         self._start_counters = dict(self._epoch_counters)
         return d + 1
+
+    # -- a failure of the pool -----------------------------------------------------------
+
+    async def _pool_failure(self):
+        """On a device of a pool: this device's power failed, or another's and this one
+        stops (``halt``); every device rolls back to the pool's durable batch D with the
+        MLP of snapshot m (:func:`~.pool.recovery_point`), the invariants are checked
+        against this device's golden model, and training resumes at D + 1, on every
+        device at the same cycle."""
+        failure = {"cycle": self.failures.target, "phase": self.phase, "batch": self.batch,
+                   "durable_before": self.durable, "power_failed": not self.failures.halted,
+                   "snapshot_in_flight": self.checkpoints.pull_in_flight}
+        halted = self.failures.halted
+        await self._cut_power()         # (halted: the host's tasks end, the device runs on)
+        if halted:                      # the counters live on: read them up to here
+            self._epoch_counters = await self.device.counters(self.counter_regs)
+        for k, v in self._epoch_counters.items():
+            self.counters[k] += v - self._start_counters.get(k, 0)
+        durable = self.durable
+        self.checkpoints.power_lost()
+        nested = []
+        while True:
+            self.enter("recovery", self.batch)
+            finished, result = await self.failures.race(self, self._pool_recover(durable))
+            if finished:
+                break
+            # The power failed again during the recovery, here or on another device.
+            nested.append({"cycle": self.failures.target, "power_failed": not self.failures.halted})
+            await self._cut_power()
+        point, rec, params = result
+        d, m = point["d"], point["m"]
+        params, invariants = await self._recovered_state(d, m, params)
+        failure.update({
+            "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": rec.cycles,
+            "recovery_lines": rec.lines_read, "rolled_back": rec.rolled_back,
+            "pool_recovery_cycles": self.now() - failure["cycle"],
+            "pool_durable_before": point["durable_before"], "snapshot_from": point["holder"],
+            "failures_during_recovery": sum(f["power_failed"] for f in nested),
+            "recovery_failure_cycles": [f["cycle"] for f in nested if f["power_failed"]],
+            "halts_during_recovery": sum(not f["power_failed"] for f in nested),
+            "invariants": {**invariants,
+                           "no_durable_batch_lost": d >= point["durable_before"]},
+        })
+        failure["consistent"] = all(failure["invariants"].values())
+        self.record["failures"].append(failure)
+        what = "power failure" if failure["power_failed"] else "halt (another device failed)"
+        self.log(f"  {what} at cycle {failure['cycle']} in {failure['phase']} of batch "
+                 f"{failure['batch']}: the pool recovered D={d} m={m}, this device in "
+                 f"{rec.cycles} cycles, {rec.rolled_back} records rolled back, "
+                 f"{'consistent' if failure['consistent'] else 'INCONSISTENT'}")
+        if not failure["consistent"]:
+            raise AssertionError(f"recovery broke an invariant: {failure}")
+        self.golden, self.reference, self.gpu = resume_models(
+            self.cfg, self.seed, self.history, d, m, params)
+        self.pool_durable = d
+        self.on_recovered(d, m)
+        self._epoch_counters = await self.device.counters(self.counter_regs)
+        self._start_counters = dict(self._epoch_counters)
+        return d + 1
+
+    async def _pool_recover(self, durable):
+        """The pool's recovery as this device takes part in it (idempotent: a failure in
+        the middle starts it again). Returns the recovery point, this device's
+        ``RECOVER`` and the snapshot's MLP parameters."""
+        dev = self.device
+        await self.strategy.configure(self)
+        await dev.quiesce()             # a device whose power stayed on finishes its work
+        point = self.pool.probe(await dev.checkpoint_records(), durable, self.now())
+        await self.wait(point["t"] - self.now())
+        await dev.set_pool_durable(point["d"])
+        rec = await dev.recover(target=point["d"])
+        if rec.error != ErrorCode.NONE or rec.d != point["d"]:
+            raise RuntimeError(f"RECOVER to the pool's batch {point['d']} gave "
+                               f"{rec.error.name}, D = {rec.d}")
+        own = await dev.read_snapshot(point["m"]) if point["holder"] == self.pool.device else None
+        params, t = self.pool.recovered(own, self.now())
+        await self.wait(t - self.now())
+        if rec.m is None or rec.m + self.k < point["d"]:
+            # No snapshot of its own within K of D: the device would hold every lookup
+            # for one. Its snapshot of D is the MLP the pool resumes with (the state
+            # after D from now on).
+            await dev.stage_mlp(params)
+            if await dev.snapshot(point["d"]) != ErrorCode.NONE:
+                raise RuntimeError(f"SNAPSHOT_MLP({point['d']}) after the pool's recovery refused")
+            await dev.wait_snapshot(point["d"])
+        t = self.pool.resumed(self.now())
+        await self.wait(t - self.now())
+        return point, rec, params

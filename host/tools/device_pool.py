@@ -26,8 +26,9 @@ from pathlib import Path
 
 from trainingcxl.spec.pool import shards
 from trainingcxl.host.model.shard import model_inputs
+from trainingcxl.host.protocol.pool import device_failures, recovery_point
 
-__all__ = ["run_pool", "merge_records"]
+__all__ = ["run_pool", "run_pool_train", "merge_records"]
 
 #: Seconds between checks that every simulator process still lives.
 POLL_S = 2.0
@@ -110,13 +111,24 @@ class _RayDevices:
 
 class _Exchange:
     """The coordinator's side of the exchanges: every device's message of one round in,
-    the same answer to each out, and at most ``workers`` devices let run at once."""
+    the same answer to each out, and at most ``workers`` devices let run at once.
+
+    A failure of the pool opens a recovery (:attr:`recovery`) with the first device's
+    ``probe``: an exchange that waits is answered ``failed`` (its devices stop when the
+    failure reaches their cycle, and probe too), the pool's recovery point is chosen
+    once every device has probed, and a device that fails again and probes anew is
+    given the same one; the recovery ends when every device has said ``resumed``."""
 
     def __init__(self, conns, shard_list, workers):
         self.conns, self.shards, self.free = conns, shard_list, workers
         self.pending = {}               # device -> its message of the round
         self.ready = []                 # (device, answer): may run when a worker is free
         self.done = {}                  # device -> summary it sent last
+        self.recovery = None            # the pool's recovery under way
+        self.recoveries = []            # the recovery points chosen, in order
+
+    def _live(self):
+        return [d for d in self.conns if d not in self.done]
 
     def receive(self, device, message):
         what = message[0]
@@ -125,12 +137,62 @@ class _Exchange:
         else:
             self.free += 1              # a device that sends waits: its worker is free
             if what == "done":
+                if self.recovery is not None:
+                    raise RuntimeError(f"device {device} ended its run during a recovery "
+                                       f"of the pool")
                 self.done[device] = message[1]
+            elif what in ("probe", "recovered", "resumed"):
+                self._recover(device, message)
+            elif self.recovery is not None:
+                self.ready.append((device, ("failed",)))
             else:
                 self.pending[device] = message
-                if len(self.pending) == len([d for d in self.conns if d not in self.done]):
+                if len(self.pending) == len(self._live()):
                     self._answer_round()
         self._dispatch()
+
+    def _recover(self, device, message):
+        """One message of the pool's recovery: ``probe`` (its checkpoint records),
+        ``recovered`` (rolled back; the snapshot's parameters from its holder), and
+        ``resumed`` (ready to train on). Each round is answered once every device is in
+        it; a device that fails again starts over and is answered at once in the rounds
+        the others have passed."""
+        if self.recovery is None:
+            # The first device to probe: the exchange the others wait in will not happen.
+            self.recovery = {"probes": {}, "point": None, "recovered": {}, "params": None,
+                             "resumed": {}}
+            self.ready.extend((d, ("failed",)) for d in sorted(self.pending))
+            self.pending = {}
+        rec = self.recovery
+        what, live = message[0], len(self._live())
+        if what == "probe":
+            rec["recovered"].pop(device, None)
+            rec["resumed"].pop(device, None)
+            if rec["point"] is not None:        # failed again during the recovery
+                if message[1].committed is None or message[1].committed < rec["point"]["d"]:
+                    raise RuntimeError(f"device {device} lost batches the pool chose to "
+                                       f"recover to: {message[1]}")
+                self.ready.append((device, rec["point"]))
+                return
+            rec["probes"][device] = message[1:]
+            if len(rec["probes"]) == live:
+                rec["point"] = recovery_point(rec["probes"])
+                self.recoveries.append(rec["point"])
+                self.ready.extend((d, rec["point"]) for d in sorted(rec["probes"]))
+        elif what == "recovered":
+            rec["recovered"][device] = message[1:]
+            if rec["params"] is not None:
+                self.ready.append((device, (rec["params"], message[2])))
+            elif len(rec["recovered"]) == live:
+                rec["params"] = rec["recovered"][rec["point"]["holder"]][0]
+                t = max(r[1] for r in rec["recovered"].values())
+                self.ready.extend((d, (rec["params"], t)) for d in sorted(rec["recovered"]))
+        else:                                   # "resumed"
+            rec["resumed"][device] = message[1]
+            if len(rec["resumed"]) == live:
+                t = max(rec["resumed"].values())
+                self.ready.extend((d, t) for d in sorted(rec["resumed"]))
+                self.recovery = None
 
     def _answer_round(self):
         kinds = {m[0] for m in self.pending.values()}
@@ -143,7 +205,8 @@ class _Exchange:
             parts = [self._gathered({d: m[1][k] for d, m in messages.items()})
                      for k in range(len(next(iter(messages.values()))[1]))]
             answer = (parts, (max(m[2] for m in messages.values()),
-                              sum(m[3] for m in messages.values())))
+                              sum(m[3] for m in messages.values())),
+                      min(m[4] for m in messages.values()))
         self.ready.extend((d, answer) for d in sorted(messages))
         self.pending = {}
 
@@ -176,16 +239,19 @@ def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
         address = listener.address
         if devices.family == "AF_INET":         # where the tasks reach this process
             address = (devices.address[0], listener.address[1])
-        devices.start([{"job": job.replace(pool_member={
+        devices.start([{"job": job.replace(failures=tuple(device_failures(job.failures, s.device)),
+                                           pool_member={
                             "device": s.device, "tables": list(s.tables),
                             "model_rows": list(config.tables), "address": address,
                             "authkey": authkey.hex(), "model_config": config.to_dict()}).to_dict(),
                         "config": s.config.to_dict(), "sim": sim} for s in plan])
         t0 = time.monotonic()
         stopped = None
+        exchange = None
         try:
             conns = _accept(listener, devices, n)
-            _serve(_Exchange(conns, plan, workers), conns, devices)
+            exchange = _Exchange(conns, plan, workers)
+            _serve(exchange, conns, devices)
         except RuntimeError as e:
             stopped = str(e)
         finally:
@@ -201,8 +267,24 @@ def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
                       "where": "local" if cluster is None else cluster.name,
                       "switch_latency": config.pool.switch_latency if n > 1 else 0,
                       "tables": [list(s.tables) for s in plan],
+                      "recoveries": exchange.recoveries,
                       "wall_s": time.monotonic() - t0}
     return record
+
+
+def run_pool_train(spec):
+    """:func:`~.pool.run_train` of a pool (``config.pool.devices > 1``), a task of a
+    campaign: the devices' simulators on ``spec["workers"]`` processes of this machine.
+    Returns ``(spec, record or None, error text or None)``."""
+    from trainingcxl.spec.config import Config
+    from trainingcxl.host.jobs import TrainJob
+    job = TrainJob.from_dict(spec["job"]).replace(quiet=True)
+    try:
+        record = run_pool(job, Config.from_dict(spec["config"]), sim=spec.get("sim", "verilator"),
+                          workers=spec.get("workers"))
+        return spec, record, None
+    except RuntimeError as e:
+        return spec, None, str(e)
 
 
 def _accept(listener, devices, n):
@@ -285,6 +367,37 @@ def merge_records(records, plan):
     if not same:
         rec["golden_match"] = False
         rec["errors"].append({"loss": "the devices' GPUs disagree on the losses"})
+    rec["failures"] = [_pool_failure(d, fs) for d, fs in
+                       enumerate(zip(*(r["failures"] for r in records)))]
+    if len({len(r["failures"]) for r in records}) > 1:
+        rec["consistent"] = rec["golden_match"] = False
+        rec["errors"].append({"failures": "the devices saw different numbers of failures"})
     rec["devices"] = [{"device": s.device, "tables": list(s.tables), **r}
                       for s, r in zip(plan, records)]
     return rec
+
+
+def _pool_failure(index, per_device):
+    """One failure of the pool from every device's record of it: the devices whose power
+    failed, the recovery point they all reached, and each device's recovery."""
+    first = per_device[0]
+    same = {(f["recovered_batch"], f["recovered_mlp_batch"]) for f in per_device}
+    out = {k: first[k] for k in ("cycle", "phase", "batch", "recovered_batch",
+                                 "recovered_mlp_batch", "pool_durable_before", "snapshot_from")}
+    out.update({
+        "devices_failed": [d for d, f in enumerate(per_device) if f["power_failed"]],
+        "durable_before": first["pool_durable_before"],
+        "recovery_cycles": max(f["recovery_cycles"] for f in per_device),
+        "recovery_cycles_per_device": [f["recovery_cycles"] for f in per_device],
+        "pool_recovery_cycles": max(f["pool_recovery_cycles"] for f in per_device),
+        "rolled_back": sum(f["rolled_back"] for f in per_device),
+        "rolled_back_per_device": [f["rolled_back"] for f in per_device],
+        "failures_during_recovery": sum(f["failures_during_recovery"] for f in per_device),
+        "recovery_failure_cycles": sorted({c for f in per_device
+                                           for c in f["recovery_failure_cycles"]}),
+        "invariants": {k: all(f["invariants"][k] for f in per_device)
+                       for k in first["invariants"]},
+    })
+    out["invariants"]["same_point_on_every_device"] = len(same) == 1
+    out["consistent"] = all(out["invariants"].values())
+    return out

@@ -12,7 +12,7 @@ SAME = ("loss", "loss_ref", "cycles_per_batch", "cycles", "counters", "checks")
 
 
 def job(cfg, **kw):
-    return TrainJob(batches=3, quiet=True, test_samples=0, **kw).validated(cfg)
+    return TrainJob(**{"batches": 3, **kw}, quiet=True, test_samples=0).validated(cfg)
 
 
 @pytest.mark.slow
@@ -66,9 +66,38 @@ def test_a_pool_on_ray_gives_what_it_gives_on_this_machine():
     assert there["pool"]["where"] == "ray" and there["pool"]["workers"] == 1
 
 
-def test_what_a_pool_does_not_run_yet_is_refused_before_anything_is_built():
+#: A whole pool's power failure, one device's, and one device's during the recovery from
+#: another's (:func:`trainingcxl.host.protocol.pool.device_failures`).
+POOL_FAILURES = ({"pool_batch": 2, "offset": 300}, {"pool_batch": 4, "offset": 100, "devices": [1]},
+                 {"pool_batch": 5, "offset": 50, "devices": [0]}, {"after": 150, "devices": [1]})
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_a_pool_recovers_exactly_from_every_kind_of_failure():
+    """K = 0: every device rolls back to the pool's durable batch, bit-exact with its golden
+    model, and the run ends where one without failures ends."""
     two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
-    with pytest.raises(JobError, match="power failures: not yet on a pool"):
-        TrainJob(failures=({"cycle": 100},)).validated(two)
+    clean = run_pool(job(two, batches=7), two)
+    rec = run_pool(job(two, batches=7, failures=POOL_FAILURES), two)
+    assert rec["golden_match"] and rec["consistent"]
+    failures = rec["failures"]
+    assert [f["devices_failed"] for f in failures] == [[0, 1], [1], [0]]
+    assert [f["failures_during_recovery"] for f in failures] == [0, 0, 1]
+    for f in failures:
+        assert f["recovered_batch"] >= f["durable_before"] and f["consistent"]
+        assert len(f["recovery_cycles_per_device"]) == 2
+    # A device whose power stayed on rolled back too: to the batch the other one reached.
+    assert all(n > 0 for n in failures[1]["rolled_back_per_device"])
+    assert [r["d"] for r in rec["pool"]["recoveries"]] == [f["recovered_batch"] for f in failures]
+    assert rec["loss"] == clean["loss"] and rec["checks"][-1]["tables_match"]
+    for mine, theirs in zip(rec["devices"], clean["devices"]):
+        assert mine["final_loss"] == theirs["final_loss"]
+
+
+def test_a_pool_refuses_failures_it_cannot_plan_and_what_it_does_not_run_yet():
+    two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
+    with pytest.raises(JobError, match="a pool's failure is planned at a batch's GPU step"):
+        TrainJob(failures=({"at": 100},)).validated(two)
     with pytest.raises(JobError, match="system host-pmem"):
         TrainJob(system="host-pmem").validated(two)
