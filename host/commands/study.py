@@ -260,11 +260,17 @@ def _result(result):
 
 def cmd_study(args):
     cfg = args.config or PRESETS["small"]
+    if args.devices is not None and args.devices > 1:
+        from .study_pool import cmd_pool_study
+        return cmd_pool_study(args, cfg)
+    if len(args.failure_every) != 1:
+        raise SystemExit("error: --failure-every takes one rate without --devices")
+    args.failure_every = args.failure_every[0]
     try:
         ks = [int(x) for x in args.k.split(",")]
     except ValueError:
         raise SystemExit(f"error: --k takes comma-separated integers, not {args.k!r}") from None
-    modes = args.modes.split(",")
+    modes = (args.modes or ",".join(MODES)).split(",")
     for m in modes:
         if m not in MODES:
             raise SystemExit(f"error: unknown mode {m!r}; the modes are {', '.join(MODES)}")
@@ -344,6 +350,17 @@ def cmd_study(args):
     return 0 if len(agree) == len(rtl) else 1
 
 
+def _rates(text):
+    import argparse
+    try:
+        rates = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected N or N,N...") from None
+    if not rates or min(rates) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: rates are positive batch counts")
+    return rates
+
+
 def register(sub):
     sp = sub.add_parser(
         "study", help="what relaxed recovery costs in test accuracy (golden model, RTL sample)",
@@ -359,11 +376,26 @@ def register(sub):
                     help="batches a run trains")
     sp.add_argument("--batch-size", type=positive, default=None,
                     help="samples per batch (default: the configuration's)")
-    sp.add_argument("--failure-every", type=positive, default=100, metavar="N",
-                    help="a power failure every N batches trained, on average")
+    sp.add_argument("--failure-every", type=_rates, default=[100], metavar="N[,N...]",
+                    help="a power failure every N batches trained, on average (with --devices, "
+                         "one or more rates)")
     sp.add_argument("--k", default=",".join(map(str, STUDY_K)),
                     help="staleness bounds")
-    sp.add_argument("--modes", default=",".join(MODES), help="recovery modes")
+    sp.add_argument("--modes", default=None,
+                    help=f"recovery modes (default: {','.join(MODES)}; with --devices: "
+                         f"exact,cpr,cpr-mfu,cpr-ssu)")
+    sp.add_argument("--devices", type=positive, default=None, metavar="N",
+                    help="a pool of N devices (docs/pool.md): a failure strikes one device, "
+                         "and TrainingCXL's exact recovery of the pool (every device back to "
+                         "the pool's durable batch) is set against CPR's partial recovery "
+                         "(only the failed device's tables back to their checkpoint; plain, "
+                         "MFU and SSU), on test AUC and modelled checkpoint overhead")
+    sp.add_argument("--pls", type=float, default=0.1,
+                    help="with --devices: CPR's target portion of lost samples, which sets its "
+                         "checkpoint interval to 2 x PLS x the failure interval (default 0.1)")
+    sp.add_argument("--fraction", type=float, default=0.125,
+                    help="with --devices: the share of a device's rows CPR-MFU and CPR-SSU "
+                         "save each time, every that share of the interval (default 0.125)")
     sp.add_argument("--seeds", type=positive, default=3, help="seeds per point")
     sp.add_argument("--seed", type=nonneg, default=0, help="first seed")
     sp.add_argument("--test-samples", type=positive, default=4096,
