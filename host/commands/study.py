@@ -42,10 +42,8 @@ import numpy as np
 
 from . import report
 from .options import config_option, pmem_dir_option
-from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
-from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
 from trainingcxl.host.model.evaluate import evaluate
-from trainingcxl.host.model.history import GoldenHistory
+from .study_runs import history_at_start, result, step, workload as workload_of
 from trainingcxl.spec.config import Config
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import TrainJob
@@ -68,28 +66,13 @@ def recover(history, d, m):
     history.reference.dense.load_parameters(reference_mlp)
 
 
-def _history(cfg, seed):
-    tables = initial_tables(cfg, seed=seed)
-    return GoldenHistory(FixedPointTrainer(cfg, tables, seed=seed),
-                         FloatTrainer(cfg, tables, seed=seed))
-
-
-def _step(history, workload, keep=None):
-    """Train the next batch; keep the states of the last ``keep`` batches (None: all)."""
-    b = history.head + 1
-    history.step(b, workload.batch(b - 1))
-    history.remember(b)
-    if keep is not None:
-        history.prune(b - keep)
-
-
 def golden_run(cfg, workload, batches, *, seed, mode="trainingcxl", k=0, failure_every=0):
     """Train ``batches`` batches of ``workload`` on the golden model with failures at a rate
     of one per ``failure_every`` batches (0: none), recovering as ``mode`` does with bound
     ``k``; returns ``(history, recoveries)``, one ``(batch, tables_at, mlp_at)`` a failure."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    history = _history(cfg, seed)
+    history = history_at_start(cfg, seed)
     live = (history.golden.tables, history.reference.tables)
     # cpr's table checkpoints, by batch: what a checkpoint after that batch holds (one
     # taken before a recovery stays what it was).
@@ -115,7 +98,7 @@ def golden_run(cfg, workload, batches, *, seed, mode="trainingcxl", k=0, failure
             recoveries.append((d + 1, tables_at, mlp_at))
             left = gap()
             continue
-        _step(history, workload, k + 2)
+        step(history, workload, k + 2)
         if mode == "cpr":
             saved[history.head] = [[t.copy() for t in tables] for tables in live]
             saved.pop(history.head - k - 1, None)
@@ -127,27 +110,23 @@ def golden_run(cfg, workload, batches, *, seed, mode="trainingcxl", k=0, failure
 def replay(cfg, workload, batches, *, seed, recoveries):
     """Train on the golden model, recovering at each ``(tables_at, mlp_at)`` of ``recoveries``
     in turn (what a device reported), and end after batch ``batches``; returns the history."""
-    history = _history(cfg, seed)
+    history = history_at_start(cfg, seed)
     for d, m in recoveries:
         while history.head < d:
-            _step(history, workload)        # every state kept: m may be old
+            step(history, workload)        # every state kept: m may be old
         recover(history, d, m)
     while history.head < batches:
-        _step(history, workload)
+        step(history, workload)
     return history
 
 
 # -- the study's points ---------------------------------------------------------------------
 
-def _workload(cfg, seed, batch_size):
-    return SyntheticWorkload(cfg, seed=seed, batch_size=batch_size)
-
-
 def study_point(spec):
     """One run of the study (in its own process): final test metrics of the device model and
     of the float32 reference."""
     cfg = Config.from_dict(spec["config"])
-    workload = _workload(cfg, spec["seed"], spec["batch_size"])
+    workload = workload_of(cfg, spec["seed"], spec["batch_size"])
     t0 = time.monotonic()
     history, recoveries = golden_run(cfg, workload, spec["batches"], seed=spec["seed"],
                                      mode=spec["mode"], k=spec["k"],
@@ -173,7 +152,7 @@ def _rtl_point(spec):
         mlp = np.load(Path(tmp) / "mlp.npz")
         a = spec["job"]
         recs = [(f["recovered_batch"], f["recovered_mlp_batch"]) for f in rec["failures"]]
-        history = replay(cfg, _workload(cfg, a["seed"], a["batch_size"]), rec["stopped_after"],
+        history = replay(cfg, workload_of(cfg, a["seed"], a["batch_size"]), rec["stopped_after"],
                          seed=a["seed"], recoveries=recs)
         g = history.golden
         same_tables = all(np.array_equal(tables[f"table{t}"], x) for t, x in enumerate(g.tables))
@@ -252,12 +231,6 @@ def _plot(summary, baseline_auc, path):
     save_figure(fig, path)
 
 
-def _result(result):
-    if isinstance(result, Exception):
-        raise SystemExit(f"error: a study run could not be run: {result}")
-    return result
-
-
 def cmd_study(args):
     cfg = args.config or PRESETS["small"]
     if args.devices is not None and args.devices > 1:
@@ -281,7 +254,7 @@ def cmd_study(args):
         raise SystemExit(f"error: --batch-size {batch_size} x {cfg.n_tables} tables exceeds "
                          f"the configuration's max_bags ({cfg.max_bags})")
     try:        # a test set with one label has no AUC: say so before the runs
-        _workload(cfg, args.seed, batch_size).test_set(args.test_samples).check_labels()
+        workload_of(cfg, args.seed, batch_size).test_set(args.test_samples).check_labels()
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     common = {"config": cfg.to_dict(), "batches": args.batches, "batch_size": batch_size,
@@ -300,7 +273,7 @@ def cmd_study(args):
     bar = Progress(len(specs), "runs")
     pool = LocalPool(args.jobs)
     for _, point in pool.run(study_point, specs):
-        points.append(_result(point))
+        points.append(result(point))
         bar.step()
     points.sort(key=lambda p: (p["seed"], p["failure_every"] > 0, p["mode"], p["k"]))
     summary = _summary(points, modes, ks)
@@ -309,8 +282,8 @@ def cmd_study(args):
         specs = rtl_specs(args.rtl_sample, args.seed, args.pmem_dir)
         pool.prebuild([PRESETS["tiny"]])
         bar = Progress(len(specs), "RTL runs")
-        for _, result in pool.run(_rtl_point, specs):
-            rtl.append(_result(result)[1])
+        for _, outcome in pool.run(_rtl_point, specs):
+            rtl.append(result(outcome)[1])
             bar.step()
     agree = [r for r in rtl if r.get("tables_equal") and r.get("mlp_equal") and r["consistent"]]
     baseline = float(np.mean([p["device"]["auc"] for p in points if p["failure_every"] == 0]))

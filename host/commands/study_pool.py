@@ -33,6 +33,7 @@ from trainingcxl.host.model.partial import CPR_VARIANTS, PartialCheckpoints, cpr
 from trainingcxl.host.model.shard import shard_batch
 from trainingcxl.spec.config import Config
 from trainingcxl.spec.pool import shards
+from .study_runs import history_at_start, result, step, workload as workload_of
 
 __all__ = ["POOL_MODES", "pool_golden_run", "pool_point", "batch_costs", "cmd_pool_study"]
 
@@ -50,11 +51,10 @@ def pool_golden_run(cfg, workload, batches, *, seed, mode, failure_every, pls=0.
     does; returns ``(history, failures, checkpoints)``: ``failures`` a list of ``(batch,
     device, batches since that device's tables were saved)``, ``checkpoints`` the CPR
     checkpoints (``None`` for ``exact``)."""
-    from .study import _history, _step
     if mode not in POOL_MODES:
         raise ValueError(f"mode must be one of {', '.join(POOL_MODES)}, not {mode!r}")
     plan = shards(cfg)
-    history = _history(cfg, seed)
+    history = history_at_start(cfg, seed)
     rng = np.random.default_rng([seed, 0xFA11])
     cps = None
     if mode != "exact":
@@ -78,7 +78,7 @@ def pool_golden_run(cfg, workload, batches, *, seed, mode, failure_every, pls=0.
                 history.restart_at(d)       # its tables older, the rest as they are
             left = gap()
             continue
-        _step(history, workload, 2)
+        step(history, workload, 2)
         if cps is not None:
             batch = workload.batch(history.head - 1)
             for c in cps:
@@ -138,9 +138,8 @@ def overhead(cfg, mode, batches, failures, cps, costs):
 def pool_point(spec):
     """One run of the pool study (its own process): final test metrics, failures and
     modelled overhead."""
-    from .study import _workload
     cfg = Config.from_dict(spec["config"])
-    workload = _workload(cfg, spec["seed"], spec["batch_size"])
+    workload = workload_of(cfg, spec["seed"], spec["batch_size"])
     t0 = time.monotonic()
     history, failures, cps = pool_golden_run(
         cfg, workload, spec["batches"], seed=spec["seed"], mode=spec["mode"],
@@ -222,7 +221,6 @@ def cmd_pool_study(args, cfg):
     from trainingcxl.spec.config import ConfigError
     from trainingcxl.host.tools.cluster import LocalPool
     from trainingcxl.host.tools.pool import Progress
-    from .study import _result, _workload
     cfg = cfg.replace(pool=cfg.pool.__class__(devices=args.devices,
                                               switch_latency=cfg.pool.switch_latency))
     try:
@@ -238,7 +236,7 @@ def cmd_pool_study(args, cfg):
         raise SystemExit("error: --pls is in (0, 0.5] and --fraction in (0, 1]")
     batch_size = args.batch_size or cfg.model.batch_size
     try:
-        _workload(cfg, args.seed, batch_size).test_set(args.test_samples).check_labels()
+        workload_of(cfg, args.seed, batch_size).test_set(args.test_samples).check_labels()
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     rates = args.failure_every
@@ -259,7 +257,7 @@ def cmd_pool_study(args, cfg):
     points = []
     bar = Progress(len(specs), "runs")
     for _, point in LocalPool(args.jobs).run(pool_point, specs):
-        points.append(_result(point))
+        points.append(result(point))
         bar.step()
     points.sort(key=lambda p: (p["seed"], p["failure_every"], p["mode"]))
     summary = _summary(points, modes, rates)

@@ -7,7 +7,7 @@ import numpy as np
 from trainingcxl.spec.config import PoolShape
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.cli import main
-from trainingcxl.host.commands.study import _workload
+from trainingcxl.host.commands.study_runs import workload as _workload
 from trainingcxl.host.commands.study_pool import pool_golden_run
 
 CFG = PRESETS["small"].replace(pool=PoolShape(devices=4))
