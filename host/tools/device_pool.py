@@ -357,9 +357,13 @@ def merge_records(records, plan):
         rec[key] = sum(r.get(key, 0) for r in records)
     rec["counters"] = {k: sum(r["counters"].get(k, 0) for r in records)
                        for k in first["counters"]}
-    rec["checks"] = [{"batch": c["batch"],
-                      "tables_match": all(r["checks"][i]["tables_match"] for r in records)}
-                     for i, c in enumerate(first["checks"])]
+    # A failure may cut one device's check of a batch and not another's: the pool's check
+    # of a batch holds if every check any device made of it did.
+    checked = {}
+    for r in records:
+        for c in r["checks"]:
+            checked[c["batch"]] = checked.get(c["batch"], True) and c["tables_match"]
+    rec["checks"] = [{"batch": b, "tables_match": ok} for b, ok in sorted(checked.items())]
     rec["errors"] = [dict(e, device=d) for d, r in enumerate(records) for e in r["errors"]]
     for key in ("golden_match", "consistent"):
         rec[key] = all(r.get(key, False) for r in records)
