@@ -565,10 +565,10 @@ class TrainingRun:
         MLP of snapshot m (:func:`~.pool.recovery_point`), the invariants are checked
         against this device's golden model, and training resumes at D + 1, on every
         device at the same cycle."""
-        failure = {"cycle": self.failures.target, "phase": self.phase, "batch": self.batch,
-                   "durable_before": self.durable, "power_failed": not self.failures.halted,
-                   "snapshot_in_flight": self.checkpoints.pull_in_flight}
         halted = self.failures.halted
+        failure = {"cycle": self.failures.target, "phase": self.phase, "batch": self.batch,
+                   "durable_before": self.durable, "power_failed": not halted,
+                   "snapshot_in_flight": self.checkpoints.pull_in_flight}
         await self._cut_power()         # (halted: the host's tasks end, the device runs on)
         if halted:                      # the counters live on: read them up to here
             self._epoch_counters = await self.device.counters(self.counter_regs)

@@ -78,8 +78,8 @@ def test_a_pool_recovers_exactly_from_every_kind_of_failure():
     """K = 0: every device rolls back to the pool's durable batch, bit-exact with its golden
     model, and the run ends where one without failures ends."""
     two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
-    clean = run_pool(job(two, batches=7), two)
-    rec = run_pool(job(two, batches=7, failures=POOL_FAILURES), two)
+    clean = run_pool(job(two, batches=7, staleness=0), two)
+    rec = run_pool(job(two, batches=7, staleness=0, failures=POOL_FAILURES), two)
     assert rec["golden_match"] and rec["consistent"]
     failures = rec["failures"]
     assert [f["devices_failed"] for f in failures] == [[0, 1], [1], [0]]
