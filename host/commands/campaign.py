@@ -26,7 +26,7 @@ from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
 from trainingcxl.host.tools.journal import Journal, default_journal, task_digest
 from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.regions import check_checkpoint_regions
-from trainingcxl.host.tools.plans import staleness as _staleness
+from trainingcxl.host.tools.plans import pool_failure_plan, staleness as _staleness
 from trainingcxl.host.tools import pool
 from trainingcxl.host.tools.pool import run_train
 
@@ -150,8 +150,8 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
     for i in range(max(1, -(-failures // per_run))):
         k = staleness[i % len(staleness)]
         relaxed = orders[(i // len(staleness)) % len(orders)] == "relaxed"
-        plan = [] if devices == 1 else _pool_plan(rng, per_run, devices,
-                                                  step_cost(cfg, batch_size).cycles)
+        plan = [] if devices == 1 else pool_failure_plan(rng, per_run, devices,
+                                                         step_cost(cfg, batch_size).cycles)
         for _ in range(per_run if devices == 1 else 0):
             roll = rng.random()
             if roll < 0.2 and plan and plan[-1].get("phase") != "recovery":
@@ -172,39 +172,6 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
         specs.append({"index": i, "config": cfg.to_dict(), "job": job.to_dict(),
                       "staleness": k, "relaxed": relaxed, "pmem_dir": pmem_dir})
     return specs
-
-
-#: The share of a pool campaign's failures that strike every device at once, and that
-#: strike one device during the recovery from the failure before; the rest strike one
-#: device while the others keep their power.
-POOL_WHOLE, POOL_NESTED = 0.35, 0.2
-
-#: Most cycles after the failure before that one during the pool's recovery strikes
-#: (a recovery of ``tiny``'s pool takes 1,500-2,500 cycles).
-POOL_AFTER = 1200
-
-#: Where after the pool's GPU step begins a failure strikes: with this chance during
-#: the GPU step, else from 200 cycles before its end to 1,500 after it, over the
-#: update, the commit, the snapshot and the next lookup (at small batches the GPU step
-#: is most of a batch).
-POOL_IN_GPU = 0.4
-
-
-def _pool_plan(rng, per_run, devices, gpu_cycles):
-    """A pool's failure plan (:func:`trainingcxl.host.protocol.pool.device_failures`)."""
-    plan = []
-    for _ in range(per_run):
-        roll = rng.random()
-        if roll < POOL_NESTED and plan and "after" not in plan[-1]:
-            plan.append({"after": rng.randint(1, POOL_AFTER), "devices": [rng.randrange(devices)]})
-            continue
-        offset = (rng.randint(1, gpu_cycles) if rng.random() < POOL_IN_GPU
-                  else max(1, gpu_cycles + rng.randint(-200, 1500)))
-        entry = {"pool_batch": "next", "skip": rng.randint(0, 2), "offset": offset}
-        if roll >= POOL_NESTED + POOL_WHOLE:
-            entry["devices"] = [rng.randrange(devices)]
-        plan.append(entry)
-    return plan
 
 
 def _mix(spec):

@@ -100,11 +100,16 @@ def sim_job(args, cfg):
         job = args.recorded_job.replace(dump=args.dump, export=args.export, quiet=args.quiet,
                                         log_every=args.log_every)
     else:
+        if cfg.pool.devices > 1:
+            failures = _pool_failures(args, cfg)
+        else:
+            failures = failure_plan(fail_at=args.fail_at, fail_in=args.fail_in,
+                                    random=args.inject_failures, kill_in=args.kill_in)
+        # A pool trains on until its last failure has struck: a device that ended its run
+        # could not take part in the pool's recovery.
+        pooled = {"extend": True} if cfg.pool.devices > 1 and failures else {}
         job = TrainJob.from_args(args, checkpointing=not args.no_checkpoint,
-                                 failures=tuple(failure_plan(fail_at=args.fail_at,
-                                                             fail_in=args.fail_in,
-                                                             random=args.inject_failures,
-                                                             kill_in=args.kill_in)))
+                                 failures=tuple(failures), **pooled)
     t0 = time.monotonic()
     if job.data != "synthetic":
         print(f"[data] reading {job.data}", file=sys.stderr, flush=True)
@@ -116,6 +121,22 @@ def sim_job(args, cfg):
     if job.data != "synthetic":
         print(f"[data] checked in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     return job
+
+
+def _pool_failures(args, cfg):
+    """A pool's failures (docs/pool.md): ``--inject-failures N`` random ones of the whole
+    pool, of one device and of one during the pool's recovery, drawn from the seed."""
+    import random
+    from trainingcxl.host.model.gpu import step_cost
+    from trainingcxl.host.tools.plans import pool_failure_plan
+    for flag, value in (("--fail-at", args.fail_at), ("--fail-in", args.fail_in),
+                        ("--kill-in", args.kill_in)):
+        if value:
+            raise SystemExit(f"error: {flag}: a pool's failures strike every device at the "
+                             f"same cycle of the pool's batches; use --inject-failures N")
+    batch_size = getattr(args, "batch_size", None) or cfg.model.batch_size
+    return pool_failure_plan(random.Random(getattr(args, "seed", 0) or 0), args.inject_failures or 0,
+                             cfg.pool.devices, step_cost(cfg, batch_size).cycles)
 
 
 def train_on_sim(args):

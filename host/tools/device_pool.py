@@ -393,6 +393,7 @@ def _pool_failure(index, per_device):
         "durable_before": first["pool_durable_before"],
         "recovery_cycles": max(f["recovery_cycles"] for f in per_device),
         "recovery_cycles_per_device": [f["recovery_cycles"] for f in per_device],
+        "recovery_lines": max(f["recovery_lines"] or 0 for f in per_device),
         "pool_recovery_cycles": max(f["pool_recovery_cycles"] for f in per_device),
         "rolled_back": sum(f["rolled_back"] for f in per_device),
         "rolled_back_per_device": [f["rolled_back"] for f in per_device],

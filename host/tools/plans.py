@@ -11,7 +11,8 @@ from trainingcxl.host.protocol.phases import BATCH_PHASES, PHASES
 from trainingcxl.host.tools.argtypes import nonneg as _nonneg, plural
 
 __all__ = ["PHASES", "BATCH_PHASES", "parse_fail_in", "parse_cycles", "failure_plan",
-           "failure_summary", "add_failure_options", "staleness", "FAILURE_KEY"]
+           "pool_failure_plan", "failure_summary", "add_failure_options", "staleness",
+           "FAILURE_KEY"]
 
 
 def parse_fail_in(text):
@@ -61,6 +62,41 @@ def failure_plan(*, fail_at=(), fail_in=(), random=0, kill_in=()):
     return plan + again[len(first):]
 
 
+#: The share of a pool's random failures that strike every device at once, and that
+#: strike one device during the recovery from the failure before; the rest strike one
+#: device while the others keep their power.
+POOL_WHOLE, POOL_NESTED = 0.35, 0.2
+
+#: Most cycles after the failure before that one during the pool's recovery strikes
+#: (a recovery of ``tiny``'s pool takes 1,500-2,500 cycles).
+POOL_AFTER = 1200
+
+#: Where after the pool's GPU step begins a failure strikes: with this chance during
+#: the GPU step, else from 200 cycles before its end to 1,500 after it, over the
+#: update, the commit, the snapshot and the next lookup (at small batches the GPU step
+#: is most of a batch).
+POOL_IN_GPU = 0.4
+
+
+def pool_failure_plan(rng, count, devices, gpu_cycles):
+    """``count`` random failures of a pool of ``devices`` (entries of
+    :func:`trainingcxl.host.protocol.pool.device_failures`), drawn with ``rng`` (a
+    :class:`random.Random`); ``gpu_cycles``: the length of the GPU step."""
+    plan = []
+    for _ in range(count):
+        roll = rng.random()
+        if roll < POOL_NESTED and plan and "after" not in plan[-1]:
+            plan.append({"after": rng.randint(1, POOL_AFTER), "devices": [rng.randrange(devices)]})
+            continue
+        offset = (rng.randint(1, gpu_cycles) if rng.random() < POOL_IN_GPU
+                  else max(1, gpu_cycles + rng.randint(-200, 1500)))
+        entry = {"pool_batch": "next", "skip": rng.randint(0, 2), "offset": offset}
+        if roll >= POOL_NESTED + POOL_WHOLE:
+            entry["devices"] = [rng.randrange(devices)]
+        plan.append(entry)
+    return plan
+
+
 #: What the failure table's short headings mean (docs/design.md, "Invariants").
 FAILURE_KEY = ("D: the last batch whose tables recovery restored (the newest durable batch); "
                "m: the batch of the MLP snapshot it restored; K: the staleness bound, "
@@ -81,14 +117,22 @@ def failure_summary(rec):
     good = sum(f["consistent"] for f in failures)
     nested = sum(f["failures_during_recovery"] for f in failures)
     during = f", {nested} of them during a recovery" if nested else ""
+    pool = "devices_failed" in failures[0]      # a pool's: which devices lost their power
     lines = [f"  power failures     {len(failures) + nested}{during}; {good} of "
              f"{len(failures)} recoveries consistent, staleness K = {k}",
-             "      cycle  phase      batch  ->  D     m   recovery  rolled back  lines read  invariants"]
+             "      cycle  phase      batch  ->  D     m   recovery  rolled back  lines read  invariants"
+             + ("  devices failed" if pool else "")]
     for f in failures:
         read = f.get("recovery_lines")
+        failed = ""
+        if pool:
+            every = len(f["devices_failed"]) == len(f["recovery_cycles_per_device"])
+            failed = "  all" if every else "  " + ",".join(map(str, f["devices_failed"]))
+            failed = f"{failed:>16}"
         lines.append(f"  {f['cycle']:>9}  {f['phase']:<9} {f['batch']:>5}    {f['recovered_batch']:>4} "
                      f"{f['recovered_mlp_batch']:>5} {f['recovery_cycles']:>9} {f['rolled_back']:>12}"
-                     f" {'-' if read is None else read:>11}  {'hold' if f['consistent'] else 'BROKEN'}")
+                     f" {'-' if read is None else read:>11}  {'hold' if f['consistent'] else 'BROKEN'}"
+                     f"{failed}")
         for cycle in f.get("recovery_failure_cycles", ()):
             lines.append(f"  {cycle:>9}  {'recovery':<9} {f['batch']:>5}    (cut the recovery above, "
                          f"which began again; its figures are on that row)")

@@ -1,10 +1,13 @@
 """A training run on a pool of devices, one simulator each (Verilator)."""
 
+import json
+
 import pytest
 
 from trainingcxl.spec.config import PoolShape
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.apps.launch import launch
+from trainingcxl.host.cli import main
 from trainingcxl.host.jobs import JobError, TrainJob
 from trainingcxl.host.tools.device_pool import run_pool
 
@@ -93,6 +96,21 @@ def test_a_pool_recovers_exactly_from_every_kind_of_failure():
     assert rec["loss"] == clean["loss"] and rec["checks"][-1]["tables_match"]
     for mine, theirs in zip(rec["devices"], clean["devices"]):
         assert mine["final_loss"] == theirs["final_loss"]
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_train_injects_random_failures_into_a_pool(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    args = ["train", "--config", "tiny", "--set", "tables=[32,32,32,32]", "--devices", "4",
+            "--batches", "5", "--batch-size", "4"]
+    assert main([*args, "--inject-failures", "4", "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["golden_match"] and rec["failures"] and rec["failures_planned_left"] == 0
+    assert all(f["consistent"] for f in rec["failures"])
+    assert "devices failed" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="use --inject-failures"):
+        main([*args, "--fail-at", "100"])
 
 
 def test_a_pool_refuses_failures_it_cannot_plan_and_what_it_does_not_run_yet():
