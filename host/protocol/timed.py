@@ -81,7 +81,7 @@ class FailurePlan:
     """
 
     def __init__(self, entries, seed=0):
-        self.entries = list(entries)
+        self.entries = [dict(e) for e in entries]      # (a pool's "skip" counts down)
         self.rng = random.Random(seed)
         self.fired = Event()
         self.target = None
