@@ -21,6 +21,7 @@ and the failed device's reload. CPR wrote its checkpoints to remote storage; her
 they go to each device's PMEM, which favours CPR.
 """
 
+import dataclasses
 import hashlib
 import time
 
@@ -221,8 +222,7 @@ def cmd_pool_study(args, cfg):
     from trainingcxl.spec.config import ConfigError
     from trainingcxl.host.tools.cluster import LocalPool
     from trainingcxl.host.tools.pool import Progress
-    cfg = cfg.replace(pool=cfg.pool.__class__(devices=args.devices,
-                                              switch_latency=cfg.pool.switch_latency))
+    cfg = cfg.replace(pool=dataclasses.replace(cfg.pool, devices=args.devices))
     try:
         plan = shards(cfg)
     except ConfigError as e:
