@@ -181,6 +181,9 @@ def _mix(spec):
 
 def cmd_campaign(args):
     if args.kill:
+        if args.devices is not None and args.devices > 1:
+            raise SystemExit("error: --kill kills the process of one device's run; a pool's "
+                             "failures are planned (--devices without --kill)")
         if args.pmem_dir:
             raise SystemExit("error: a --kill campaign keeps its media files in its own "
                              "folder; --pmem-dir is for planned power failures")

@@ -117,5 +117,10 @@ def test_a_pool_refuses_failures_it_cannot_plan_and_what_it_does_not_run_yet():
     two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
     with pytest.raises(JobError, match="a pool's failure is planned at a batch's GPU step"):
         TrainJob(failures=({"at": 100},)).validated(two)
+    for args, why in ((["--kill", "3"], "a pool's failures are planned"),
+                      (["--pmem-dir", "x"], "keep their media in memory"),
+                      (["--devices", "3"], "at most 2 devices")):
+        with pytest.raises(SystemExit, match=why):
+            main(["campaign", "--devices", "2", "--failures", "2", *args])
     with pytest.raises(JobError, match="system host-pmem"):
         TrainJob(system="host-pmem").validated(two)
