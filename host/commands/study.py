@@ -43,7 +43,7 @@ import numpy as np
 from . import report
 from .options import config_option, pmem_dir_option
 from trainingcxl.host.model.evaluate import evaluate
-from .study_runs import history_at_start, result, step, workload as workload_of
+from .study_runs import history_at_start, result, run_points, step, workload as workload_of
 from trainingcxl.spec.config import Config
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import TrainJob
@@ -269,12 +269,8 @@ def cmd_study(args):
           f"{args.failure_every} batches on average, K in {ks}, modes {', '.join(modes)}, "
           f"{args.seeds} seeds; then {args.rtl_sample} RTL runs replayed", flush=True)
     t0 = time.monotonic()
-    points = []
-    bar = Progress(len(specs), "runs")
+    points = run_points(study_point, specs, args.jobs)
     pool = LocalPool(args.jobs)
-    for _, point in pool.run(study_point, specs):
-        points.append(result(point))
-        bar.step()
     points.sort(key=lambda p: (p["seed"], p["failure_every"] > 0, p["mode"], p["k"]))
     summary = _summary(points, modes, ks)
     rtl = []

@@ -34,7 +34,7 @@ from trainingcxl.host.model.partial import CPR_VARIANTS, PartialCheckpoints, cpr
 from trainingcxl.host.model.shard import shard_batch
 from trainingcxl.spec.config import Config
 from trainingcxl.spec.pool import shards
-from .study_runs import history_at_start, result, step, workload as workload_of
+from .study_runs import history_at_start, run_points, step, workload as workload_of
 
 __all__ = ["POOL_MODES", "pool_golden_run", "pool_point", "batch_costs", "cmd_pool_study"]
 
@@ -220,8 +220,6 @@ def cmd_pool_study(args, cfg):
     """``study --devices N``."""
     from . import report
     from trainingcxl.spec.config import ConfigError
-    from trainingcxl.host.tools.cluster import LocalPool
-    from trainingcxl.host.tools.pool import Progress
     cfg = cfg.replace(pool=dataclasses.replace(cfg.pool, devices=args.devices))
     try:
         plan = shards(cfg)
@@ -254,11 +252,7 @@ def cmd_pool_study(args, cfg):
           f"{args.seeds} seeds; CPR's target PLS {args.pls}, MFU/SSU save {args.fraction:g} of "
           f"the rows at a time", flush=True)
     t0 = time.monotonic()
-    points = []
-    bar = Progress(len(specs), "runs")
-    for _, point in LocalPool(args.jobs).run(pool_point, specs):
-        points.append(result(point))
-        bar.step()
+    points = run_points(pool_point, specs, args.jobs)
     points.sort(key=lambda p: (p["seed"], p["failure_every"], p["mode"]))
     summary = _summary(points, modes, rates)
     base = [p for p in points if p["failure_every"] == 0]

@@ -4,7 +4,7 @@ from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
 from trainingcxl.host.model.history import GoldenHistory
 
-__all__ = ["history_at_start", "step", "workload", "result"]
+__all__ = ["history_at_start", "step", "workload", "result", "run_points"]
 
 
 def history_at_start(cfg, seed):
@@ -33,3 +33,16 @@ def result(outcome):
     if isinstance(outcome, Exception):
         raise SystemExit(f"error: a study run could not be run: {outcome}")
     return outcome
+
+
+def run_points(fn, specs, jobs):
+    """``fn`` on every spec, on ``jobs`` processes of this machine, with a progress bar;
+    returns the outcomes (any order)."""
+    from trainingcxl.host.tools.cluster import LocalPool
+    from trainingcxl.host.tools.pool import Progress
+    points = []
+    bar = Progress(len(specs), "runs")
+    for _, point in LocalPool(jobs).run(fn, specs):
+        points.append(result(point))
+        bar.step()
+    return points

@@ -509,7 +509,6 @@ class TrainingRun:
         """Cut the power, recover, check the invariants; returns the batch to resume at."""
         if self.pool is not None:
             return await self._pool_failure()
-        dev, cfg = self.device, self.cfg
         failure = {"cycle": self.failures.target, "phase": self.phase, "batch": self.batch,
                    "durable_before": self.durable,
                    "snapshot_in_flight": self.checkpoints.pull_in_flight}
@@ -540,20 +539,28 @@ class TrainingRun:
             "invariants": {**invariants,
                            "no_durable_batch_lost": d >= failure["durable_before"]},
         })
-        failure["consistent"] = all(failure["invariants"].values())
-        self.record["failures"].append(failure)
         where = (f"at cycle {failure['cycle']} in {failure['phase']}" if "cause" not in failure
                  else f"({failure['cause']}) in {failure['phase']}")
-        self.log(f"  power failure {where} of batch {failure['batch']}: recovered D={d} m={m} "
-                 f"in {cycles} cycles, {rolled} records rolled back, "
+        return await self._resume(failure, params, f"power failure {where} of batch "
+                                                   f"{failure['batch']}: recovered D={d} m={m} "
+                                                   f"in {cycles} cycles")
+
+    async def _resume(self, failure, params, what):
+        """After a recovery to ``failure``'s D and m: record it (``what`` the log line's
+        start), stop on a broken invariant, resume the models from D with the MLP of m
+        (``params``: the golden model does the same); returns the batch to train next."""
+        d, m = failure["recovered_batch"], failure["recovered_mlp_batch"]
+        failure["consistent"] = all(failure["invariants"].values())
+        self.record["failures"].append(failure)
+        self.log(f"  {what}, {failure['rolled_back']} records rolled back, "
                  f"{'consistent' if failure['consistent'] else 'INCONSISTENT'}")
         if not failure["consistent"]:
             raise AssertionError(f"recovery broke an invariant: {failure}")
-        # Resume from D with the MLP of m: the golden model does the same.
         self.golden, self.reference, self.gpu = resume_models(
-            cfg, self.seed, self.history, d, m, params)
+            self.cfg, self.seed, self.history, d, m, params)
+        self.pool_durable = d
         self.on_recovered(d, m)
-        self._epoch_counters = await dev.counters(self.counter_regs)
+        self._epoch_counters = await self.device.counters(self.counter_regs)
         self._start_counters = dict(self._epoch_counters)
         return d + 1
 
@@ -599,22 +606,11 @@ class TrainingRun:
             "invariants": {**invariants,
                            "no_durable_batch_lost": d >= point["durable_before"]},
         })
-        failure["consistent"] = all(failure["invariants"].values())
-        self.record["failures"].append(failure)
         what = "power failure" if failure["power_failed"] else "halt (another device failed)"
-        self.log(f"  {what} at cycle {failure['cycle']} in {failure['phase']} of batch "
-                 f"{failure['batch']}: the pool recovered D={d} m={m}, this device in "
-                 f"{rec.cycles} cycles, {rec.rolled_back} records rolled back, "
-                 f"{'consistent' if failure['consistent'] else 'INCONSISTENT'}")
-        if not failure["consistent"]:
-            raise AssertionError(f"recovery broke an invariant: {failure}")
-        self.golden, self.reference, self.gpu = resume_models(
-            self.cfg, self.seed, self.history, d, m, params)
-        self.pool_durable = d
-        self.on_recovered(d, m)
-        self._epoch_counters = await self.device.counters(self.counter_regs)
-        self._start_counters = dict(self._epoch_counters)
-        return d + 1
+        return await self._resume(failure, params, f"{what} at cycle {failure['cycle']} in "
+                                                   f"{failure['phase']} of batch {failure['batch']}: "
+                                                   f"the pool recovered D={d} m={m}, this device "
+                                                   f"in {rec.cycles} cycles")
 
     async def _pool_recover(self, durable):
         """The pool's recovery as this device takes part in it (idempotent: a failure in
