@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from trainingcxl.host.model.data import ZIPF_ALPHA
+from trainingcxl.host.model.partial import CPR_FRACTION, CPR_PLS, CPR_VARIANTS
 
 __all__ = ["JobError", "Job", "TrainJob", "LookupJob", "UpdateJob", "FuzzJob", "BoardJob",
            "DEFAULT_SYSTEM", "CAMPAIGN_SYSTEM"]
@@ -173,6 +174,19 @@ class TrainJob(Job):
                           "to --batches (the configuration and the run's seed, data, system, "
                           "K and order are FILE's)")
     overwrite: bool = option(False, "with --pmem: start a new run in FILE's place")
+    recovery: str = option("exact", "how a pool of devices recovers from a device's failure: "
+                           "'exact' (TrainingCXL: every device rolls back to the pool's "
+                           "durable batch, bit-exact) or CPR's partial recovery, 'cpr', "
+                           "'cpr-mfu' or 'cpr-ssu' (no checkpoint engine; the host reads "
+                           "periodic checkpoints of the tables, a failed device's tables are "
+                           "reloaded from them and the others go on; strict order; "
+                           "docs/pool.md)")
+    failure_every: int = option(0, "with --recovery cpr*: a failure of one device between "
+                                "batches every N batches on average (0: none)")
+    pls: float = option(CPR_PLS, "with --recovery cpr*: CPR's target portion of lost samples, "
+                        "which with --failure-every sets the checkpoint interval")
+    fraction: float = option(CPR_FRACTION, "with --recovery cpr-mfu or cpr-ssu: the share of "
+                             "the rows a checkpoint saves, that often more often")
     pool_member: dict = option(None, "set by a pool's coordinator, not on the command line: "
                                "the device of the pool this run is (docs/pool.md)")
 
@@ -186,10 +200,42 @@ class TrainJob(Job):
         return self.replace(
             batch_size=config.model.batch_size if self.batch_size is None else self.batch_size,
             staleness=system.staleness if self.staleness is None else self.staleness,
+            # CPR's failures come between batches: no lookup may run ahead of one.
             relaxed=bool(system.engines and (
-                system.relaxed or config.relaxed_lookup if self.relaxed is None
-                else self.relaxed)),
+                (system.relaxed or config.relaxed_lookup) and self.recovery == "exact"
+                if self.relaxed is None else self.relaxed)),
+            checkpointing=self.checkpointing and self.recovery == "exact",
             failure_seed=self.seed if self.failure_seed is None else self.failure_seed)
+
+    def cpr_settings(self):
+        """What :class:`~trainingcxl.host.protocol.training.TrainingRun` takes for CPR's
+        recovery (``None`` for exact recovery)."""
+        if self.recovery == "exact":
+            return None
+        return {"variant": self.recovery, "failure_every": self.failure_every,
+                "pls": self.pls, "fraction": self.fraction}
+
+    def _check_recovery(self, config):
+        if self.recovery not in ("exact", *CPR_VARIANTS):
+            raise JobError(f"unknown recovery {self.recovery!r}; the recoveries are exact, "
+                           f"{', '.join(CPR_VARIANTS)}")
+        if self.recovery == "exact":
+            if self.failure_every:
+                raise JobError("--failure-every plans CPR's failures; exact recovery's are "
+                               "planned with --inject-failures")
+            return
+        if config.pool.devices < 2:
+            raise JobError(f"--recovery {self.recovery} is a pool's: a failed device reloads "
+                           f"its tables while the others go on (set --devices N, N >= 2)")
+        if self.relaxed:
+            raise JobError(f"--recovery {self.recovery} trains in strict order: its failures "
+                           f"come between batches (drop --relaxed)")
+        if self.failures:
+            raise JobError(f"--recovery {self.recovery} plans its failures with "
+                           f"--failure-every, between batches")
+        if self.failure_every < 0 or not 0 < self.pls <= 0.5 or not 0 < self.fraction <= 1:
+            raise JobError("--failure-every is 0 or more, --pls in (0, 0.5] and --fraction "
+                           "in (0, 1]")
 
     def validated(self, config, *, sim="verilator", note=lambda text: None):
         """This job resolved (:meth:`resolved`) and checked against ``config`` and the
@@ -201,6 +247,7 @@ class TrainJob(Job):
         from trainingcxl.host.protocol.systems import SYSTEMS
         job = self.resolved(config)
         system = SYSTEMS[job.system]
+        job._check_recovery(config)
         check_bags(config, job.batch_size)
         job, data = job._with_data(config, note)
         if system.host_bus and sim != "verilator":

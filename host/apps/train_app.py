@@ -96,7 +96,7 @@ async def train_job(dut):
         model = Config.from_dict(member["model_config"])
         data, test_set = ShardData(datasets(model, job)[0], member["tables"]), None
         pool = PoolLink(member["address"], member["authkey"], member["device"],
-                        member["tables"], member["model_rows"])
+                        member["tables"], member["model_rows"], model.pool.devices)
     else:
         data, test_set = datasets(cfg, job)
     tb = DeviceTB(dut, cfg, seed=job.seed, protocol_checks=False)
@@ -112,7 +112,8 @@ async def train_job(dut):
                       checkpointing=job.checkpointing, measure_from=job.measure_from,
                       test_set=test_set, eval_every=job.eval_every,
                       resume=job.resume, replay=media.recoveries() if job.resume else (),
-                      on_recovered=media.record_recovery if media else None, pool=pool)
+                      on_recovered=media.record_recovery if media else None, pool=pool,
+                      cpr=job.cpr_settings())
     # Ctrl-C ends the run after the batch in progress, committed and checked.
     signal.signal(signal.SIGINT, lambda *_: setattr(run, "stop_requested", True))
     # What exists now lives for the whole run: keep the collector from walking it again.

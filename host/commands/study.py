@@ -43,6 +43,7 @@ import numpy as np
 from . import report
 from .options import config_option, pmem_dir_option
 from trainingcxl.host.model.evaluate import evaluate
+from trainingcxl.host.model.partial import CPR_FRACTION, CPR_PLS
 from .study_runs import history_at_start, result, run_points, step, workload as workload_of
 from trainingcxl.spec.config import Config
 from trainingcxl.spec.presets import PRESETS
@@ -359,12 +360,12 @@ def register(sub):
                          "the pool's durable batch) is set against CPR's partial recovery "
                          "(only the failed device's tables back to their checkpoint; plain, "
                          "MFU and SSU), on test AUC and modelled checkpoint overhead")
-    sp.add_argument("--pls", type=float, default=0.1,
+    sp.add_argument("--pls", type=float, default=CPR_PLS,
                     help="with --devices: CPR's target portion of lost samples, which sets its "
-                         "checkpoint interval to 2 x PLS x the failure interval (default 0.1)")
-    sp.add_argument("--fraction", type=float, default=0.125,
+                         "checkpoint interval to 2 x PLS x the failure interval")
+    sp.add_argument("--fraction", type=float, default=CPR_FRACTION,
                     help="with --devices: the share of a device's rows CPR-MFU and CPR-SSU "
-                         "save each time, every that share of the interval (default 0.125)")
+                         "save each time, every that share of the interval")
     sp.add_argument("--seeds", type=positive, default=3, help="seeds per point")
     sp.add_argument("--seed", type=nonneg, default=0, help="first seed")
     sp.add_argument("--test-samples", type=positive, default=4096,

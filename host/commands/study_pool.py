@@ -30,7 +30,8 @@ import numpy as np
 from trainingcxl.host.model.bound import batch_bound
 from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.gpu import step_cost
-from trainingcxl.host.model.partial import CPR_VARIANTS, PartialCheckpoints, cpr_interval
+from trainingcxl.host.model.partial import (CPR_FRACTION, CPR_PLS, CPR_VARIANTS,
+                                             PartialCheckpoints, cpr_interval, failure_schedule)
 from trainingcxl.host.model.shard import shard_batch
 from trainingcxl.spec.config import Config
 from trainingcxl.spec.pool import shards
@@ -45,48 +46,42 @@ POOL_MODES = ("exact", *CPR_VARIANTS)
 CPR_PUBLISHED = {"full recovery": (8.2, 8.5), "cpr-mfu/ssu": (0.53, 0.68)}
 
 
-def pool_golden_run(cfg, workload, batches, *, seed, mode, failure_every, pls=0.1,
-                    fraction=0.125):
+def pool_golden_run(cfg, workload, batches, *, seed, mode, failure_every, pls=CPR_PLS,
+                    fraction=CPR_FRACTION):
     """Train ``batches`` batches of ``workload`` on ``cfg``'s pool with a failure of one
     device every ``failure_every`` batches on average (0: none), recovering as ``mode``
-    does; returns ``(history, failures, checkpoints)``: ``failures`` a list of ``(batch,
-    device, batches since that device's tables were saved)``, ``checkpoints`` the CPR
-    checkpoints (``None`` for ``exact``)."""
+    does; returns ``(history, failures, checkpoints, losses)``: ``failures`` a list of
+    ``(batch, device, batches since that device's tables were saved)``, ``checkpoints``
+    the CPR checkpoints (``None`` for ``exact``), ``losses`` the golden model's loss of
+    each batch in order (what the devices' GPUs report, :mod:`~trainingcxl.host.protocol
+    .cpr`)."""
     if mode not in POOL_MODES:
         raise ValueError(f"mode must be one of {', '.join(POOL_MODES)}, not {mode!r}")
     plan = shards(cfg)
     history = history_at_start(cfg, seed)
-    rng = np.random.default_rng([seed, 0xFA11])
     cps = None
     if mode != "exact":
         interval = cpr_interval(pls, failure_every) if failure_every else batches
         cps = [PartialCheckpoints(cfg, trainer.tables, mode, interval, fraction=fraction,
                                   seed=seed) for trainer in (history.golden, history.reference)]
-
-    def gap():
-        return int(rng.geometric(1 / failure_every)) if failure_every else None
-
-    left, failures = gap(), []
-    while history.head < batches:
-        if left == 0:
-            d, device = history.head, int(rng.integers(len(plan)))
-            if cps is None:                 # exact: back to d, batch d + 1 is trained again
-                failures.append((d + 1, device, 0))
-            else:
+    failures, losses = [], []
+    for d, device in [*failure_schedule(len(plan), batches, failure_every, seed), (batches, None)]:
+        while history.head < d:
+            losses.append(step(history, workload, 2).loss)
+            if cps is not None:
+                batch = workload.batch(history.head - 1)
                 for c in cps:
-                    c.restore(plan[device].tables)
-                failures.append((d + 1, device, d % cps[0].every))
-                history.restart_at(d)       # its tables older, the rest as they are
-            left = gap()
-            continue
-        step(history, workload, 2)
-        if cps is not None:
-            batch = workload.batch(history.head - 1)
+                    c.after_batch(history.head, batch)
+        if device is None:
+            break
+        if cps is None:                     # exact: back to d, batch d + 1 is trained again
+            failures.append((d + 1, device, 0))
+        else:
             for c in cps:
-                c.after_batch(history.head, batch)
-        if left is not None:
-            left -= 1
-    return history, failures, cps
+                c.restore(plan[device].tables)
+            failures.append((d + 1, device, d % cps[0].every))
+            history.restart_at(d)           # its tables older, the rest as they are
+    return history, failures, cps, losses
 
 
 def _write(pmem, lines):
@@ -142,7 +137,7 @@ def pool_point(spec):
     cfg = Config.from_dict(spec["config"])
     workload = workload_of(cfg, spec["seed"], spec["batch_size"])
     t0 = time.monotonic()
-    history, failures, cps = pool_golden_run(
+    history, failures, cps, _ = pool_golden_run(
         cfg, workload, spec["batches"], seed=spec["seed"], mode=spec["mode"],
         failure_every=spec["failure_every"], pls=spec["pls"], fraction=spec["fraction"])
     test = workload.test_set(spec["test_samples"])

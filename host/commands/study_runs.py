@@ -15,12 +15,14 @@ def history_at_start(cfg, seed):
 
 
 def step(history, workload, keep=None):
-    """Train the next batch; keep the states of the last ``keep`` batches (None: all)."""
+    """Train the next batch; keep the states of the last ``keep`` batches (None: all).
+    Returns the golden model's :class:`~trainingcxl.host.model.dlrm.StepResult`."""
     b = history.head + 1
-    history.step(b, workload.batch(b - 1))
+    want, _ = history.step(b, workload.batch(b - 1))
     history.remember(b)
     if keep is not None:
         history.prune(b - keep)
+    return want
 
 
 def workload(cfg, seed, batch_size):

@@ -11,6 +11,7 @@ import time
 
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import JobError, TrainJob
+from trainingcxl.host.model.partial import CPR_VARIANTS
 from trainingcxl.host.tools.argtypes import fraction, nonneg, positive, save_figure
 from trainingcxl.host.tools.plans import add_failure_options, failure_plan, failure_summary, staleness
 from trainingcxl.host.tools.cluster import parse_cluster
@@ -71,6 +72,10 @@ def register(sub):
                     help="with --devices: where the devices' simulators run: local (processes "
                          "of this machine), ray (a private Ray instance here), auto (the Ray "
                          "cluster this machine joined) or ray://HOST:PORT (docs/pool.md)")
+    TrainJob.add_arguments(sp, "recovery", "failure_every", "pls", "fraction",
+                           recovery={"choices": ("exact", *CPR_VARIANTS)},
+                           failure_every={"type": nonneg, "metavar": "N"},
+                           pls={"type": float}, fraction={"type": fraction, "metavar": "F"})
     sp.add_argument("--no-checkpoint", action="store_true",
                     help="no undo log, commits or snapshots (to measure what checkpointing "
                          "costs); power failures cannot be injected")
@@ -182,6 +187,9 @@ def train_on_sim(args):
     system = SYSTEMS[job.system]
     order = "relaxed" if job.relaxed else "strict"
     checkpoints = f"staleness K = {job.staleness}" if job.checkpointing else "checkpointing off"
+    if job.recovery != "exact":
+        checkpoints = (f"CPR's partial recovery ({job.recovery}, no checkpoint engine), a failure "
+                       f"of one device every {job.failure_every} batches on average")
     print(f"trainingcxl train: system {system.name} ({system.summary}); {job.batches} batches of "
           f"{job.batch_size} samples, {cfg.n_tables} tables x dim {cfg.dim}, data {job.data}, "
           f"{order} order, {checkpoints}, {report.plural(len(job.failures), 'power failure')} "

@@ -22,16 +22,34 @@ import numpy as np
 
 from .golden import touched_rows
 
-__all__ = ["CPR_VARIANTS", "cpr_interval", "PartialCheckpoints"]
+__all__ = ["CPR_VARIANTS", "CPR_PLS", "CPR_FRACTION", "cpr_interval", "failure_schedule", "PartialCheckpoints"]
 
 #: The variants, by how a checkpoint chooses its rows.
 CPR_VARIANTS = ("cpr", "cpr-mfu", "cpr-ssu")
+#: The defaults: the portion of lost samples CPR's interval aims at, and the share of
+#: the rows CPR-MFU and CPR-SSU save at a time.
+CPR_PLS, CPR_FRACTION = 0.1, 0.125
 
 
 def cpr_interval(pls, failure_every):
     """CPR's checkpoint interval in batches for a target portion of lost samples ``pls``
     and a failure every ``failure_every`` batches on average (at least 1)."""
     return max(1, round(2 * pls * failure_every))
+
+
+def failure_schedule(devices, batches, failure_every, seed):
+    """Failures of one device of a pool, ``failure_every`` batches apart on average
+    (geometric gaps; 0: none) over ``batches`` batches: ``[(d, device), ...]``, each
+    striking after batch ``d`` (``d < batches``). The same ``seed`` gives the same
+    schedule to the golden model's study and to the devices' runs."""
+    if not failure_every:
+        return []
+    rng = np.random.default_rng([seed, 0xFA11])
+    out, d = [], int(rng.geometric(1 / failure_every))
+    while d < batches:
+        out.append((d, int(rng.integers(devices))))
+        d += int(rng.geometric(1 / failure_every))
+    return out
 
 
 class PartialCheckpoints:
@@ -44,7 +62,7 @@ class PartialCheckpoints:
     after its failure). ``rows_saved`` counts the rows written to checkpoints, for the
     overhead."""
 
-    def __init__(self, config, tables, variant, interval, *, fraction=0.125, seed=0):
+    def __init__(self, config, tables, variant, interval, *, fraction=CPR_FRACTION, seed=0):
         if variant not in CPR_VARIANTS:
             raise ValueError(f"variant must be one of {', '.join(CPR_VARIANTS)}, not {variant!r}")
         self.config, self.tables, self.variant = config, tables, variant
@@ -58,7 +76,8 @@ class PartialCheckpoints:
         self.rng = np.random.default_rng([seed, 0xC9])
 
     def after_batch(self, b, batch):
-        """Batch ``b`` (a :class:`~trainingcxl.host.model.data.Batch`) has been trained."""
+        """Batch ``b`` (a :class:`~trainingcxl.host.model.data.Batch`) has been trained;
+        returns the rows a checkpoint saved now (an array per table), or ``None``."""
         if self.variant == "cpr-mfu":
             per_table = self._rows_used(batch.indices, batch.offsets, batch.batch_size)
             for pri, rows in zip(self.priority, per_table):
@@ -73,8 +92,7 @@ class PartialCheckpoints:
             sub = np.concatenate([[0], np.cumsum(np.diff(offsets)[bags])])
             for pri, rows in zip(self.priority, touched_rows(self.config, idx, sub)):
                 pri[rows] = 1
-        if b % self.every == 0:
-            self._save()
+        return self._save() if b % self.every == 0 else None
 
     def _rows_used(self, indices, offsets, batch_size):
         """Per table, every row index the batch names (with repeats)."""
@@ -84,6 +102,7 @@ class PartialCheckpoints:
         return [indices[table_of == t] for t in range(self.config.n_tables)]
 
     def _save(self):
+        saved_rows = []
         for t, (live, saved, pri) in enumerate(zip(self.tables, self.saved, self.priority)):
             if self.variant == "cpr":
                 rows = np.arange(len(live))
@@ -94,6 +113,8 @@ class PartialCheckpoints:
                 pri[rows] = 0
             saved[rows] = live[rows]
             self.rows_saved += len(rows)
+            saved_rows.append(rows)
+        return saved_rows
 
     def restore(self, tables):
         """Put the checkpoint's values back into the tables numbered ``tables``."""

@@ -53,6 +53,7 @@ from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.history import GoldenHistory
 from .phases import PHASES
+from .cpr import CprRecovery
 from .pool import PoolFailed
 from .resume import recovered_state_matches, resume_models
 from .strategies import strategy
@@ -89,12 +90,16 @@ class TrainingRun:
                  relaxed=False, check_every=10, until_plan_done=False, extend=False,
                  log=progress, checkpointing=True, measure_from=None, counters=COUNTERS,
                  test_set=None, eval_every=0, resume=False, replay=(), on_recovered=None,
-                 pool=None):
+                 pool=None, cpr=None):
         self.device, self.cfg, self.data = device, device.config, data
         # On a device of a pool: the exchange with the other devices (:mod:`.pool`), and
         # the newest batch the host has seen durable on every device.
         self.pool = pool
         self.pool_durable = 0
+        # A pool that recovers as CPR does: its settings (``variant`` and
+        # :class:`~.cpr.CprRecovery`'s keywords), and once the run has started, the
+        # recovery itself.
+        self.cpr_settings, self.cpr = cpr, None
         self.n, self.seed, self.k = batches, seed, staleness
         self.system = system
         self.strategy = strategy(system, device=device, runtime=runtime,
@@ -138,6 +143,8 @@ class TrainingRun:
                        "relaxed": self.relaxed, "fallbacks": 0, "staleness": staleness,
                        "system": system.name, "checkpointing": checkpointing,
                        "gpu_cycles_per_batch": self.gpu_cycles}
+        if cpr is not None:
+            self.record.update(recovery=cpr["variant"], cpr_failures=[])
         # What the host model did beside the device (modelled time, not simulated).
         self.host_stats = {"gpu_busy_cycles": 0, "copy_cycles": 0, "copy_bytes_device_link": 0,
                            "gpu_copy_bytes": 0}
@@ -193,7 +200,12 @@ class TrainingRun:
         (the tables' undo record was taken when the golden models stepped). A recovery
         reaches back no further than ``durable - K``."""
         self.history.remember(b)
-        durable = self.durable if self.pool is None else min(self.durable, self.pool_durable)
+        if not self.checkpointing:          # nothing rolls back
+            durable = b
+        elif self.pool is None:
+            durable = self.durable
+        else:
+            durable = min(self.durable, self.pool_durable)
         self.history.prune(durable - self.k - 2)
 
     def _failures_ahead(self):
@@ -204,6 +216,20 @@ class TrainingRun:
         failure erases them, and the run's totals add up what each power-up counted."""
         if self._failures_ahead():
             self._epoch_counters = await self.device.counters(self.counter_regs)
+
+    def add_epoch_counters(self, values=None):
+        """Add what the device counted since this power-up (or the run's start) to the
+        run's totals: the power is about to go, and the counters with it. ``values``: the
+        counters just read (else those read after the last batch)."""
+        if values is not None:
+            self._epoch_counters = values
+        for k, v in self._epoch_counters.items():
+            self.counters[k] += v - self._start_counters.get(k, 0)
+
+    def restart_epoch_counters(self, values):
+        """A new power-up: the device's counters are ``values`` now."""
+        self._epoch_counters = values
+        self._start_counters = dict(values)
 
     def _host_totals(self):
         host = dict(self.host_stats)
@@ -285,6 +311,8 @@ class TrainingRun:
         await self.checkpoints.zero(self, self.gpu.model.parameters())
         if self.cfg.pool.member:                # no record the pool may roll back is reclaimed
             await dev.set_pool_durable(0)
+        if self.cpr_settings is not None:
+            self.cpr = CprRecovery(self, **self.cpr_settings)
         if self.pool is not None:               # every device of the pool begins together
             await self.wait(self.pool.align(self.now()) - self.now())
         await self._count_from_here()
@@ -377,6 +405,8 @@ class TrainingRun:
                                "positives": self.test_set.positives}
             rec["eval"] = [self.evals[b] for b in sorted(self.evals)]
         rec["host"] = self._host_totals()
+        if self.cpr is not None:
+            rec["cpr"] = dict(self.cpr.stats)
         if self.window is not None:
             rec["window"] = self.window
         rec["consistent"] = (rec["pooled_mismatches"] == 0
@@ -405,6 +435,8 @@ class TrainingRun:
         rec, sysm = self.record, self.strategy
         early = None
         while b <= self.limit:
+            if self.cpr is not None:
+                await self.cpr.before_batch(self, b)
             if b == self.measure_from:
                 await self._mark_window("start")
             c0 = self.now()
@@ -431,6 +463,8 @@ class TrainingRun:
             rec["loss"][b], rec["loss_ref"][b] = loss, loss_ref
             rec["cycles_per_batch"][b] = self.now() - c0
             committed = await self.checkpoints.checkpoint(self, b)
+            if self.cpr is not None:
+                await self.cpr.after_batch(self, b, batch)
             if ErrorCode.NONE not in (looked.error, error, committed) or \
                     len({looked.error, error, committed}) > 1:
                 rec["errors"].append({"batch": b, "lookup": looked.error.name,
@@ -514,8 +548,7 @@ class TrainingRun:
                    "snapshot_in_flight": self.checkpoints.pull_in_flight}
         if self.failures.cause is not None:
             failure["cause"] = self.failures.cause
-        for k, v in self._epoch_counters.items():
-            self.counters[k] += v - self._start_counters.get(k, 0)
+        self.add_epoch_counters()
         await self._cut_power()
         self.checkpoints.power_lost()
         nested = []
@@ -560,8 +593,7 @@ class TrainingRun:
             self.cfg, self.seed, self.history, d, m, params)
         self.pool_durable = d
         self.on_recovered(d, m)
-        self._epoch_counters = await self.device.counters(self.counter_regs)
-        self._start_counters = dict(self._epoch_counters)
+        self.restart_epoch_counters(await self.device.counters(self.counter_regs))
         return d + 1
 
     # -- a failure of the pool -----------------------------------------------------------
@@ -577,10 +609,8 @@ class TrainingRun:
                    "durable_before": self.durable, "power_failed": not halted,
                    "snapshot_in_flight": self.checkpoints.pull_in_flight}
         await self._cut_power()         # (halted: the host's tasks end, the device runs on)
-        if halted:                      # the counters live on: read them up to here
-            self._epoch_counters = await self.device.counters(self.counter_regs)
-        for k, v in self._epoch_counters.items():
-            self.counters[k] += v - self._start_counters.get(k, 0)
+        # (halted: the counters live on; read them up to here)
+        self.add_epoch_counters(await self.device.counters(self.counter_regs) if halted else None)
         durable = self.durable
         self.checkpoints.power_lost()
         nested = []

@@ -376,9 +376,27 @@ def merge_records(records, plan):
     if len({len(r["failures"]) for r in records}) > 1:
         rec["consistent"] = rec["golden_match"] = False
         rec["errors"].append({"failures": "the devices saw different numbers of failures"})
+    if "cpr_failures" in first:
+        rec["cpr_failures"] = [_cpr_failure(fs) for fs in
+                               zip(*(r["cpr_failures"] for r in records))]
+        rec["consistent"] = rec["consistent"] and all(f["consistent"] for f in rec["cpr_failures"])
+        # The devices read and write their rows in parallel: the slowest one's cycles.
+        rec["cpr"] = {k: (max if k.endswith("cycles") else sum)(r["cpr"][k] for r in records)
+                      for k in first["cpr"]}
+        rec["cpr"].update({k: first["cpr"][k] for k in ("interval", "every", "checkpoints")})
     rec["devices"] = [{"device": s.device, "tables": list(s.tables), **r}
                       for s, r in zip(plan, records)]
     return rec
+
+
+def _cpr_failure(per_device):
+    """One failure of a pool under CPR from every device's record of it: the failed
+    device's reload, and how long the pool stood still."""
+    failed = per_device[0]["device"]
+    mine = per_device[failed]
+    return {**{k: mine[k] for k in ("batch", "device", "batches_since_checkpoint",
+                                    "reload_cycles", "lines_written", "consistent")},
+            "pool_recovery_cycles": max(f["pool_recovery_cycles"] for f in per_device)}
 
 
 def _pool_failure(index, per_device):

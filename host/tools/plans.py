@@ -103,10 +103,30 @@ FAILURE_KEY = ("D: the last batch whose tables recovery restored (the newest dur
                "D - K <= m <= D")
 
 
+def _cpr_summary(rec):
+    """A pool's failures under CPR's partial recovery, and its checkpoints."""
+    failures, c = rec.get("cpr_failures", []), rec.get("cpr", {})
+    lines = [f"  CPR checkpoints    {rec['recovery']}: interval {c['interval']} batches, a "
+             f"checkpoint every {c['every']}; {c['checkpoints']} taken, {c['rows_read']:,} rows "
+             f"read over CXL.mem in {c['read_cycles']:,} cycles (the slowest device's)"]
+    if not failures:
+        return lines + ["  power failures     none"]
+    good = sum(f["consistent"] for f in failures)
+    lines += [f"  power failures     {len(failures)} of one device between batches; {good} of "
+              f"{len(failures)} reloads equal the golden model's",
+              "  after batch  device  checkpoint age  reload cycles  pool waited  tables"]
+    lines += [f"  {f['batch']:>11}  {f['device']:>6}  {f['batches_since_checkpoint']:>14}  "
+              f"{f['reload_cycles']:>13,}  {f['pool_recovery_cycles']:>11,}  "
+              f"{'reloaded' if f['consistent'] else 'DIFFER'}" for f in failures]
+    return lines
+
+
 def failure_summary(rec):
     """Readable lines about a run's power failures: one row per failure, a row for
     each failure that struck a recovery under the failure whose recovery it cut, and
     the key of the headings."""
+    if rec.get("recovery", "exact") != "exact":
+        return _cpr_summary(rec)
     failures = rec.get("failures", [])
     k = rec.get("staleness", 0)
     if not failures:

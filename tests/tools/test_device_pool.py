@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trainingcxl.spec.config import PoolShape
+from trainingcxl.spec.config import Config, PoolShape
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.apps.launch import launch
 from trainingcxl.host.cli import main
@@ -113,6 +113,34 @@ def test_train_injects_random_failures_into_a_pool(tmp_path, capsys):
         main([*args, "--fail-at", "100"])
 
 
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.parametrize("variant", ["cpr", "cpr-mfu"])
+def test_a_pool_runs_cprs_partial_recovery_as_the_study_models_it(tmp_path, variant):
+    """The devices run CPR (checkpoints read from them, a failed device's tables written
+    back) and train exactly as the study's golden model of CPR: the same failures, the
+    same loss every batch, and not the losses without failures."""
+    from trainingcxl.host.commands.study_pool import pool_golden_run
+    from trainingcxl.host.commands.study_runs import workload
+    out = tmp_path / "run.json"
+    assert main(["train", "--config", "tiny", "--set", "tables=[32,32,32,32]", "--devices", "2",
+                 "--batches", "12", "--batch-size", "4", "--recovery", variant,
+                 "--failure-every", "3", "--pls", "0.5", "--fraction", "0.25", "--quiet",
+                 "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["golden_match"] and len(rec["cpr_failures"]) == 4
+    assert all(f["consistent"] for f in rec["cpr_failures"])
+    cfg = Config.from_dict(rec["config"])
+    wl = workload(cfg, 0, 4)
+    _, failures, cps, losses = pool_golden_run(cfg, wl, 12, seed=0, mode=variant,
+                                               failure_every=3, pls=0.5, fraction=0.25)
+    assert [(b - 1, d) for b, d, _ in failures] == \
+        [(f["batch"], f["device"]) for f in rec["cpr_failures"]]
+    assert rec["loss"] == losses
+    assert rec["cpr"]["rows_read"] == cps[0].rows_saved > 0
+    assert rec["loss"] != pool_golden_run(cfg, wl, 12, seed=0, mode=variant, failure_every=0)[3]
+
+
 def test_a_pool_refuses_failures_it_cannot_plan_and_what_it_does_not_run_yet():
     two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
     with pytest.raises(JobError, match="a pool's failure is planned at a batch's GPU step"):
@@ -124,3 +152,9 @@ def test_a_pool_refuses_failures_it_cannot_plan_and_what_it_does_not_run_yet():
             main(["campaign", "--devices", "2", "--failures", "2", *args])
     with pytest.raises(JobError, match="system host-pmem"):
         TrainJob(system="host-pmem").validated(two)
+    for job, why in ((TrainJob(recovery="cpr"), "is a pool's"),
+                     (TrainJob(recovery="cpr-ssu", relaxed=True), "strict order"),
+                     (TrainJob(failure_every=5), "planned with --inject-failures"),
+                     (TrainJob(recovery="cpr", failures=({"pool_batch": 2},)), "between batches")):
+        with pytest.raises(JobError, match=why):
+            job.validated(PRESETS["tiny"] if why == "is a pool's" else two)

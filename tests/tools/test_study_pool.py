@@ -20,9 +20,9 @@ def _model(history):
 
 def test_exact_recovery_of_the_pool_ends_as_without_failures_and_partial_recovery_does_not():
     wl = _workload(CFG, 0, 32)
-    clean, _, _ = pool_golden_run(CFG, wl, 60, seed=0, mode="exact", failure_every=0)
-    exact, failures, _ = pool_golden_run(CFG, wl, 60, seed=0, mode="exact", failure_every=10)
-    partial, lost, cps = pool_golden_run(CFG, wl, 60, seed=0, mode="cpr", failure_every=10)
+    clean, *_ = pool_golden_run(CFG, wl, 60, seed=0, mode="exact", failure_every=0)
+    exact, failures, *_ = pool_golden_run(CFG, wl, 60, seed=0, mode="exact", failure_every=10)
+    partial, lost, cps, _ = pool_golden_run(CFG, wl, 60, seed=0, mode="cpr", failure_every=10)
     assert len(failures) >= 3 and [f[:2] for f in failures] == [f[:2] for f in lost]
     (t0, m0), (t1, m1), (t2, m2) = _model(clean), _model(exact), _model(partial)
     assert all(np.array_equal(a, b) for a, b in zip(t0, t1)) and np.array_equal(m0, m1)

@@ -1,0 +1,114 @@
+"""CPR's partial recovery, run by the devices of a pool (``train --devices N --recovery cpr``).
+
+The devices train without their checkpoint engine: no undo log, commit records or MLP
+snapshots. On CPR's schedule (:class:`~trainingcxl.host.model.partial.PartialCheckpoints`
+chooses when and which rows) the host reads the rows a checkpoint saves from each device
+over CXL.mem and keeps them, where CPR writes them to remote storage. A failure strikes
+one device between two batches (:func:`~trainingcxl.host.model.partial.failure_schedule`):
+its power fails, and in CPR's failure model its tables go with it (a node's memory), so
+after power-up the host writes the checkpoint's rows back over CXL.mem. The other
+devices keep their tables and the GPU its MLPs; every device goes on with the next batch
+at the same cycle. The golden model and the float32 reference do the same with their
+own checkpoints, and the device's tables are checked against the golden model's right
+after the reload and at every check after it.
+"""
+
+import numpy as np
+
+from trainingcxl.host.driver.device import lines_to_rows
+from trainingcxl.host.model.partial import PartialCheckpoints, cpr_interval, failure_schedule
+
+__all__ = ["CprRecovery"]
+
+
+class CprRecovery:
+    """CPR on one device of a pool: its checkpoints and its part in the pool's failures.
+
+    Made once the run's golden models exist (:meth:`TrainingRun.start`); ``variant``,
+    ``failure_every``, ``pls`` and ``fraction`` as :func:`~trainingcxl.host.model.partial
+    .cpr_interval` and :class:`~trainingcxl.host.model.partial.PartialCheckpoints` take
+    them. ``stats`` counts the rows and lines read for checkpoints and written back, and
+    the cycles the host spent on them."""
+
+    def __init__(self, run, variant, *, failure_every, pls, fraction):
+        cfg = run.cfg
+        interval = cpr_interval(pls, failure_every) if failure_every else run.limit
+        self.models = [PartialCheckpoints(cfg, trainer.tables, variant, interval,
+                                          fraction=fraction, seed=run.seed)
+                       for trainer in (run.golden, run.reference)]
+        # The device's checkpoint as the host read it; the initial tables are the host's.
+        self.saved = [t.copy() for t in run.golden.tables]
+        self.schedule = dict(failure_schedule(run.pool.devices, run.n,
+                                              failure_every, run.seed))
+        self.stats = {"interval": interval, "every": self.models[0].every, "checkpoints": 0,
+                      "rows_read": 0, "lines_read": 0, "read_cycles": 0, "lines_written": 0,
+                      "reload_cycles": 0}
+
+    async def after_batch(self, run, b, batch):
+        """Batch ``b`` is trained: on CPR's schedule, read the rows its checkpoint saves."""
+        rows = None
+        for model in self.models:
+            rows = model.after_batch(b, batch)
+        if rows is None:
+            return
+        cfg, t0 = run.cfg, run.now()
+        lpr = cfg.lines_per_row
+        addrs = [int(cfg.table_base[t] + row * lpr + k)
+                 for t, table_rows in enumerate(rows) for row in table_rows for k in range(lpr)]
+        got = await run.device.read_media_lines(addrs)
+        for t, table_rows in enumerate(rows):
+            first = cfg.table_base[t]
+            lines = [got[first + row * lpr + k] for row in table_rows for k in range(lpr)]
+            if lines:
+                self.saved[t][table_rows] = lines_to_rows(lines, cfg.dim)
+        st = self.stats
+        st["checkpoints"] += 1
+        st["rows_read"] += sum(len(r) for r in rows)
+        st["lines_read"] += len(addrs)
+        st["read_cycles"] += run.now() - t0
+
+    async def before_batch(self, run, b):
+        """Before batch ``b``: if a device's failure is planned after batch ``b - 1``, this
+        device takes its part (its power fails and its tables are reloaded, or it waits),
+        and every device goes on at the same cycle."""
+        failed = self.schedule.get(b - 1)
+        if failed is None:
+            return
+        t0 = run.now()
+        failure = {"batch": b - 1, "device": failed, "cycle": t0,
+                   "batches_since_checkpoint": (b - 1) % self.models[0].every}
+        if failed == run.pool.device:
+            failure.update(await self._reload(run, b - 1))
+        t = run.pool.align(run.now())
+        await run.wait(t - run.now())
+        failure["pool_recovery_cycles"] = run.now() - t0
+        run.record["cpr_failures"].append(failure)
+        if failed == run.pool.device:
+            run.log(f"  power failure of this device after batch {b - 1}: its tables reloaded "
+                    f"from the checkpoint ({failure['batches_since_checkpoint']} batches old) in "
+                    f"{failure['reload_cycles']} cycles, "
+                    f"{'consistent' if failure['consistent'] else 'INCONSISTENT'}")
+            if not failure["consistent"]:
+                raise AssertionError(f"CPR's reload broke the tables: {failure}")
+
+    async def _reload(self, run, d):
+        """This device's power fails after batch ``d``: power-up, the checkpoint's tables
+        written back, the golden models' reloaded alike; returns what the failure record
+        adds."""
+        dev = run.device
+        run.add_epoch_counters(await dev.counters(run.counter_regs))
+        await dev.power_fail()
+        await run.strategy.configure(run)
+        t0 = run.now()
+        await dev.load_tables(self.saved, backdoor=False)
+        cycles = run.now() - t0
+        for model in self.models:
+            model.restore(range(len(self.saved)))
+        run.history.restart_at(d)
+        tables = await dev.read_tables()
+        consistent = all(np.array_equal(x, g) for x, g in zip(tables, run.golden.tables))
+        run.restart_epoch_counters(await dev.counters(run.counter_regs))
+        lines = sum(len(t) for t in self.saved) * run.cfg.lines_per_row
+        self.stats["lines_written"] += lines
+        self.stats["reload_cycles"] += cycles
+        return {"reload_cycles": cycles, "lines_written": lines, "consistent": consistent}
