@@ -373,7 +373,13 @@ def register(sub):
     sp.add_argument("--rtl-sample", type=nonneg, default=6,
                     help="RTL runs with failures to replay on the golden model (default: 6; "
                          "0: none)")
-    sp.add_argument("--jobs", type=positive, default=2, help="processes")
+    sp.add_argument("--device-batches", type=nonneg, default=0, metavar="N",
+                    help="with --devices: also train N batches of every mode at every rate on "
+                         "the pool's simulated devices, with the same failures, and measure "
+                         "the overhead in cycles against a run without checkpoints or failures "
+                         "(0: not)")
+    sp.add_argument("--jobs", type=positive, default=2,
+                    help="processes (with --device-batches, simulators at once)")
     pmem_dir_option(sp)
     sp.add_argument("--json", metavar="OUT", help="write every point and the summary to OUT")
     sp.add_argument("--plot", metavar="OUT.png", help="draw the change in test AUC and log "

@@ -155,6 +155,54 @@ def pool_point(spec):
             "wall_s": time.monotonic() - t0}
 
 
+def rtl_jobs(cfg, modes, rates, *, batches, batch_size, seed, pls, fraction):
+    """The study's runs on the simulated devices of the pool: ``(name, rate, TrainJob)``,
+    first a run without checkpoints or failures, then each mode at each rate with the
+    golden model's failures (:func:`~trainingcxl.host.model.partial.failure_schedule`).
+    ``exact`` trains in strict order with K = 0 and its device loses power in the middle
+    of the GPU step of the batch after the failure's (it is trained again, as in
+    :func:`pool_golden_run`); the CPR modes run :mod:`trainingcxl.host.protocol.cpr`."""
+    from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, TrainJob
+    n = len(shards(cfg))
+    base = TrainJob(seed=seed, batches=batches, batch_size=batch_size, system=CAMPAIGN_SYSTEM,
+                    relaxed=False, staleness=0, quiet=True, test_samples=0, check_every=batches)
+    out = [("none", 0, base.replace(checkpointing=False))]
+    mid_gpu = step_cost(cfg, batch_size).cycles // 2
+    for rate in rates:
+        for mode in modes:
+            if mode == "exact":
+                plan = tuple({"pool_batch": d + 1, "offset": mid_gpu, "devices": [x]}
+                             for d, x in failure_schedule(n, batches, rate, seed))
+                job = base.replace(failures=plan, extend=bool(plan))
+            else:
+                job = base.replace(recovery=mode, failure_every=rate, pls=pls, fraction=fraction)
+            out.append((mode, rate, job))
+    return out
+
+
+def rtl_measure(cfg, jobs, *, workers=None, log=print):
+    """Run ``jobs`` (:func:`rtl_jobs`) on the pool's simulated devices, one after the
+    other; returns a row each: cycles, overhead against the first run, failures, and
+    whether the run matched its golden model bit for bit."""
+    from trainingcxl.host.tools.device_pool import run_pool
+    rows = []
+    for name, rate, job in jobs:
+        job = job.validated(cfg)
+        t0 = time.monotonic()
+        rec = run_pool(job, cfg, workers=workers)
+        row = {"mode": name, "failure_every": rate, "cycles": rec["cycles"],
+               "failures": len(rec.get("cpr_failures", rec["failures"])),
+               "golden_match": rec["golden_match"], "wall_s": time.monotonic() - t0}
+        if "cpr" in rec:
+            row["cpr"] = rec["cpr"]
+        rows.append(row)
+        row["overhead_pct"] = 100 * (row["cycles"] / rows[0]["cycles"] - 1)
+        log(f"  [devices] {name:<8} failure every {rate or '-':>4}: {row['cycles']:>10,} cycles "
+            f"({row['overhead_pct']:+.1f}%), {row['failures']} failures, "
+            f"{'bit-exact' if row['golden_match'] else 'NOT bit-exact'}, {row['wall_s']:.0f} s")
+    return rows
+
+
 def _summary(points, modes, rates):
     """Per mode and failure rate: the change in test AUC and log loss against the run
     without failures of the same seed (mean and spread over seeds), and the overhead."""
@@ -268,14 +316,23 @@ def cmd_pool_study(args, cfg):
           f"{CPR_PUBLISHED['cpr-mfu/ssu'][0]}-{CPR_PUBLISHED['cpr-mfu/ssu'][1]}% with CPR-MFU/SSU "
           f"(Criteo Kaggle, a production cluster's failure pattern)")
     print(f"  wall time          {time.monotonic() - t0:.0f} s")
+    devices_rows = []
+    if args.device_batches:
+        print(f"\n  on the devices    {args.device_batches} batches per run, the same failures, "
+              f"measured in cycles:", flush=True)
+        devices_rows = rtl_measure(cfg, rtl_jobs(cfg, modes, rates, batches=args.device_batches,
+                                                 batch_size=batch_size, seed=args.seed,
+                                                 pls=args.pls, fraction=args.fraction),
+                                   workers=args.jobs)
     record = {"config": cfg.to_dict(), "devices": len(plan), "batches": args.batches,
               "batch_size": batch_size, "failure_every": rates, "seeds": args.seeds,
               "modes": modes, "pls": args.pls, "fraction": args.fraction,
               "baseline_auc": baseline, "cpr_published": CPR_PUBLISHED,
-              "points": points, "summary": summary}
+              "points": points, "summary": summary, "on_devices": devices_rows}
     if args.plot:
         _plot(summary, rates, args.plot)
         print(f"  plot               {args.plot}")
     report.json_out(args.json, record, args=args)
     exact = [r for r in summary if r["mode"] == "exact"]
-    return 0 if all(r["bit_identical"] for r in exact) else 1
+    good = all(r["bit_identical"] for r in exact) and all(r["golden_match"] for r in devices_rows)
+    return 0 if good else 1

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from trainingcxl.spec.config import PoolShape
 from trainingcxl.spec.presets import PRESETS
@@ -42,3 +43,21 @@ def test_the_pool_study_reports_every_mode_at_every_rate(tmp_path, capsys):
     assert rows[("exact", 5)]["bit_identical"] and rows[("exact", 5)]["d_auc_pct"] == 0
     assert all(r["overhead_pct"] > 0 for r in rec["summary"])
     assert "CPR's figures" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_the_pool_study_measures_both_recoveries_on_the_devices(tmp_path):
+    out = tmp_path / "study.json"
+    assert main(["study", "--devices", "2", "--config", "tiny", "--set", "tables=[32,32,32,32]",
+                 "--batch-size", "4", "--batches", "20", "--failure-every", "5", "--seeds", "1",
+                 "--modes", "exact,cpr-mfu", "--device-batches", "10", "--test-samples", "256",
+                 "--json", str(out)]) == 0
+    rows = {r["mode"]: r for r in json.loads(out.read_text())["on_devices"]}
+    assert list(rows) == ["none", "exact", "cpr-mfu"]
+    assert all(r["golden_match"] for r in rows.values())
+    assert rows["exact"]["failures"] == rows["cpr-mfu"]["failures"] > 0
+    # Exact recovery pays its undo log and snapshots and trains a batch again per failure;
+    # CPR pays its reads and reloads: both cost cycles, measured.
+    assert rows["exact"]["overhead_pct"] > 0 and rows["cpr-mfu"]["overhead_pct"] > 0
+    assert rows["cpr-mfu"]["cpr"]["checkpoints"] > 0
