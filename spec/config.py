@@ -236,10 +236,16 @@ class PoolShape:
     has not said the whole pool passed (``POOL_DURABLE``), and its ``RECOVER`` rolls back
     to the batch the host names, the pool's durable batch, when that is older than its
     own (docs/pool.md, "Exact recovery").
+
+    ``split``: tables may be split into ranges of rows over several devices, so that
+    there may be more devices than tables and no device holds more than its share of
+    the rows (:func:`trainingcxl.spec.pool.pieces`); else each device holds whole
+    tables.
     """
     devices: int = 1
     switch_latency: int = 10
     member: bool = False
+    split: bool = False
 
     def __post_init__(self):
         _check(isinstance(self.devices, int) and 1 <= self.devices <= 64,
@@ -248,6 +254,8 @@ class PoolShape:
                f"pool.switch_latency must be cycles in [0, 2048], not {self.switch_latency!r}")
         _check(isinstance(self.member, bool), f"pool.member must be true or false, not "
                                               f"{self.member!r}")
+        _check(isinstance(self.split, bool), f"pool.split must be true or false, not "
+                                             f"{self.split!r}")
 
 
 @dataclass(frozen=True)
@@ -633,7 +641,9 @@ class Config:
                f"not {self.max_pooling!r}")
         _check(isinstance(self.max_bags, int) and 1 <= self.max_bags <= (1 << 20),
                f"max_bags must be in [1, 2**20], not {self.max_bags!r}")
-        _check(self.model.tables == 0 or self.model.tables > len(self.tables),
+        # A pool's device holds some of the model's tables, or pieces of them (pool.split).
+        _check(self.model.tables == 0 or self.model.tables > len(self.tables)
+               or (self.pool.member and self.model.tables > 0),
                f"model.tables = {self.model.tables}: a pool's device holds some of the model's "
                f"tables, fewer than all ({len(self.tables)} here); 0 means this configuration's own")
         _check(isinstance(self.blocks, tuple) and set(self.blocks) <= set(BLOCKS)

@@ -94,9 +94,11 @@ async def train_job(dut):
         # model's tables are spread over the pool).
         member = job.pool_member
         model = Config.from_dict(member["model_config"])
-        data, test_set = ShardData(datasets(model, job)[0], member["tables"]), None
+        data = ShardData(datasets(model, job)[0], member["tables"], member["ranges"])
+        test_set = None
         pool = PoolLink(member["address"], member["authkey"], member["device"],
-                        member["tables"], member["model_rows"], model.pool.devices)
+                        member["tables"], member["ranges"], member["model_rows"],
+                        model.pool.devices)
     else:
         data, test_set = datasets(cfg, job)
     tb = DeviceTB(dut, cfg, seed=job.seed, protocol_checks=False)

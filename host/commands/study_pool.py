@@ -104,7 +104,8 @@ def batch_costs(cfg, workload, batches=8):
     train, ckpt = [], []
     for i in range(batches):
         b = workload.batch(i)
-        bounds = [batch_bound(s.config, shard_batch(b, s.tables), staleness=0) for s in plan]
+        bounds = [batch_bound(s.config, shard_batch(b, s.tables, s.ranges), staleness=0)
+                  for s in plan]
         plain = [_write(s.config.pmem, bd.rows * s.config.lines_per_row)
                  for s, bd in zip(plan, bounds)]
         plain = [max(p, bd.read_cycles) for p, bd in zip(plain, bounds)]
@@ -126,7 +127,7 @@ def overhead(cfg, mode, batches, failures, cps, costs):
         saves = batches // cps[0].every
         rows = cps[0].rows_saved / n                # the devices write in parallel
         mlp = saves / (1 if mode == "cpr" else round(1 / cps[0].fraction)) * (cfg.mlp_lines + 1)
-        reload = np.mean([sum(cfg.tables[t] for t in s.tables) for s in plan]) * lpr
+        reload = np.mean([sum(s.config.tables) for s in plan]) * lpr
         extra = _write(pmem, rows * lpr + mlp) + len(failures) * _read(pmem, reload)
     return 100 * extra / (batches * t_batch)
 
@@ -228,13 +229,15 @@ def _summary(points, modes, rates):
     return rows
 
 
-def _plot(summary, rates, path):
+def _plot(summary, rates, path, measured=()):
+    """Test AUC change and modelled overhead per mode and rate; with ``measured`` (the rows
+    of :func:`rtl_measure`), the overhead measured on the devices beside them."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from trainingcxl.host.tools.argtypes import save_figure
     modes = list(dict.fromkeys(r["mode"] for r in summary))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    fig, axes = plt.subplots(1, 3 if measured else 2, figsize=(18 if measured else 12, 4))
     width = 0.8 / len(rates)
     for i, rate in enumerate(rates):
         rows = [next(r for r in summary if r["mode"] == m and r["failure_every"] == rate)
@@ -244,11 +247,17 @@ def _plot(summary, rates, path):
                     capsize=3, label=f"a failure every {rate} batches")
         axes[1].bar(x, [r["overhead_pct"] for r in rows], width,
                     label=f"a failure every {rate} batches")
+        if measured:
+            mine = {r["mode"]: r["overhead_pct"] for r in measured if r["failure_every"] == rate}
+            axes[2].bar(x, [mine.get(m, 0) for m in modes], width,
+                        label=f"a failure every {rate} batches")
     for lo, hi, name in ((*CPR_PUBLISHED["full recovery"], "CPR paper: full recovery"),
                          (*CPR_PUBLISHED["cpr-mfu/ssu"], "CPR paper: CPR-MFU/SSU")):
-        axes[1].axhspan(lo, hi, alpha=0.25, label=name, color="grey" if "full" in name else "green")
+        for ax in axes[1:]:
+            ax.axhspan(lo, hi, alpha=0.25, label=name, color="grey" if "full" in name else "green")
     for ax, what in zip(axes, ("test AUC change against no failures (%)",
-                               "overhead (% of training, modelled)")):
+                               "overhead (% of training, modelled)",
+                               "overhead (% of cycles, measured on the devices)")):
         ax.set_xticks(np.arange(len(modes)) + width * (len(rates) - 1) / 2, modes)
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_ylabel(what)
@@ -264,6 +273,9 @@ def cmd_pool_study(args, cfg):
     from . import report
     from trainingcxl.spec.config import ConfigError
     cfg = cfg.replace(pool=dataclasses.replace(cfg.pool, devices=args.devices))
+    if cfg.pool.split:
+        raise SystemExit("error: study --devices restores whole tables: not yet on a pool "
+                         "whose tables are split (pool.split)")
     try:
         plan = shards(cfg)
     except ConfigError as e:
@@ -289,7 +301,7 @@ def cmd_pool_study(args, cfg):
         specs += [{**common, "seed": seed, "mode": m, "failure_every": r}
                   for r in rates for m in modes]
     print(f"trainingcxl study: a pool of {len(plan)} devices (tables "
-          f"{', '.join('+'.join(map(str, s.tables)) for s in plan)}); {len(specs)} golden-model "
+          f"{'; '.join(s.label(cfg.tables) for s in plan)}); {len(specs)} golden-model "
           f"runs of {args.batches} batches of {batch_size}, a failure of one device every "
           f"{' or '.join(map(str, rates))} batches on average, modes {', '.join(modes)}, "
           f"{args.seeds} seeds; CPR's target PLS {args.pls}, MFU/SSU save {args.fraction:g} of "
@@ -330,7 +342,7 @@ def cmd_pool_study(args, cfg):
               "baseline_auc": baseline, "cpr_published": CPR_PUBLISHED,
               "points": points, "summary": summary, "on_devices": devices_rows}
     if args.plot:
-        _plot(summary, rates, args.plot)
+        _plot(summary, rates, args.plot, devices_rows)
         print(f"  plot               {args.plot}")
     report.json_out(args.json, record, args=args)
     exact = [r for r in summary if r["mode"] == "exact"]

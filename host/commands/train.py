@@ -281,7 +281,7 @@ def _train_on_pool(job, cfg, args):
     plan = shards(cfg)
     print(f"  pool of {len(plan)} device(s), switch {cfg.pool.switch_latency if len(plan) > 1 else 0} "
           f"cycles each way; tables by device: "
-          + "; ".join(f"{s.device}: {', '.join(map(str, s.tables))}" for s in plan), flush=True)
+          + "; ".join(f"{s.device}: {s.label(cfg.tables)}" for s in plan), flush=True)
     try:
         if args.cluster == "local":
             return run_pool(job, cfg, sim=args.sim, workers=args.workers)

@@ -147,16 +147,24 @@ class SyntheticWorkload:
         return dense, labels
 
 
-def initial_tables(config, seed, scale=0.05, *, only=None):
+def initial_tables(config, seed, scale=0.05, *, only=None, ranges=None):
     """Tables of uniform values in ``[-scale, scale)``, in fixed point; a pure function of
-    ``seed``. ``only``: the numbers of the tables wanted (a pool device's), each the same
-    as among all; the others are skipped, not made."""
+    ``seed``. ``only``: the numbers of the tables wanted (a pool device's, ascending),
+    each the same as among all; the others are skipped, not made. ``ranges``: with
+    ``only``, the rows ``(first, end)`` wanted of each (a pool device's pieces)."""
     rng = np.random.default_rng([seed, 0x7AB1E5])
+    wanted = {}
+    for k, t in enumerate(range(config.n_tables) if only is None else only):
+        wanted.setdefault(t, []).append((0, config.tables[t]) if ranges is None else
+                                        tuple(ranges[k]))
     out = []
     for t, rows in enumerate(config.tables):
-        if only is None or t in only:
-            out.append(to_fixed(rng.uniform(-scale, scale, size=(rows, config.dim)),
+        at = 0
+        for lo, hi in wanted.get(t, ()):
+            # One 64-bit draw a value: the rows not wanted are skipped, not made.
+            rng.bit_generator.advance((lo - at) * config.dim)
+            out.append(to_fixed(rng.uniform(-scale, scale, size=(hi - lo, config.dim)),
                                 config.fixed.frac_bits))
-        else:
-            rng.bit_generator.advance(rows * config.dim)    # one 64-bit draw a value
+            at = hi
+        rng.bit_generator.advance((rows - at) * config.dim)
     return out

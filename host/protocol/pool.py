@@ -94,13 +94,15 @@ def recovery_point(probes):
 
 class PoolLink:
     """The exchange of device ``device`` of ``devices`` with the pool's coordinator at
-    ``address``; the coordinator lets it run when it answers. ``tables``: the numbers of
-    the model's tables the device holds; ``model_rows``: the rows of every table of the
-    model."""
+    ``address``; the coordinator lets it run when it answers. ``tables``: the model's
+    table of each piece the device holds, ``ranges`` the rows ``(first, end)`` of each
+    (:class:`~trainingcxl.spec.pool.Shard`); ``model_rows``: the rows of every table of
+    the model."""
 
-    def __init__(self, address, authkey, device, tables, model_rows, devices):
+    def __init__(self, address, authkey, device, tables, ranges, model_rows, devices):
         from multiprocessing.connection import Client
         self.device, self.devices, self.tables = device, devices, tuple(tables)
+        self.ranges = tuple(map(tuple, ranges))
         self.model_rows = tuple(model_rows)
         # A TCP address (host, port) crosses JSON as a list.
         address = tuple(address) if isinstance(address, list) else address

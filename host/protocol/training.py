@@ -50,6 +50,7 @@ from trainingcxl.spec.registers import COUNTERS
 from trainingcxl.host.model.data import initial_tables
 from trainingcxl.host.model.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
 from trainingcxl.host.model.evaluate import evaluate
+from trainingcxl.host.model.fixed import from_fixed
 from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.history import GoldenHistory
 from .phases import PHASES
@@ -282,7 +283,7 @@ class TrainingRun:
         else:                                   # this device's tables of the pool's
             model = self.cfg.replace(tables=pool.model_rows,
                                      model=dataclasses.replace(self.cfg.model, tables=0))
-            tables = initial_tables(model, seed=self.seed, only=pool.tables)
+            tables = initial_tables(model, seed=self.seed, only=pool.tables, ranges=pool.ranges)
         own = None if pool is None else pool.tables
         self.golden = FixedPointTrainer(self.cfg, tables, seed=self.seed, own=own)
         self.reference = FloatTrainer(self.cfg, tables, seed=self.seed, own=own)
@@ -504,12 +505,16 @@ class TrainingRun:
         """On a pool device, once a batch: this device's pooled vectors (the golden
         model's, the reference's and the device's) for every table's, and when the GPU
         can begin (this device's lookup done, or :meth:`gpu_begins`) for when it begins,
-        the last device's. Returns the models' own inputs and every table's."""
+        the last device's. Returns the models' own inputs and every table's, as the MLPs
+        take them. Fixed-point vectors cross in fixed point: the pieces of a split table
+        add up there (:func:`~trainingcxl.host.model.shard.model_inputs`)."""
         g_in, r_in = self.golden.inputs(batch), self.reference.inputs(batch)
         t = self.now() if self.gpu_from is None else self.gpu_from
+        shape = (batch.batch_size, self.cfg.n_tables, self.cfg.dim)
         try:
-            (g_all, r_all, d_all), (self.gpu_from, self.gpu_owed), pool_durable = \
-                self.pool.exchange([g_in[1], r_in[1], self.gpu.inputs(batch, looked.pooled)],
+            (g_fixed, r_all, d_fixed), (self.gpu_from, self.gpu_owed), pool_durable = \
+                self.pool.exchange([g_in[0].reshape(shape), r_in[1],
+                                    np.asarray(looked.pooled).reshape(shape)],
                                    t, self.gpu_owed, self.durable)
         except PoolFailed:
             # Another device failed before this batch's GPU step: the failure reaches this
@@ -520,6 +525,8 @@ class TrainingRun:
         if pool_durable > self.pool_durable and self.cfg.pool.member:
             await self.device.set_pool_durable(pool_durable)
         self.pool_durable = pool_durable
+        bits = self.cfg.fixed.frac_bits
+        g_all, d_all = (from_fixed(x, bits).astype(np.float32) for x in (g_fixed, d_fixed))
         return (g_in, r_in), (g_all, r_all), d_all
 
     def _evaluate(self, b, tables):

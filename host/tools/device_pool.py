@@ -242,6 +242,7 @@ def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
         devices.start([{"job": job.replace(failures=tuple(device_failures(job.failures, s.device)),
                                            pool_member={
                             "device": s.device, "tables": list(s.tables),
+                            "ranges": [list(r) for r in s.ranges],
                             "model_rows": list(config.tables), "address": address,
                             "authkey": authkey.hex(), "model_config": config.to_dict()}).to_dict(),
                         "config": s.config.to_dict(), "sim": sim} for s in plan])
@@ -267,6 +268,7 @@ def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
                       "where": "local" if cluster is None else cluster.name,
                       "switch_latency": config.pool.switch_latency if n > 1 else 0,
                       "tables": [list(s.tables) for s in plan],
+                      "pieces": [s.label(config.tables) for s in plan],
                       "recoveries": exchange.recoveries,
                       "wall_s": time.monotonic() - t0}
     return record
@@ -384,7 +386,8 @@ def merge_records(records, plan):
         rec["cpr"] = {k: (max if k.endswith("cycles") else sum)(r["cpr"][k] for r in records)
                       for k in first["cpr"]}
         rec["cpr"].update({k: first["cpr"][k] for k in ("interval", "every", "checkpoints")})
-    rec["devices"] = [{"device": s.device, "tables": list(s.tables), **r}
+    rec["devices"] = [{"device": s.device, "tables": list(s.tables),
+                       "ranges": [list(x) for x in s.ranges], **r}
                       for s, r in zip(plan, records)]
     return rec
 

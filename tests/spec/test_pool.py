@@ -42,8 +42,37 @@ def test_a_device_snapshots_the_whole_mlp_and_pays_the_switch():
 
 
 def test_more_devices_than_tables_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match="at most 4 devices"):
+    with pytest.raises(ConfigError, match="at most 4 devices.*pool.split"):
         shards(pool("small", 5))
+
+
+@pytest.mark.parametrize("name, devices", [("small", 5), ("small", 8), ("criteo-kaggle", 8),
+                                           ("criteo-kaggle", 64)])
+def test_split_tables_cover_every_row_once_and_balance_the_devices(name, devices):
+    cfg = pool(name, devices, split=True)
+    plan = shards(cfg)
+    held = sorted((t, lo, hi) for s in plan for t, (lo, hi) in zip(s.tables, s.ranges))
+    for t, rows in enumerate(cfg.tables):
+        mine = [(lo, hi) for u, lo, hi in held if u == t]
+        assert mine[0][0] == 0 and mine[-1][1] == rows
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+    share = -(-sum(cfg.tables) // devices)
+    loads = [sum(s.config.tables) for s in plan]
+    # Every piece is at most a share: greedy placement keeps a device within a share
+    # of the mean.
+    assert max(loads) - sum(loads) / devices <= share
+    for s in plan:
+        assert s.config.tables == tuple(hi - lo for lo, hi in s.ranges)
+
+
+def test_split_changes_nothing_where_whole_tables_fit():
+    # small on 2 devices: no table is over a share (960 rows), but one is: 1,024 rows.
+    whole, split = shards(pool("small", 2)), shards(pool("small", 2, split=True))
+    assert [s.tables for s in whole] == [(2,), (0, 1, 3)]
+    assert [s.label(PRESETS["small"].tables) for s in split] != \
+        [s.label(PRESETS["small"].tables) for s in whole]
+    four = pool("kaggle-like", 4)
+    assert shards(four) == shards(pool("kaggle-like", 4, split=True))
 
 
 def test_the_pool_does_not_change_the_device_build():

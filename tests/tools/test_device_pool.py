@@ -69,6 +69,27 @@ def test_a_pool_on_ray_gives_what_it_gives_on_this_machine():
     assert there["pool"]["where"] == "ray" and there["pool"]["workers"] == 1
 
 
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_a_pool_with_split_tables_trains_the_model_of_one_device_and_recovers():
+    """More devices than tables: each table's rows in ranges over several devices, whose
+    pooled parts add up to one device's pooling, bit for bit; a failure of one device is
+    recovered exactly."""
+    cfg = PRESETS["tiny"]
+    four = cfg.replace(pool=PoolShape(devices=4, split=True))
+    alone = launch(job(cfg, batches=5, staleness=0), cfg)
+    rec = run_pool(job(four, batches=5, staleness=0,
+                       failures=({"pool_batch": 3, "offset": 200, "devices": [2]},)), four)
+    assert rec["golden_match"] and rec["consistent"] and len(rec["failures"]) == 1
+    assert rec["loss"] == alone["loss"]
+    assert sum(len(d["tables"]) for d in rec["devices"]) > cfg.n_tables      # split
+    rows = {}
+    for d in rec["devices"]:
+        for t, (lo, hi) in zip(d["tables"], d["ranges"]):
+            rows.setdefault(t, []).append((lo, hi))
+    assert {t: sum(hi - lo for lo, hi in r) for t, r in rows.items()} == dict(enumerate(cfg.tables))
+
+
 #: A whole pool's power failure, one device's, and one device's during the recovery from
 #: another's (:func:`trainingcxl.host.protocol.pool.device_failures`).
 POOL_FAILURES = ({"pool_batch": 2, "offset": 300}, {"pool_batch": 4, "offset": 100, "devices": [1]},
