@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from trainingcxl.host.model.data import ZIPF_ALPHA
-from trainingcxl.host.model.partial import CPR_FRACTION, CPR_PLS, CPR_VARIANTS
+from trainingcxl.host.model.partial import (CPR_FRACTION, CPR_PLS, CPR_VARIANTS,
+                                             check_cpr_settings)
 
 __all__ = ["JobError", "Job", "TrainJob", "LookupJob", "UpdateJob", "FuzzJob", "BoardJob",
            "DEFAULT_SYSTEM", "CAMPAIGN_SYSTEM"]
@@ -186,7 +187,8 @@ class TrainJob(Job):
     pls: float = option(CPR_PLS, "with --recovery cpr*: CPR's target portion of lost samples, "
                         "which with --failure-every sets the checkpoint interval")
     fraction: float = option(CPR_FRACTION, "with --recovery cpr-mfu or cpr-ssu: the share of "
-                             "the rows a checkpoint saves, that often more often")
+                             "each table's rows a checkpoint saves, taken that share of the "
+                             "interval apart")
     pool_member: dict = option(None, "set by a pool's coordinator, not on the command line: "
                                "the device of the pool this run is (docs/pool.md)")
 
@@ -236,9 +238,12 @@ class TrainJob(Job):
         if self.failures:
             raise JobError(f"--recovery {self.recovery} plans its failures with "
                            f"--failure-every, between batches")
-        if self.failure_every < 0 or not 0 < self.pls <= 0.5 or not 0 < self.fraction <= 1:
-            raise JobError("--failure-every is 0 or more, --pls in (0, 0.5] and --fraction "
-                           "in (0, 1]")
+        if self.failure_every < 0:
+            raise JobError("--failure-every is 0 (no failures) or more")
+        try:
+            check_cpr_settings(self.pls, self.fraction)
+        except ValueError as e:
+            raise JobError(str(e)) from None
 
     def validated(self, config, *, sim="verilator", note=lambda text: None):
         """This job resolved (:meth:`resolved`) and checked against ``config`` and the

@@ -31,7 +31,8 @@ from trainingcxl.host.model.bound import batch_bound
 from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.partial import (CPR_FRACTION, CPR_PLS, CPR_VARIANTS,
-                                             PartialCheckpoints, cpr_interval, failure_schedule)
+                                             PartialCheckpoints, check_cpr_settings,
+                                             cpr_interval, failure_schedule)
 from trainingcxl.host.model.shard import shard_batch
 from trainingcxl.spec.config import Config
 from trainingcxl.spec.pool import shards
@@ -285,8 +286,10 @@ def cmd_pool_study(args, cfg):
     if bad:
         raise SystemExit(f"error: unknown mode {bad[0]!r}; with --devices the modes are "
                          f"{', '.join(POOL_MODES)}")
-    if not 0 < args.pls <= 0.5 or not 0 < args.fraction <= 1:
-        raise SystemExit("error: --pls is in (0, 0.5] and --fraction in (0, 1]")
+    try:
+        check_cpr_settings(args.pls, args.fraction)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     batch_size = args.batch_size or cfg.model.batch_size
     try:
         workload_of(cfg, args.seed, batch_size).test_set(args.test_samples).check_labels()

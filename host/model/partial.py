@@ -22,7 +22,7 @@ import numpy as np
 
 from .golden import touched_rows
 
-__all__ = ["CPR_VARIANTS", "CPR_PLS", "CPR_FRACTION", "cpr_interval", "failure_schedule", "PartialCheckpoints"]
+__all__ = ["CPR_VARIANTS", "CPR_PLS", "CPR_FRACTION", "cpr_interval", "check_cpr_settings", "failure_schedule", "PartialCheckpoints"]
 
 #: The variants, by how a checkpoint chooses its rows.
 CPR_VARIANTS = ("cpr", "cpr-mfu", "cpr-ssu")
@@ -35,6 +35,14 @@ def cpr_interval(pls, failure_every):
     """CPR's checkpoint interval in batches for a target portion of lost samples ``pls``
     and a failure every ``failure_every`` batches on average (at least 1)."""
     return max(1, round(2 * pls * failure_every))
+
+
+def check_cpr_settings(pls, fraction):
+    """A :exc:`ValueError` unless ``pls`` is in (0, 0.5] and ``fraction`` in (0, 1]."""
+    if not 0 < pls <= 0.5 or not 0 < fraction <= 1:
+        raise ValueError(f"CPR's portion of lost samples (--pls) is in (0, 0.5] and the share "
+                         f"of rows a variant saves (--fraction) in (0, 1], not {pls} and "
+                         f"{fraction}")
 
 
 def failure_schedule(devices, batches, failure_every, seed):

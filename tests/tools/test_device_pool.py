@@ -176,6 +176,7 @@ def test_a_pool_refuses_failures_it_cannot_plan_and_what_it_does_not_run_yet():
     for job, why in ((TrainJob(recovery="cpr"), "is a pool's"),
                      (TrainJob(recovery="cpr-ssu", relaxed=True), "strict order"),
                      (TrainJob(failure_every=5), "planned with --inject-failures"),
-                     (TrainJob(recovery="cpr", failures=({"pool_batch": 2},)), "between batches")):
+                     (TrainJob(recovery="cpr", failures=({"pool_batch": 2},)), "between batches"),
+                     (TrainJob(recovery="cpr-mfu", pls=0.9), "portion of lost samples")):
         with pytest.raises(JobError, match=why):
             job.validated(PRESETS["tiny"] if why == "is a pool's" else two)
