@@ -326,6 +326,11 @@ class TrainJob(Job):
             plan = shards(config)
         except ConfigError as e:
             raise JobError(str(e)) from None
+        for s in plan:                  # split tables: a device may hold more pieces than tables
+            try:
+                check_bags(s.config, self.batch_size)
+            except JobError as e:
+                raise JobError(f"device {s.device}, {len(s.tables)} pieces: {e}") from None
         if self.checkpointing:
             data = SyntheticWorkload(config, seed=self.seed, batch_size=self.batch_size,
                                      min_pooling=self.min_pooling, zipf_alpha=self.zipf_alpha)

@@ -4,8 +4,8 @@ configuration.
 The pool's model has the tables of ``Config.tables``; ``Config.pool.devices``
 devices hold them. A device holds *pieces*: whole tables, or with ``pool.split``
 ranges of a table's rows (:func:`pieces`: the largest piece is halved until there
-are at least as many pieces as devices and none holds more than a device's share
-of the rows). Pieces are placed largest first on the device with the fewest rows
+are at least as many pieces as devices, none holds more than a device's share of
+the rows, and the placement leaves no device more than 1/16 over it). Pieces are placed largest first on the device with the fewest rows
 so far (a greedy balance of rows, hence of the media each device needs and of the
 lookups it serves under a uniform pooling). A device is today's device, built from
 its own configuration: its pieces as its tables, the model's MLP sized for all of
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from .config import ConfigError, LinkTiming, PoolShape
 
-__all__ = ["Shard", "pieces", "shards", "device_configs"]
+__all__ = ["Shard", "BALANCE", "pieces", "shards", "device_configs"]
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,18 @@ class Shard:
                          for t, (lo, hi) in zip(self.tables, self.ranges))
 
 
+#: How far over its share of the rows (``ceil(rows / devices)``) split tables may leave
+#: a device: pieces are halved until the greedy placement stays within it.
+BALANCE = 1 / 16
+
+
 def pieces(rows, devices, split):
     """The pieces of tables with ``rows`` rows for ``devices`` devices: ``(table, first,
     end)`` ascending. Whole tables; with ``split``, the largest piece (the first such)
-    halved until there are at least ``devices`` pieces and none has more than
-    ``ceil(sum(rows) / devices)`` rows."""
+    halved until there are at least ``devices`` pieces, none has more than a device's
+    share of the rows, ``ceil(sum(rows) / devices)``, and the placement
+    (:func:`_placement`) leaves no device more than :data:`BALANCE` over its share (or
+    the largest piece is one row)."""
     out = [(t, 0, n) for t, n in enumerate(rows)]
     if not split:
         if devices > len(rows):
@@ -54,14 +61,16 @@ def pieces(rows, devices, split):
                               f"a device holds whole tables, so at most {len(rows)} devices "
                               f"(pool.split = true splits tables into ranges of rows)")
         return out
+    if devices > sum(rows):
+        raise ConfigError(f"pool.devices = {devices}: more devices than the tables' "
+                          f"{sum(rows)} rows")
     share = -(-sum(rows) // devices)
     while True:
         t, lo, hi = max(out, key=lambda p: (p[2] - p[1], -p[0], -p[1]))
         if len(out) >= devices and hi - lo <= share:
-            return sorted(out)
-        if hi - lo < 2:
-            raise ConfigError(f"pool.devices = {devices}: more devices than the tables' "
-                              f"{sum(rows)} rows")
+            loads = [sum(p[2] - p[1] for p in held) for held in _placement(out, devices)]
+            if max(loads) <= share * (1 + BALANCE) or hi - lo < 2:
+                return sorted(out)
         mid = lo + (hi - lo) // 2
         out.remove((t, lo, hi))
         out += [(t, lo, mid), (t, mid, hi)]
