@@ -229,9 +229,6 @@ class TrainJob(Job):
         if config.pool.devices < 2:
             raise JobError(f"--recovery {self.recovery} is a pool's: a failed device reloads "
                            f"its tables while the others go on (set --devices N, N >= 2)")
-        if config.pool.split:
-            raise JobError(f"--recovery {self.recovery} saves whole tables' rows: not yet on "
-                           f"a pool whose tables are split (pool.split)")
         if self.relaxed:
             raise JobError(f"--recovery {self.recovery} trains in strict order: its failures "
                            f"come between batches (drop --relaxed)")

@@ -53,35 +53,42 @@ def pool_golden_run(cfg, workload, batches, *, seed, mode, failure_every, pls=CP
     device every ``failure_every`` batches on average (0: none), recovering as ``mode``
     does; returns ``(history, failures, checkpoints, losses)``: ``failures`` a list of
     ``(batch, device, batches since that device's tables were saved)``, ``checkpoints``
-    the CPR checkpoints (``None`` for ``exact``), ``losses`` the golden model's loss of
-    each batch in order (what the devices' GPUs report, :mod:`~trainingcxl.host.protocol
-    .cpr`)."""
+    the golden model's CPR checkpoints of each device (``None`` for ``exact``), ``losses``
+    the golden model's loss of each batch in order (what the devices' GPUs report,
+    :mod:`~trainingcxl.host.protocol.cpr`)."""
     if mode not in POOL_MODES:
         raise ValueError(f"mode must be one of {', '.join(POOL_MODES)}, not {mode!r}")
     plan = shards(cfg)
     history = history_at_start(cfg, seed)
     cps = None
     if mode != "exact":
+        # Each device checkpoints its pieces as the devices do (views of the models'
+        # tables), the golden model's and the reference's alike.
         interval = cpr_interval(pls, failure_every) if failure_every else batches
-        cps = [PartialCheckpoints(cfg, trainer.tables, mode, interval, fraction=fraction,
-                                  seed=seed) for trainer in (history.golden, history.reference)]
+        cps = [[PartialCheckpoints(s.config, [trainer.tables[t][lo:hi]
+                                              for t, (lo, hi) in zip(s.tables, s.ranges)],
+                                   mode, interval, fraction=fraction, seed=seed)
+                for trainer in (history.golden, history.reference)] for s in plan]
     failures, losses = [], []
     for d, device in [*failure_schedule(len(plan), batches, failure_every, seed), (batches, None)]:
         while history.head < d:
             losses.append(step(history, workload, 2).loss)
             if cps is not None:
                 batch = workload.batch(history.head - 1)
-                for c in cps:
-                    c.after_batch(history.head, batch)
+                for s, mine in zip(plan, cps):
+                    for c in mine:
+                        c.after_batch(history.head, shard_batch(batch, s.tables, s.ranges))
         if device is None:
             break
         if cps is None:                     # exact: back to d, batch d + 1 is trained again
             failures.append((d + 1, device, 0))
         else:
-            for c in cps:
-                c.restore(plan[device].tables)
-            failures.append((d + 1, device, d % cps[0].every))
+            for c in cps[device]:
+                c.restore(range(len(c.tables)))
+            failures.append((d + 1, device, d % cps[0][0].every))
             history.restart_at(d)           # its tables older, the rest as they are
+    if cps is not None:
+        cps = [golden for golden, _ in cps]
     return history, failures, cps, losses
 
 
@@ -126,7 +133,7 @@ def overhead(cfg, mode, batches, failures, cps, costs):
     else:
         lpr, n = cfg.lines_per_row, len(plan)
         saves = batches // cps[0].every
-        rows = cps[0].rows_saved / n                # the devices write in parallel
+        rows = sum(c.rows_saved for c in cps) / n   # the devices write in parallel
         mlp = saves / (1 if mode == "cpr" else round(1 / cps[0].fraction)) * (cfg.mlp_lines + 1)
         reload = np.mean([sum(s.config.tables) for s in plan]) * lpr
         extra = _write(pmem, rows * lpr + mlp) + len(failures) * _read(pmem, reload)
@@ -274,9 +281,6 @@ def cmd_pool_study(args, cfg):
     from . import report
     from trainingcxl.spec.config import ConfigError
     cfg = cfg.replace(pool=dataclasses.replace(cfg.pool, devices=args.devices))
-    if cfg.pool.split:
-        raise SystemExit("error: study --devices restores whole tables: not yet on a pool "
-                         "whose tables are split (pool.split)")
     try:
         plan = shards(cfg)
     except ConfigError as e:
