@@ -163,6 +163,23 @@ class Device:
         got = await self.transport.read_lines([base + a for a in media_addrs])
         return dict(zip(media_addrs, got))
 
+    async def read_rows(self, rows):
+        """The rows ``rows[t]`` (row numbers of table ``t``) as the media hold them, read over
+        CXL.mem in one go: a (rows, dim) array per table."""
+        cfg = self.config
+        lpr = cfg.lines_per_row
+        addrs = np.concatenate([
+            (cfg.hdm_base + cfg.table_base[t] + np.asarray(r, dtype=np.int64)[:, None] * lpr
+             + np.arange(lpr)).ravel() for t, r in enumerate(rows)] or [np.zeros(0, np.int64)])
+        got = await self.transport.read_lines(addrs.tolist()) if len(addrs) else []
+        out, at = [], 0
+        for r in rows:
+            n = len(r) * lpr
+            out.append(lines_to_rows(got[at:at + n], cfg.dim) if n
+                       else np.zeros((0, cfg.dim), dtype=np.int32))
+            at += n
+        return out
+
     async def write_media(self, lines):
         """Write ``{media line: data}``; returns once every write is acknowledged (persistent)."""
         base = self.config.hdm_base

@@ -15,7 +15,6 @@ after the reload and at every check after it.
 
 import numpy as np
 
-from trainingcxl.host.driver.device import lines_to_rows
 from trainingcxl.host.model.partial import PartialCheckpoints, cpr_interval, failure_schedule
 
 __all__ = ["CprRecovery"]
@@ -51,20 +50,13 @@ class CprRecovery:
             rows = model.after_batch(b, batch)
         if rows is None:
             return
-        cfg, t0 = run.cfg, run.now()
-        lpr = cfg.lines_per_row
-        addrs = [int(cfg.table_base[t] + row * lpr + k)
-                 for t, table_rows in enumerate(rows) for row in table_rows for k in range(lpr)]
-        got = await run.device.read_media_lines(addrs)
-        for t, table_rows in enumerate(rows):
-            first = cfg.table_base[t]
-            lines = [got[first + row * lpr + k] for row in table_rows for k in range(lpr)]
-            if lines:
-                self.saved[t][table_rows] = lines_to_rows(lines, cfg.dim)
+        t0 = run.now()
+        for saved, table_rows, values in zip(self.saved, rows, await run.device.read_rows(rows)):
+            saved[table_rows] = values
         st = self.stats
         st["checkpoints"] += 1
         st["rows_read"] += sum(len(r) for r in rows)
-        st["lines_read"] += len(addrs)
+        st["lines_read"] += sum(len(r) for r in rows) * run.cfg.lines_per_row
         st["read_cycles"] += run.now() - t0
 
     async def before_batch(self, run, b):
