@@ -19,7 +19,8 @@ VENV=.venv
 STAMP=$VENV/.installed-from
 
 EXTRAS=${TRAININGCXL_EXTRAS:-cluster}
-want=$( (cat pyproject.toml; echo "$EXTRAS") | sha256sum | cut -c1-16)
+# setup.py derives the package list, so it is part of what was installed.
+want=$( (cat pyproject.toml setup.py; echo "$EXTRAS") | sha256sum | cut -c1-16)
 installed() { [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; }
 if ! installed; then
     # Two commands started at once in a fresh clone install once: the second
@@ -29,7 +30,10 @@ if ! installed; then
     if ! installed; then
         echo "[setup] installing the project into $VENV (first run takes about a minute)"
         "$PYTHON" -m venv "$VENV"
-        "$VENV/bin/python" -m pip install --quiet --upgrade pip
+        # The build system's setuptools (pyproject.toml's requirement) in the environment
+        # too: tests/test_wheel.py then builds a wheel offline (--no-build-isolation).
+        build_req=$(sed -n 's/^requires = \["\(setuptools[^"]*\)"\]/\1/p' pyproject.toml)
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip "$build_req"
         "$VENV/bin/python" -m pip install --quiet -e ".[$EXTRAS]"
         echo "$want" > "$STAMP"
     fi
