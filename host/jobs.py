@@ -18,15 +18,12 @@ from typing import ClassVar
 from trainingcxl.host.model.data import ZIPF_ALPHA
 from trainingcxl.host.model.partial import (CPR_FRACTION, CPR_PLS, CPR_VARIANTS,
                                              check_cpr_settings)
+from trainingcxl.host.protocol.systems import CAMPAIGN_SYSTEM, DEFAULT_SYSTEM, staleness_defaults
+from trainingcxl.host.protocol.run_record import TrainRecord
 
 __all__ = ["JobError", "Job", "TrainJob", "LookupJob", "UpdateJob", "FuzzJob", "BoardJob",
            "DEFAULT_SYSTEM", "CAMPAIGN_SYSTEM"]
 
-#: The rung ``train`` runs on unless told otherwise (docs/ladder.md).
-DEFAULT_SYSTEM = "cxl"
-#: The rung campaigns, sweeps and the study run: batch-aware checkpointing, with the
-#: lookup order and staleness K chosen per run rather than by the system.
-CAMPAIGN_SYSTEM = "cxl-b"
 
 
 class JobError(ValueError):
@@ -69,29 +66,32 @@ class Job:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def help(cls, name, default=dataclasses.MISSING):
-        """The help text of field ``name`` with its default (or ``default``) named."""
+    def help(cls, name, default=dataclasses.MISSING, text=None):
+        """The help text of field ``name`` (or ``text``, a command's own words for it)
+        with its default (or ``default``) named."""
         f = cls._field(name)
         value = f.default if default is dataclasses.MISSING else default
         said = f.metadata.get("default_text") if value is None else None
         if said is None and not f.metadata["flag"]:
-            said = value
-        return f.metadata["help"] + (f" (default: {said})" if said is not None else "")
+            said = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        return (text or f.metadata["help"]) + (f" (default: {said})" if said is not None else "")
 
     @classmethod
     def add_arguments(cls, parser, *names, defaults=None, **kwargs):
         """Add ``--name`` options for the fields ``names``; ``defaults`` overrides a
         field's default for this command, ``kwargs`` (by field name) add argparse
-        keywords such as ``type`` or ``choices``."""
+        keywords such as ``type`` or ``choices``, and ``help``: the command's own words
+        for the field."""
         defaults = defaults or {}
         for name in names:
             f = cls._field(name)
             default = defaults.get(name, f.default)
             extra = dict(kwargs.get(name, {}))
+            text = extra.pop("help", None)
             if f.metadata["flag"]:
                 extra.setdefault("action", "store_true")
             parser.add_argument("--" + name.replace("_", "-"), dest=name, default=default,
-                                help=cls.help(name, default), **extra)
+                                help=cls.help(name, default, text), **extra)
 
     @classmethod
     def from_args(cls, args, **changes):
@@ -141,7 +141,7 @@ class TrainJob(Job):
     staleness: int = option(None, "staleness bound K: training stalls while the newest MLP "
                             "snapshot is more than K batches behind the newest commit (0: "
                             "strict, snapshot every batch)",
-                            default_text="the system's, 1 for cxl and 0 for the others")
+                            default_text=f"the system's: {staleness_defaults()}")
     checkpointing: bool = option(True, "undo log, commits and MLP snapshots")
     check_every: int = option(10, "read the tables back and compare them every N batches (and "
                               "at the first and last)")
@@ -191,6 +191,11 @@ class TrainJob(Job):
                              "interval apart")
     pool_member: dict = option(None, "set by a pool's coordinator, not on the command line: "
                                "the device of the pool this run is (docs/pool.md)")
+    resume_report: str = option(None, "set by a kill campaign, not on the command line: with "
+                                "--resume, write what RECOVER found (the record's 'resumed') "
+                                "to this file as soon as it is checked")
+    #: What the application returns (:mod:`trainingcxl.host.protocol.run_record`).
+    record_class: ClassVar[type] = TrainRecord
 
     def resolved(self, config):
         """This job with what it left to the configuration and the system decided:
@@ -453,6 +458,7 @@ class BoardJob(Job):
                              "descriptor")
     button: tuple = option((), "batches at whose start the board's button (FIRE 2) is pressed")
     quiet: bool = option(False, "no line per batch")
+    record_class: ClassVar[type] = TrainRecord
 
 
 def check_bags(config, batch_size):

@@ -23,10 +23,13 @@ LAYERS = (
     ("jobs", 5, ("trainingcxl.host.jobs",)),
     # The applications the runner starts inside a simulator, and their launcher.
     ("apps", 6, ("trainingcxl.host.apps",)),
-    # What the commands share: argument types, fan-out on a cluster, journals, plans.
-    ("tools", 7, ("trainingcxl.host.tools",)),
-    ("commands", 8, ("trainingcxl.host.commands",)),
-    ("cli", 9, ("trainingcxl.host", "trainingcxl.host.cli")),
+    # The run layer: tasks, the runners (one device, a pool's coordinator, killed and
+    # resumed processes), the fan-out on a cluster and its journal.
+    ("runs", 7, ("trainingcxl.host.runs",)),
+    # What the commands share: argument types, failure plans, the ladder's runs.
+    ("tools", 8, ("trainingcxl.host.tools",)),
+    ("commands", 9, ("trainingcxl.host.commands",)),
+    ("cli", 10, ("trainingcxl.host", "trainingcxl.host.cli")),
 )
 
 

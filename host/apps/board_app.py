@@ -75,19 +75,16 @@ async def board_job(dut):
                                                        presses=job.button))
     wall0 = time.perf_counter()
     record = await run.run()
-    record["loss"] = [record["loss"][b] for b in sorted(record["loss"])]
-    record["loss_ref"] = [record["loss_ref"][b] for b in sorted(record["loss_ref"])]
-    record["counters"] = run.counters
-    record["bridge"] = await client.state()
-    record["frames"] = client.frames
-    record["uart_framing_errors"] = uart.framing_errors
+    record.counters = run.counters
+    record.bridge = await client.state()
+    record.frames = client.frames
+    record.uart_framing_errors = uart.framing_errors
     # The SDRAM chip model's verdict (a board whose media is in block RAM has none).
     violation = Violation(int(dut.sdram_violation.value))
-    record["sdram_violation"] = violation.name
-    record["golden_match"] = (record["consistent"] and not record["errors"]
-                              and violation == Violation.NONE)
-    record["wall_s"] = time.perf_counter() - wall0
+    record.sdram_violation = violation.name
+    record.golden_match = record.consistent and not record.errors and violation == Violation.NONE
+    record.wall_s = time.perf_counter() - wall0
     with open(out_path, "w") as f:
-        json.dump(record, f, indent=2, default=str)
+        json.dump(record.to_dict(), f, indent=2, default=str)
     assert violation == Violation.NONE, f"the SDRAM controller broke a rule: {violation.name}"
-    assert record["golden_match"], "the board diverged from the golden model (see the progress lines)"
+    assert record.golden_match, "the board diverged from the golden model (see the progress lines)"

@@ -29,6 +29,7 @@ from trainingcxl.host.driver.ports import DeviceTB
 from trainingcxl.sim.bench_env import bench_config
 from trainingcxl.host.jobs import FuzzJob
 from .launch import read_job
+from .job_records import FuzzRecord, NotRefused
 
 #: The kinds of invalid input, each with the refusal it must get.
 KINDS = ("mem_unmapped_read", "mem_unmapped_write", "mem_protected_write", "mem_poisoned_write",
@@ -227,8 +228,7 @@ async def fuzz_job(dut):
     wl = SyntheticWorkload(cfg, seed=seed, batch_size=4)
     fuzz = Fuzzer(tb, rng, wl, tables)
     fuzz.committed = 0
-    rec = {"cases": 0, "invalid": 0, "refused": 0, "not_refused": [], "corruptions": 0,
-           "hangs": 0, "lost_commits": 0, "batches": 0, "by_kind": {k: 0 for k in KINDS}}
+    rec = FuzzRecord(by_kind={k: 0 for k in KINDS})
     batch_id = 0
     try:
         for case in range(cases):
@@ -237,20 +237,20 @@ async def fuzz_job(dut):
             # retrying it would: the undo records a refused LOOKUP leaves in the
             # ring are reclaimed when that batch commits.
             ok = await fuzz.send(kind, batch_id + 1)
-            rec["cases"] += 1
-            rec["invalid"] += 1
-            rec["by_kind"][kind] += 1
+            rec.cases += 1
+            rec.invalid += 1
+            rec.by_kind[kind] += 1
             if ok:
-                rec["refused"] += 1
+                rec.refused += 1
             else:
-                rec["not_refused"].append({"case": case, "kind": kind})
+                rec.not_refused.append(NotRefused(case=case, kind=kind))
             if (case + 1) % every == 0:
                 batch_id += 1
                 b = wl.batch(batch_id)
                 res = await tb.lookup(batch_id, b.indices, b.offsets)
                 want = embedding_bag_sum(cfg, tables, b.indices, b.offsets)
                 if res.error != ErrorCode.NONE or not np.array_equal(res.pooled, want.pooled):
-                    rec["corruptions"] += 1
+                    rec.corruptions += 1
                 deltas = np.asarray(np.random.default_rng(seed + batch_id).integers(
                     -2**12, 2**12, (b.n_bags, cfg.dim)), np.int32)
                 error, _ = await tb.update(batch_id, b.indices, b.offsets, deltas)
@@ -258,30 +258,30 @@ async def fuzz_job(dut):
                     tables = embedding_update(cfg, tables, b.indices, b.offsets, deltas)
                     fuzz.tables = tables
                 else:
-                    rec["corruptions"] += 1
+                    rec.corruptions += 1
                 if await tb.commit(batch_id) != ErrorCode.NONE or \
                         (await tb.ctl.read(Reg.COMMITTED)) & 0xFFFFFFFF != batch_id:
-                    rec["lost_commits"] += 1
+                    rec.lost_commits += 1
                 fuzz.committed = batch_id
-                rec["batches"] += 1
+                rec.batches += 1
                 if batch_id % 100 == 0:
                     # Keep the newest snapshot within the staleness bound of 255 commits.
                     await tb.stage_mlp(np.zeros(cfg.mlp_params, np.float32))
                     if await tb.snapshot(batch_id) != ErrorCode.NONE:
-                        rec["lost_commits"] += 1
+                        rec.lost_commits += 1
                     await tb.wait_snapshot(batch_id)
-                progress(f"  case {case + 1}/{cases}: {rec['refused']} refused, "
-                         f"{rec['corruptions']} corruptions, batch {batch_id} trained")
+                progress(f"  case {case + 1}/{cases}: {rec.refused} refused, "
+                         f"{rec.corruptions} corruptions, batch {batch_id} trained")
     except TimeoutError as e:
-        rec["hangs"] += 1
-        rec["hang"] = f"case {rec['cases']} ({kind}): {e}"
+        rec.hangs += 1
+        rec.hang = f"case {rec.cases} ({kind}): {e}"
     got = await tb.read_tables()
     for g, w in zip(got, tables):
-        rec["corruptions"] += int((g != w).any(axis=1).sum())
-    rec["counters"] = {"mem_errors": await tb.ctl.read(Reg.MEM_ERRORS),
-                       "descriptor_errors": fuzz.cleared_errors + (await tb.ctl.read(Reg.ERROR) >> 32)}
+        rec.corruptions += int((g != w).any(axis=1).sum())
+    rec.counters = {"mem_errors": await tb.ctl.read(Reg.MEM_ERRORS),
+                    "descriptor_errors": fuzz.cleared_errors + (await tb.ctl.read(Reg.ERROR) >> 32)}
     with open(out_path, "w") as f:
-        json.dump(rec, f, indent=2)
-    assert rec["hangs"] == 0, rec.get("hang")
-    assert rec["refused"] == rec["invalid"], f"not refused: {rec['not_refused'][:5]}"
-    assert rec["corruptions"] == 0 and rec["lost_commits"] == 0, rec
+        json.dump(rec.to_dict(), f, indent=2)
+    assert rec.hangs == 0, rec.hang
+    assert rec.refused == rec.invalid, f"not refused: {rec.not_refused[:5]}"
+    assert rec.corruptions == 0 and rec.lost_commits == 0, rec

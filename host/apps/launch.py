@@ -31,7 +31,8 @@ def read_job(job_class):
 def launch(job, config, *, sim="verilator", top="device", waves=None, capture=False,
            work_dir=None, name=None):
     """Run ``job`` on the device (or ``top``) built from ``config`` for ``sim`` and
-    return its record.
+    return its record, typed (:func:`~.job_records.record_class`: a
+    :class:`~trainingcxl.host.protocol.run_record.TrainRecord` for training).
 
     A run that failed raises :class:`~trainingcxl.sim.runner.BenchFailure`; its
     ``record`` is what the run wrote before it failed (a golden mismatch, an
@@ -43,6 +44,8 @@ def launch(job, config, *, sim="verilator", top="device", waves=None, capture=Fa
     """
     from trainingcxl.sim.runner import BenchFailure, run_bench, waves_file
     from trainingcxl.host.pmem.media_file import MEDIA_AT
+    from .job_records import record_class
+    read = record_class(job).from_dict
     # A job's media file (``TrainJob.pmem``) is the simulator's media RAM itself.
     media = getattr(job, "pmem", None)
     kept = {"media": (media, MEDIA_AT)} if media else None
@@ -59,15 +62,15 @@ def launch(job, config, *, sim="verilator", top="device", waves=None, capture=Fa
         except BenchFailure as e:
             if capture:
                 e.args = (str(e)[-500:] + "\n" + log_path.read_text(errors="replace")[-3000:],)
-            e.record = json.loads(out.read_text()) if out.exists() else None
+            e.record = read(json.loads(out.read_text())) if out.exists() else None
             raise
-        record = json.loads(out.read_text())
+        record = read(json.loads(out.read_text()))
         if waves is not None:
             src = waves_file(sim, config, work_dir=tmp)
             if src.exists():
                 Path(waves).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, waves)
-                record["waves"] = str(waves)
+                record.waves = str(waves)
     return record
 
 

@@ -19,6 +19,7 @@ from trainingcxl.host.driver.ports import DeviceTB
 from trainingcxl.sim.bench_env import bench_config
 from trainingcxl.host.jobs import LookupJob
 from .launch import read_job
+from .job_records import LookupBatch, LookupRecord
 
 
 def progress(text):
@@ -60,39 +61,30 @@ async def lookup_job(dut):
         match = res.error == ErrorCode.NONE and np.array_equal(res.pooled, want.pooled)
         busy = after["lookup_busy"] - before["lookup_busy"]
         lines = after["lookup_lines"] - before["lookup_lines"]
-        rec = {
-            "batch": i, "bags": b.n_bags, "indices": b.n_indices, "cycles": res.cycles,
-            "busy_cycles": busy, "pmem_lines": lines,
-            "lines_per_cycle": lines / busy if busy else 0.0,
-            "overflow_bags": int(want.overflow.sum()),
-            "error": res.error.name, "golden_match": bool(match),
-        }
-        batches.append(rec)
+        one = LookupBatch(
+            batch=i, bags=b.n_bags, indices=b.n_indices, cycles=res.cycles,
+            busy_cycles=busy, pmem_lines=lines, lines_per_cycle=lines / busy if busy else 0.0,
+            overflow_bags=int(want.overflow.sum()), error=res.error.name,
+            golden_match=bool(match))
+        batches.append(one)
         progress(f"  batch {i + 1}/{job.batches}: {b.n_bags} bags, {b.n_indices} rows, "
-                 f"{res.cycles} cycles, {rec['lines_per_cycle']:.3f} lines/cycle, "
+                 f"{res.cycles} cycles, {one.lines_per_cycle:.3f} lines/cycle, "
                  f"golden {'match' if match else 'MISMATCH'}")
     total = await tb.counters()
-    record = {
-        "config": cfg.to_dict(),
-        "job": job.to_dict(),
-        "load_cycles": load_cycles,
-        "batches": batches,
-        "counters": total,
-        "lookup_wall_s": sim_wall,
-        "lookup_sim_cycles": sim_cycles,
-        "sim_cycles_per_s": sim_cycles / sim_wall if sim_wall else 0.0,
-        "job_wall_s": time.perf_counter() - wall0,
-        "total_cycles": total["cycles"] - c0,
-        "total_cycles_per_s": (total["cycles"] - c0) / (time.perf_counter() - wall0),
-        "golden_match": all(r["golden_match"] for r in batches),
-    }
     # The PMEM read rate the engine reached while busy, against the model's peak.
-    record["pmem_lines"] = sum(b["pmem_lines"] for b in batches)
-    record["busy_cycles"] = sum(b["busy_cycles"] for b in batches)
-    record["peak_lines_per_cycle"] = cfg.pmem.read_rate[0] / cfg.pmem.read_rate[1]
-    record["lines_per_cycle"] = (record["pmem_lines"] / record["busy_cycles"]
-                                 if record["busy_cycles"] else 0.0)
+    pmem_lines = sum(b.pmem_lines for b in batches)
+    busy_cycles = sum(b.busy_cycles for b in batches)
+    record = LookupRecord(
+        config=cfg.to_dict(), job=job.to_dict(), load_cycles=load_cycles, batches=batches,
+        counters=total, lookup_wall_s=sim_wall, lookup_sim_cycles=sim_cycles,
+        sim_cycles_per_s=sim_cycles / sim_wall if sim_wall else 0.0,
+        job_wall_s=time.perf_counter() - wall0, total_cycles=total["cycles"] - c0,
+        total_cycles_per_s=(total["cycles"] - c0) / (time.perf_counter() - wall0),
+        golden_match=all(b.golden_match for b in batches),
+        pmem_lines=pmem_lines, busy_cycles=busy_cycles,
+        peak_lines_per_cycle=cfg.pmem.read_rate[0] / cfg.pmem.read_rate[1],
+        lines_per_cycle=pmem_lines / busy_cycles if busy_cycles else 0.0)
     with open(out_path, "w") as f:
-        json.dump(record, f, indent=2)
+        json.dump(record.to_dict(), f, indent=2)
     tb.check_models()
-    assert record["golden_match"], "some batch differs from the golden model"
+    assert record.golden_match, "some batch differs from the golden model"

@@ -37,7 +37,11 @@ from trainingcxl.host.model.criteo import CriteoDataset
 from trainingcxl.host.model.data import SyntheticWorkload
 from trainingcxl.host.model.export import export_model
 from trainingcxl.host.model.shard import ShardData
+from trainingcxl.host.protocol.cpr import CprRecovery
+from trainingcxl.host.protocol.hooks import ResumeReport
 from trainingcxl.host.protocol.pool import PoolLink
+from trainingcxl.host.protocol.pool_member import PoolMember
+from trainingcxl.host.protocol.run_record import NULL
 from trainingcxl.spec.config import Config
 from trainingcxl.host.driver.ports import DeviceTB
 from trainingcxl.sim.bench_env import bench_config
@@ -88,7 +92,7 @@ async def train_job(dut):
     cfg = bench_config()
     job, out_path = read_job(TrainJob)
     job = job.resolved(cfg)
-    pool = None
+    hooks = []
     if job.pool_member:
         # One device of a pool: its share of the model's batches, no held-out test (the
         # model's tables are spread over the pool).
@@ -96,11 +100,19 @@ async def train_job(dut):
         model = Config.from_dict(member["model_config"])
         data = ShardData(datasets(model, job)[0], member["tables"], member["ranges"])
         test_set = None
-        pool = PoolLink(member["address"], member["authkey"], member["device"],
+        link = PoolLink(member["address"], member["authkey"], member["device"],
                         member["tables"], member["ranges"], member["model_rows"],
                         model.pool.devices)
+        hooks.append(PoolMember(link))
+        if job.cpr_settings() is not None:
+            settings = dict(job.cpr_settings())
+            hooks.append(CprRecovery(link, settings.pop("variant"), **settings))
     else:
         data, test_set = datasets(cfg, job)
+    if job.resume and job.resume_report:
+        # What RECOVER found, as soon as it is checked: a process killed any moment later
+        # has said it (a kill campaign reads it).
+        hooks.append(ResumeReport(job.resume_report))
     tb = DeviceTB(dut, cfg, seed=job.seed, protocol_checks=False)
     await tb.reset()
     await tb.check_identity()
@@ -114,8 +126,7 @@ async def train_job(dut):
                       checkpointing=job.checkpointing, measure_from=job.measure_from,
                       test_set=test_set, eval_every=job.eval_every,
                       resume=job.resume, replay=media.recoveries() if job.resume else (),
-                      on_recovered=media.record_recovery if media else None, pool=pool,
-                      cpr=job.cpr_settings())
+                      on_recovered=media.record_recovery if media else None, hooks=hooks)
     # Ctrl-C ends the run after the batch in progress, committed and checked.
     signal.signal(signal.SIGINT, lambda *_: setattr(run, "stop_requested", True))
     # What exists now lives for the whole run: keep the collector from walking it again.
@@ -123,35 +134,29 @@ async def train_job(dut):
     wall0 = time.perf_counter()
     try:
         record = await run.run()
-        if pool is not None:
-            pool.close()
     except Exception as e:
         # Keep what the run found (an inconsistent recovery, above all) for the report.
         record = run.record
-        record["aborted"] = f"{type(e).__name__}: {e}"
-        record.update({"golden_match": False, "counters": run.counters,
-                       "wall_s": time.perf_counter() - wall0})
+        record.aborted = f"{type(e).__name__}: {e}"
+        record.golden_match, record.counters = False, run.counters
+        record.wall_s = time.perf_counter() - wall0
         with open(out_path, "w") as f:
-            json.dump(record, f, indent=2, default=str)
+            json.dump(record.to_dict(), f, indent=2, default=str)
         raise
-    done = sorted(record["loss"])
-    for key in ("loss", "loss_ref", "cycles_per_batch"):
-        record[key] = [record[key][b] for b in done]
-    n = len(done)
+    losses, losses_ref = record.losses("loss"), record.losses("loss_ref")
+    n = len(losses)
     # A resumed run trains from its durable batch on (nothing, if that is the last).
-    last = done[-1] if done else record.get("resumed", {}).get("recovered_batch", 0)
-    complete = last >= job.batches or job.until_plan_done or record.get("interrupted", False)
-    record.update({
-        "final_loss": float(np.mean(record["loss"][-min(10, n):])) if n else None,
-        "final_loss_ref": float(np.mean(record["loss_ref"][-min(10, n):])) if n else None,
-        "counters": run.counters,
-        "golden_match": (complete and record["pooled_mismatches"] == 0 and not record["errors"]
-                         and all(c["tables_match"] for c in record["checks"])
-                         and all(f["consistent"] for f in record["failures"])),
-        "wall_s": time.perf_counter() - wall0,
-    })
+    last = max(record.loss, default=record.first_batch - 1)
+    complete = last >= job.batches or job.until_plan_done or bool(record.interrupted)
+    record.final_loss = float(np.mean(losses[-min(10, n):])) if n else NULL
+    record.final_loss_ref = float(np.mean(losses_ref[-min(10, n):])) if n else NULL
+    record.counters = run.counters
+    record.golden_match = (complete and record.pooled_mismatches == 0 and not record.errors
+                           and all(c.tables_match for c in record.checks)
+                           and all(f.consistent for f in record.failures))
+    record.wall_s = time.perf_counter() - wall0
     if getattr(data, "skipped", 0):
-        record["skipped_lines"] = data.skipped
+        record.skipped_lines = data.skipped
     final = await tb.read_tables() if job.dump or job.export else None
     if job.dump:
         out = Path(job.dump)
@@ -172,5 +177,5 @@ async def train_job(dut):
         # The device-trained model: the tables read back, the GPU's MLPs.
         export_model(cfg, final, run.gpu.model, job.export)
     with open(out_path, "w") as f:
-        json.dump(record, f, indent=2)
-    assert record["golden_match"], "the device diverged from the golden model (see the progress lines)"
+        json.dump(record.to_dict(), f, indent=2)
+    assert record.golden_match, "the device diverged from the golden model (see the progress lines)"

@@ -22,6 +22,7 @@ from trainingcxl.sim.bench_env import bench_config
 from trainingcxl.host.jobs import UpdateJob
 from .launch import read_job
 from .lookup_app import progress
+from .job_records import UpdateBatch, UpdateRecord
 
 
 @cocotb.test()
@@ -55,20 +56,20 @@ async def update_job(dut):
         fwd = after["update_forwarded"] - before["update_forwarded"]
         busy = after["update_busy"] - before["update_busy"]
         bound = max((lines - fwd) * rd_den / rd_num, lines * wr_den / wr_num)
-        rec = {"batch": i, "error": error.name, "lines": lines, "forwarded": fwd,
-               "busy_cycles": busy, "cycles": cycles, "bound_cycles": bound,
-               "efficiency": bound / busy if busy else 0.0}
-        batches.append(rec)
+        one = UpdateBatch(batch=i, error=error.name, lines=lines, forwarded=fwd,
+                          busy_cycles=busy, cycles=cycles, bound_cycles=bound,
+                          efficiency=bound / busy if busy else 0.0)
+        batches.append(one)
         progress(f"  update {i + 1}/{n}: {lines} lines ({fwd} forwarded), {busy} busy cycles, "
-                 f"bound {bound:.0f}: {100 * rec['efficiency']:.1f}%")
+                 f"bound {bound:.0f}: {100 * one.efficiency:.1f}%")
     got = await tb.read_tables()
     match = all(np.array_equal(g, w) for g, w in zip(got, want)) and all(
-        r["error"] == ErrorCode.NONE.name for r in batches)
-    lines = sum(r["lines"] for r in batches)
-    bound = sum(r["bound_cycles"] for r in batches)
-    busy = sum(r["busy_cycles"] for r in batches)
-    record = {"batches": batches, "lines": lines, "bound_cycles": bound, "busy_cycles": busy,
-              "update_efficiency": bound / busy if busy else 0.0, "golden_match": match}
+        one.error == ErrorCode.NONE.name for one in batches)
+    busy = sum(one.busy_cycles for one in batches)
+    bound = sum(one.bound_cycles for one in batches)
+    record = UpdateRecord(batches=batches, lines=sum(one.lines for one in batches),
+                          bound_cycles=bound, busy_cycles=busy,
+                          update_efficiency=bound / busy if busy else 0.0, golden_match=match)
     with open(out_path, "w") as f:
-        json.dump(record, f, indent=2)
+        json.dump(record.to_dict(), f, indent=2)
     assert match, "the tables differ from the golden model after the updates"

@@ -14,23 +14,26 @@ simulators' speed on one run. Simulations are deterministic: the same seed
 gives the same cycle counts.
 """
 
-import argparse
 import dataclasses
 import sys
 import time
 
-from trainingcxl.host.tools.argtypes import add_set_option, nonneg, positive, save_figure
-from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
+from trainingcxl.host.tools.argtypes import add_set_option, positive, save_figure
+from trainingcxl.host.runs.cluster import open_cluster
 from trainingcxl.spec.config import DEFAULT_MEDIA, MEDIA_PROFILES
 from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS
-from trainingcxl.host.protocol.systems import SYSTEMS
+from trainingcxl.host.protocol.systems import DEFAULT_SYSTEM, SYSTEMS
 from trainingcxl.host.jobs import LookupJob, TrainJob, UpdateJob
+from trainingcxl.host.runs.fanout import fan_out
+from trainingcxl.host.runs.runners import DeviceRunner
+from trainingcxl.host.runs.task import Task
 from trainingcxl.host.tools.ladder import (BASELINES, WORKLOADS, baseline_key, overridden,
-                                           recovery_row, recovery_spec, run_ladder, summarise,
+                                           recovery_row, recovery_task, run_ladder, summarise,
                                            table)
 
 from . import report
-from .options import pmem_dir_option
+from .options import (cluster_options, devices_option, int_list, json_option, pmem_dir_option,
+                      staleness_option, workload_options)
 
 __all__ = ["register"]
 
@@ -44,24 +47,23 @@ def _engine_efficiency(args, workload, say):
     say(f"[engines] lookup and update bandwidth on {workload.name}, batches of {big} samples")
     look = launch(LookupJob.bandwidth(cfg, seed=args.seed, batches=2, batch_size=big), cfg)
     upd = launch(UpdateJob.bandwidth(cfg, seed=args.seed, batches=2, batch_size=big), cfg)
-    return {"lookup_efficiency": look["lines_per_cycle"] / look["peak_lines_per_cycle"],
-            "lookup_lines": look["pmem_lines"], "lookup_busy_cycles": look["busy_cycles"],
-            "update_efficiency": upd["update_efficiency"], "update_lines": upd["lines"],
-            "update_busy_cycles": upd["busy_cycles"], "update_bound_cycles": upd["bound_cycles"],
-            "golden_match": bool(look["golden_match"] and upd["golden_match"])}
+    return {"lookup_efficiency": look.lines_per_cycle / look.peak_lines_per_cycle,
+            "lookup_lines": look.pmem_lines, "lookup_busy_cycles": look.busy_cycles,
+            "update_efficiency": upd.update_efficiency, "update_lines": upd.lines,
+            "update_busy_cycles": upd.busy_cycles, "update_bound_cycles": upd.bound_cycles,
+            "golden_match": bool(look.golden_match and upd.golden_match)}
 
 
 def _recovery_vs_log(args, workload, say):
     """Recovery cycles of the ``cxl`` system after a failure in an update, for log rings
     of 1x, 2x and 4x the automatic size (each a device of its own)."""
-    from trainingcxl.host.tools.pool import parallel_runs
     base = workload.config
     sizes = [base.log_size * f for f in (1, 2, 4)]
     configs = [base.replace(log_lines=n) for n in sizes]
     say(f"[recovery] a power failure in an update, log rings of {', '.join(map(str, sizes))} lines")
     args.fan_out.prebuild(configs)
-    specs = [recovery_spec(k, workload, args, cfg) for k, cfg in enumerate(configs)]
-    out = [recovery_row(*result) for result in parallel_runs(specs, args.fan_out, lambda r: "")]
+    tasks = [recovery_task(k, workload, args, cfg) for k, cfg in enumerate(configs)]
+    out = [recovery_row(*result) for result in fan_out(DeviceRunner(), tasks, args.fan_out)]
     return sorted(out, key=lambda r: r["log_lines"])
 
 
@@ -72,27 +74,25 @@ def _sim_speed(args, say):
     """Simulated cycles per wall-second of a ``cxl`` training run (with every golden
     check) under each simulator (:data:`SPEED_RUNS`); the build is not timed."""
     from trainingcxl.spec.presets import PRESETS
-    from trainingcxl.host.tools.pool import run_train
     from trainingcxl.sim.runner import build
     speed = {}
     for sim, (preset, batches, batch_size) in SPEED_RUNS.items():
         cfg = PRESETS[preset]
         batch_size = batch_size or cfg.model.batch_size
         say(f"[speed] train --config {preset} --batches {batches} --batch-size {batch_size} "
-            f"(cxl) on {sim}")
-        spec = {"index": f"speed-{sim}", "sim": sim, "config": cfg.to_dict(),
-                "job": TrainJob(seed=args.seed, batches=batches, batch_size=batch_size,
-                                relaxed=True, staleness=1, system="cxl",
-                                test_samples=0).to_dict()}
+            f"({DEFAULT_SYSTEM}) on {sim}")
+        task = Task(f"speed-{sim}", cfg, TrainJob(seed=args.seed, batches=batches,
+                                                  batch_size=batch_size, test_samples=0),
+                    sim=sim)
         build(sim, cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
         t0 = time.monotonic()
-        _, record, error = run_train(spec)
+        _, record, error = DeviceRunner()(task)
         wall = time.monotonic() - t0
         if record is None:
             raise RuntimeError(f"the speed run on {sim} failed: {error}")
         speed[sim] = {"config": preset, "batches": batches, "batch_size": batch_size,
-                      "cycles": record["cycles"], "wall_s": wall, "sim_wall_s": record["wall_s"],
-                      "cycles_per_s": record["cycles"] / record["wall_s"]}
+                      "cycles": record.cycles, "wall_s": wall, "sim_wall_s": record.wall_s,
+                      "cycles_per_s": record.cycles / record.wall_s}
     return speed
 
 
@@ -182,21 +182,20 @@ def _bench_fan_out(args, say):
     """Failures per minute of one campaign on a local process pool and on a private
     local Ray instance with the same number of workers: Ray's own cost. The device
     is built before the clock starts; the engine's start-up is reported apart."""
-    from trainingcxl.host.commands.campaign import campaign_specs, tally
-    from trainingcxl.host.tools.pool import parallel_runs
+    from trainingcxl.host.commands.campaign import campaign_tasks, tally
     from trainingcxl.spec.presets import PRESETS
-    specs = campaign_specs(PRESETS["tiny"], failures=args.fan_out_failures, seed=args.seed,
+    tasks = campaign_tasks(PRESETS["tiny"], failures=args.fan_out_failures, seed=args.seed,
                            **FAN_OUT_CAMPAIGN)
-    say(f"[fan-out] a campaign of {len(specs)} runs x {FAN_OUT_CAMPAIGN['per_run']} planned "
+    say(f"[fan-out] a campaign of {len(tasks)} runs x {FAN_OUT_CAMPAIGN['per_run']} planned "
         f"failures on tiny, {args.jobs} workers: local pool, then local Ray")
-    result = {"runs": len(specs), "workers": args.jobs, "campaign": FAN_OUT_CAMPAIGN}
+    result = {"runs": len(tasks), "workers": args.jobs, "campaign": FAN_OUT_CAMPAIGN}
     tallies = {}
     for where in ("local", "ray"):
         t0 = time.monotonic()
         with open_cluster(where, args.jobs) as cluster:
             cluster.prebuild([PRESETS["tiny"]])
             t1 = time.monotonic()
-            results = sorted(parallel_runs(specs, cluster, lambda r: ""), key=lambda r: r[0]["index"])
+            results = sorted(fan_out(DeviceRunner(), tasks, cluster), key=lambda r: r.task.index)
             t2 = time.monotonic()
         t = tallies[where] = tally(results)
         result[where] = {"startup_s": t1 - t0, "wall_s": t2 - t1, "failures": t["failures"],
@@ -315,20 +314,9 @@ def _media(workloads):
     return ",".join(sorted({w.config.media_profile for w in workloads}))
 
 
-def _int_list(text):
-    """argparse type: ``1,2,4`` -> (1, 2, 4), each a positive integer."""
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, "
-                                         f"not {text!r}")
-    return values
-
-
 def register(sub):
     from trainingcxl.host.commands import bench_scale     # it builds on this module
+    from trainingcxl.host.commands import bench_pool
     sp = sub.add_parser(
         "bench", help="run the configuration ladder (host-pmem ... cxl) and report speed, "
                       "checkpoint overhead and energy",
@@ -348,13 +336,12 @@ def register(sub):
     sp.add_argument("--systems", default=None, type=_choices(SYSTEMS),
                     help=f"comma-separated systems (default: all: {', '.join(SYSTEMS)}; with "
                          f"--scale: cxl)")
-    sp.add_argument("--batches", type=_at_least(3), default=None,
-                    help="batches per run; the window measured is batches 2..N, with --scale "
-                         "3..N (default: 8)")
-    sp.add_argument("--staleness", type=nonneg, default=None,
-                    help="staleness bound K for every system (default: each system's own)")
-    sp.add_argument("--seed", type=nonneg, default=0, help="workload and table seed")
-    add_cluster_options(sp, jobs_default=2)
+    workload_options(sp, names=("batches", "seed"), defaults={"batches": None},
+                     helps={"batches": "batches per run; the window measured is batches 2..N, "
+                                       "with --scale 3..N (default: 8)"},
+                     batches={"type": _at_least(3)})
+    staleness_option(sp, help="staleness bound K for every system")
+    cluster_options(sp, jobs_default=2)
     sp.add_argument("--media", choices=tuple(MEDIA_PROFILES), default=DEFAULT_MEDIA,
                     help="the PMEM media every system of the ladder reaches: "
                          + "; ".join(f"{p.name}: {p.read_ns:g}/{p.write_ns:g} ns, "
@@ -404,18 +391,17 @@ def register(sub):
                          "devices x --pool-rows rows), with and without checkpointing: cycles "
                          "per batch, samples per simulated and per wall second, checkpoint "
                          "overhead, the switch's latency")
-    sp.add_argument("--devices", type=_int_list, default=(1, 2, 4, 8), metavar="1,2,4,8",
-                    help="with --pool: pool sizes (default: 1,2,4,8; at most 8, one table each)")
+    devices_option(sp, sizes=bench_pool.DEVICES, more="with --pool")
     sp.add_argument("--pool-rows", type=positive, default=1000, metavar="N",
                     help="with --pool: rows of each table at strong scaling (default: 1,000)")
     sp.add_argument("--pool-batch", type=positive, default=256, metavar="N",
                     help="with --pool: samples per batch (default: 256)")
-    sp.add_argument("--pool-workers", type=_int_list, default=(), metavar="1,2",
+    sp.add_argument("--pool-workers", type=int_list(), default=(), metavar="1,2",
                     help="with --pool: also run the largest pool with each of these numbers "
                          "of simulators at once: its wall time per batch (the cycles must not "
                          "change)")
     pmem_dir_option(sp)
-    sp.add_argument("--json", metavar="OUT", help="write every figure as JSON to OUT")
+    json_option(sp, help="write every figure as JSON to OUT")
     sp.add_argument("--plot", metavar="OUT.png",
                     help="draw each system's cycles per batch by phase (with --scale: how each "
                          "figure grows with table and batch size)")

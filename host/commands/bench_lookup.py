@@ -41,24 +41,24 @@ def run(args):
         print(f"[1/3] bandwidth: {job.batches} batches of {job.batch_size} samples on Verilator, "
               f"config with {big.n_tables} tables", flush=True)
         rec = launch(job, big)
-        achieved, peak = rec["lines_per_cycle"], rec["peak_lines_per_cycle"]
+        achieved, peak = rec.lines_per_cycle, rec.peak_lines_per_cycle
         result.update({
             "lookup_efficiency": achieved / peak,
             "achieved_lines_per_cycle": achieved,
             "peak_lines_per_cycle": peak,
-            "pmem_lines": rec["pmem_lines"],
-            "busy_cycles": rec["busy_cycles"],
+            "pmem_lines": rec.pmem_lines,
+            "busy_cycles": rec.busy_cycles,
             "rows_per_cycle": achieved / big.lines_per_row,
-            "golden_match": rec["golden_match"],
-            "bandwidth_run": rec,
+            "golden_match": rec.golden_match,
+            "bandwidth_run": rec.to_dict(),
         })
         speed = {}
         for k, sim in enumerate(("verilator", "icarus")):
             print(f"[{2 + k}/3] simulation speed on {sim}: the same small workload", flush=True)
             rec = launch(LookupJob(seed=args.seed, **SPEED_JOB), PRESETS[SPEED_PRESET], sim=sim)
-            speed[sim] = rec["total_cycles_per_s"]
-            result.setdefault("speed_runs", {})[sim] = rec
-            result["golden_match"] = result["golden_match"] and rec["golden_match"]
+            speed[sim] = rec.total_cycles_per_s
+            result.setdefault("speed_runs", {})[sim] = rec.to_dict()
+            result["golden_match"] = result["golden_match"] and rec.golden_match
         result["sim_cycles_per_s"] = speed
     except BenchFailure as e:
         report.error(e)

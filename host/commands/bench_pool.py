@@ -21,7 +21,7 @@ from trainingcxl.spec.config import NOMINAL_CLOCK_MHZ, PoolShape
 from trainingcxl.spec.presets import rm_config
 from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.tools.argtypes import save_figure
-from .bench_scale import DEFAULT_BATCHES, MIN_POOLING, WARMUP_BATCHES, publish
+from .bench_scale import MIN_POOLING, WARMUP_BATCHES, publish
 
 __all__ = ["DEVICES", "pool_points", "run_pool_bench", "report", "plot", "cmd_pool"]
 
@@ -42,18 +42,19 @@ def pool_points(devices, rows, batch_size):
 
 
 def _figures(record, batch_size, first):
-    per = record["cycles_per_batch"][first - 1:]
+    per = record.losses("cycles_per_batch")[first - 1:]
     cycles = sum(per) / len(per)
+    batches = len(record.cycles_per_batch)
     return {"cycles_per_batch": cycles,
             "samples_per_sim_s": batch_size * NOMINAL_CLOCK_MHZ * 1e6 / cycles,
-            "samples_per_wall_s": batch_size * len(record["cycles_per_batch"]) / record["pool"]["wall_s"],
-            "wall_s_per_batch": record["pool"]["wall_s"] / len(record["cycles_per_batch"])}
+            "samples_per_wall_s": batch_size * batches / record.pool.wall_s,
+            "wall_s_per_batch": record.pool.wall_s / batches}
 
 
 def run_pool_bench(args, say):
     """Every point with and without checkpointing; returns the JSON-ready result."""
-    from trainingcxl.host.tools.cluster import open_cluster
-    from trainingcxl.host.tools.device_pool import run_pool
+    from trainingcxl.host.runs.cluster import open_cluster
+    from trainingcxl.host.runs.pool_coordinator import run_pool
     first = WARMUP_BATCHES + 1
     cluster = None if args.cluster == "local" else open_cluster(args.cluster, args.jobs)
     rows = []
@@ -77,12 +78,12 @@ def run_pool_bench(args, say):
         fig = _figures(rec, args.pool_batch, first)
         fig.update({
             "scaling": scaling, "devices": n, "rows_per_table": cfg.tables[0],
-            "switch_latency": rec["pool"]["switch_latency"], "workers": rec["pool"]["workers"],
+            "switch_latency": rec.pool.switch_latency, "workers": rec.pool.workers,
             "cycles_per_batch_no_checkpoint": _figures(base, args.pool_batch, first)["cycles_per_batch"],
-            "golden_match": rec["golden_match"] and base["golden_match"],
-            "device_cycles_per_batch": [sum(d["cycles_per_batch"][first - 1:])
-                                        / len(d["cycles_per_batch"][first - 1:])
-                                        for d in rec["devices"]],
+            "golden_match": rec.golden_match and base.golden_match,
+            "device_cycles_per_batch": [sum(d.losses("cycles_per_batch")[first - 1:])
+                                        / len(d.losses("cycles_per_batch")[first - 1:])
+                                        for d in rec.devices],
         })
         fig["checkpoint_overhead"] = fig["cycles_per_batch"] / fig["cycles_per_batch_no_checkpoint"] - 1
         rows.append(fig)
@@ -96,9 +97,9 @@ def run_pool_bench(args, say):
         for w in args.pool_workers:
             rec = one(cfg, True, w)
             workers.append({"devices": n, "workers": w, **_figures(rec, args.pool_batch, first),
-                            "cycles": rec["cycles"], "golden_match": rec["golden_match"]})
+                            "cycles": rec.cycles, "golden_match": rec.golden_match})
             say(f"[pool] {n} devices on {w} simulator(s) at once: "
-                f"{workers[-1]['wall_s_per_batch']:.1f} s/batch, {rec['cycles']:,} cycles")
+                f"{workers[-1]['wall_s_per_batch']:.1f} s/batch, {rec.cycles:,} cycles")
     if cluster is not None:
         cluster.close()
     return {"batches": args.batches, "batch_size": args.pool_batch, "rows": args.pool_rows,

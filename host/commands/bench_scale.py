@@ -14,8 +14,10 @@ import time
 
 from trainingcxl.host.tools.argtypes import save_figure
 from trainingcxl.host.tools.ladder import (
-    Workload, comparison, overridden, recovery_row, recovery_spec, run_ladder, summarise)
-from trainingcxl.host.protocol.systems import SYSTEMS
+    Workload, comparison, overridden, recovery_row, recovery_task, run_key, run_ladder, summarise)
+from trainingcxl.host.runs.fanout import fan_out
+from trainingcxl.host.runs.runners import DeviceRunner
+from trainingcxl.host.protocol.systems import DEFAULT_SYSTEM, SYSTEMS
 from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS, scale_ladder
 
 from .report import json_out
@@ -93,7 +95,6 @@ def _split(name):
 
 def run_scale(args, say):
     """Run the scale ladder and the recovery runs; returns the JSON-ready result."""
-    from trainingcxl.host.tools.pool import parallel_runs
     workloads = overridden(scale_workloads(args.sizes, args.batch_sizes), getattr(args, "set", []),
                            getattr(args, "media", None))
     media = ",".join(sorted({w.config.media_profile for w in workloads}))
@@ -103,13 +104,15 @@ def run_scale(args, say):
         f"{len({w.config.hardware_digest() for w in workloads})} device build(s); media {media}")
     t0 = time.monotonic()
 
-    def progress(spec, record, error):
-        ok = "FAILED" if error or not (record or {}).get("golden_match") else "ok"
-        cyc = ((record or {}).get("window") or {}).get("cycles")
-        per = f"{cyc / record['window']['batches']:,.0f} cycles/batch, " if cyc else ""
-        say(f"[scale] {spec['workload']} {spec['system']} checkpointing "
-            f"{'on' if spec['checkpointing'] else 'off'}: {ok}, {per}"
-            f"simulated in {(record or {}).get('wall_s', 0):.0f} s; {time.monotonic() - t0:.0f} s so far")
+    def progress(result):
+        task, record, error = result
+        ok = "FAILED" if error or not (record and record.golden_match) else "ok"
+        cyc = record.window.cycles if record and record.window else None
+        per = f"{cyc / record.window.batches:,.0f} cycles/batch, " if cyc else ""
+        workload, system, checkpointing = run_key(task)
+        say(f"[scale] {workload} {system} checkpointing "
+            f"{'on' if checkpointing else 'off'}: {ok}, {per}"
+            f"simulated in {(record and record.wall_s) or 0:.0f} s; {time.monotonic() - t0:.0f} s so far")
 
     results, errors = run_ladder(args, workloads, systems, say, on_result=progress,
                                  warmup=WARMUP_BATCHES)
@@ -117,9 +120,9 @@ def run_scale(args, say):
     for w in workloads:
         for s, fig in summary.get(w.name, {}).items():
             on, off = results[(w.name, s, True)][1], (results.get((w.name, s, False)) or (0, None))[1]
-            fig["sim_wall_s"] = on["wall_s"]
-            fig["sim_wall_s_no_checkpoint"] = (off or {}).get("wall_s")
-            fig["sim_cycles_per_s"] = on["cycles"] / on["wall_s"] if on.get("wall_s") else None
+            fig["sim_wall_s"] = on.wall_s
+            fig["sim_wall_s_no_checkpoint"] = off.wall_s if off else None
+            fig["sim_cycles_per_s"] = on.cycles / on.wall_s if on.wall_s else None
 
     recovery = []
     if not args.skip_recovery:
@@ -127,15 +130,17 @@ def run_scale(args, say):
         first = {}
         for w in workloads:
             first.setdefault(_split(w.name)[0], w)
-        say("[scale] recovery: a power failure in an update on cxl, one run per table size")
-        specs = [recovery_spec(k, w, args) for k, w in enumerate(first.values())]
-        for result in parallel_runs(specs, args.fan_out, lambda r: ""):
+        say(f"[scale] recovery: a power failure in an update on {DEFAULT_SYSTEM}, one run per "
+            f"table size")
+        tasks = [recovery_task(k, w, args) for k, w in enumerate(first.values())]
+        for result in fan_out(DeviceRunner(), tasks, args.fan_out):
             row = recovery_row(*result)
             size, b = _split(row["workload"])
             row.update(size=size, rows=SCALE_ROWS[size], batch_size=b)
             recovery.append(row)
             if row["error"]:
-                errors.append({"run": (row["workload"], "cxl", "recovery"), "error": row["error"]})
+                errors.append({"run": (row["workload"], DEFAULT_SYSTEM, "recovery"),
+                               "error": row["error"]})
         recovery.sort(key=lambda r: r["rows"])
 
     devices = {}

@@ -37,9 +37,9 @@ def run(args):
         report.error(e)
         return 1
     print()
-    report.line("update bandwidth", f"{100 * rec['update_efficiency']:.1f}% of the PMEM bound "
-                f"({rec['lines']} lines rewritten in {rec['busy_cycles']} busy cycles; the read "
-                f"and write rates allow {rec['bound_cycles']:.0f})")
-    report.golden(rec["golden_match"])
+    report.line("update bandwidth", f"{100 * rec.update_efficiency:.1f}% of the PMEM bound "
+                f"({rec.lines} lines rewritten in {rec.busy_cycles} busy cycles; the read "
+                f"and write rates allow {rec.bound_cycles:.0f})")
+    report.golden(rec.golden_match)
     report.json_out(args.json, rec, args=args)
-    return 0 if rec["golden_match"] else 1
+    return 0 if rec.golden_match else 1

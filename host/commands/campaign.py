@@ -9,7 +9,6 @@ run leaves a reproducer (and its waveform) behind.
 """
 
 import argparse
-import dataclasses
 import json
 import random
 import statistics
@@ -18,49 +17,52 @@ import time
 from pathlib import Path
 
 from . import report
-from .options import config_option, pmem_dir_option
+from .options import (cluster_options, config_option, devices_option, json_option, pmem_dir_option,
+                      staleness_option, with_devices, workload_options)
 from trainingcxl.host.protocol.phases import BATCH_PHASES
 from trainingcxl.host.jobs import CAMPAIGN_SYSTEM, JobError, TrainJob
 from trainingcxl.host.tools.argtypes import nonneg as _nonneg, positive as _positive
-from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
-from trainingcxl.host.tools.journal import Journal, default_journal, task_digest
+from trainingcxl.host.runs.cluster import open_cluster
+from trainingcxl.host.runs.journal import Journal, default_journal, task_digest
 from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.regions import check_checkpoint_regions
-from trainingcxl.host.tools.plans import pool_failure_plan, staleness as _staleness
-from trainingcxl.host.tools import pool
-from trainingcxl.host.tools.pool import run_train
+from trainingcxl.host.tools.plans import pool_failure_plan
+from trainingcxl.host.runs.fanout import fan_out
+from trainingcxl.host.runs.choice import runner_for
+from trainingcxl.host.runs.runners import DeviceRunner
+from trainingcxl.host.runs.task import Task
 
-__all__ = ["register", "campaign_specs", "cmd_campaign", "cmd_sweep", "run_tasks", "tally"]
+__all__ = ["register", "campaign_tasks", "cmd_campaign", "cmd_sweep", "run_tasks", "tally"]
 
 
 def tally(results):
     """Aggregate the failures of many runs."""
-    failures = [f for _, rec, _ in results if rec for f in rec.get("failures", [])]
+    failures = [f for _, rec, _ in results if rec for f in rec.failures]
     by_phase = {}
     for f in failures:
-        p = by_phase.setdefault(f["phase"], {"failures": 0, "consistent": 0})
+        p = by_phase.setdefault(f.phase, {"failures": 0, "consistent": 0})
         p["failures"] += 1
-        p["consistent"] += int(f["consistent"])
-    nested = sum(f["failures_during_recovery"] for f in failures)
-    cycles = [f["recovery_cycles"] for f in failures]
+        p["consistent"] += int(f.consistent)
+    nested = sum(f.failures_during_recovery for f in failures)
+    cycles = [f.recovery_cycles for f in failures]
     pools = {}
-    if any("devices_failed" in f for f in failures):        # failures of a pool of devices
-        sizes = [len(f["recovery_cycles_per_device"]) for f in failures]
+    if any(f.devices_failed is not None for f in failures):     # failures of a pool of devices
+        sizes = [len(f.recovery_cycles_per_device) for f in failures]
         pools = {"pool": {
-            "whole_pool": sum(len(f["devices_failed"]) == n for f, n in zip(failures, sizes)),
-            "one_device": sum(len(f["devices_failed"]) < n for f, n in zip(failures, sizes)),
+            "whole_pool": sum(len(f.devices_failed) == n for f, n in zip(failures, sizes)),
+            "one_device": sum(len(f.devices_failed) < n for f, n in zip(failures, sizes)),
             "during_recovery": nested,
-            "deepest_recovered_batch": max(f["recovered_batch"] for f in failures),
+            "deepest_recovered_batch": max(f.recovered_batch for f in failures),
             "devices_rolled_back_with_power_on": sum(
-                sum(r > 0 for d, r in enumerate(f["rolled_back_per_device"])
-                    if d not in f["devices_failed"]) for f in failures)}}
+                sum(r > 0 for d, r in enumerate(f.rolled_back_per_device)
+                    if d not in f.devices_failed) for f in failures)}}
     return {
         "failures": len(failures) + nested,
         "failures_in_training": len(failures),
         "failures_during_recovery": nested,
-        "consistent": sum(f["consistent"] for f in failures),
-        "inconsistent": sum(not f["consistent"] for f in failures),
-        "lost_commits": sum(max(0, f["durable_before"] - f["recovered_batch"]) for f in failures),
+        "consistent": sum(f.consistent for f in failures),
+        "inconsistent": sum(not f.consistent for f in failures),
+        "lost_commits": sum(max(0, f.durable_before - f.recovered_batch) for f in failures),
         "by_phase": dict(sorted(by_phase.items())),
         "recovery_cycles": {"median": statistics.median(cycles) if cycles else 0,
                             "max": max(cycles, default=0)},
@@ -68,74 +70,62 @@ def tally(results):
     }
 
 
-def _reproducer(out_dir, spec, record, error):
-    """Write what it takes to re-run a bad run exactly: the config, the job arguments
-    (seeds and failure plan), the cycles the power failed at as a ``train`` command
-    line, and (re-run with tracing) its waveform."""
-    folder = Path(out_dir) / f"run-{spec['index']}"
+def _reproducer(out_dir, task, record, error):
+    """Write what it takes to re-run a bad run exactly: its configuration and job
+    (seeds and failure plan: the simulation is deterministic, so the job alone replays
+    the run), the cycles the power failed at, the command that re-runs it, and (one
+    device: re-run with tracing) its waveform."""
+    folder = Path(out_dir) / f"run-{task.index}"
     folder.mkdir(parents=True, exist_ok=True)
-    if spec["config"].get("pool", {}).get("devices", 1) > 1:
-        # A pool's run replays from its job alone (the plan strikes at the pool's cycles).
-        (folder / "repro.json").write_text(json.dumps({
-            **spec, "error": error,
-            "command": "python -c 'import json, sys; from trainingcxl.host.tools.device_pool import "
-                       "run_pool_train; print(run_pool_train(json.load(open(sys.argv[1])))[2])' "
-                       f"{folder / 'repro.json'}"}, indent=2))
-        return folder
-    fired = [{"at": c} for f in (record or {}).get("failures", []) if f.get("cycle")
-             for c in [f["cycle"], *f.get("recovery_failure_cycles", [])]]
-    a = spec["job"]
-    command = (f"trainingcxl train --config {folder / 'config.json'} --seed {a['seed']} "
-               f"--system {a['system']} "
-               f"--batches {a['batches']} --batch-size {a['batch_size']} "
-               f"--min-pooling {a['min_pooling']} "
-               f"--staleness {a['staleness']}{' --relaxed' if a['relaxed'] else ''}"
-               + (f" --fail-at {','.join(str(f['at']) for f in fired)}" if fired else ""))
-    # The simulation is deterministic: the job alone replays the run.
-    repro = {"config": spec["config"], "job": a, "fired_cycles": [f["at"] for f in fired],
-             "error": error, "command": command}
+    fired = [c for f in (record.failures if record else []) if f.cycle
+             for c in [f.cycle, *f.recovery_failure_cycles]]
+    repro = {"config": task.config.to_dict(), "job": task.job.to_dict(),
+             "fired_cycles": fired, "error": error,
+             "command": f"trainingcxl train --from-json {folder / 'repro.json'}"}
     (folder / "repro.json").write_text(json.dumps(repro, indent=2))
-    (folder / "config.json").write_text(json.dumps(spec["config"], indent=2))
-    run_train({**spec, "waves_to": str(folder / "waves.vcd")})
+    if task.config.pool.devices == 1:
+        DeviceRunner()(task.replace(waves_to=str(folder / "waves.vcd")))
     return folder
 
 
-def run_tasks(kind, args, cluster, specs, note, fn=None):
-    """Run ``specs`` on ``cluster`` through the journal of ``--journal``/``--resume``.
+def run_tasks(kind, args, cluster, runner, tasks, note):
+    """Run ``tasks`` with ``runner`` on ``cluster`` through the journal of
+    ``--journal``/``--resume``.
 
     Returns the results sorted by task index (what the JSON is made of, so it does not
     depend on the order tasks finished in) and the ``execution`` record: where they
     ran, on how many workers, and how many came from the journal."""
-    digest = task_digest(kind, specs)
+    digest = task_digest(kind, [t.to_dict() for t in tasks])
     path = Path(args.journal) if args.journal else default_journal(kind, digest)
     try:
         journal = Journal(path, kind, digest, resume=args.resume)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     resumed = len(journal.results())
-    print(f"  {len(specs)} tasks on {cluster.name} ({cluster.workers} workers); journal {path}"
+    print(f"  {len(tasks)} tasks on {cluster.name} ({cluster.workers} workers); journal {path}"
           + (f", {resumed} done before" if args.resume else ""), flush=True)
     results = []
     with journal:
         try:
-            results.extend(pool.parallel_runs(specs, cluster, note, journal=journal, fn=fn))
+            results.extend(fan_out(runner, tasks, cluster, note, journal=journal))
         except KeyboardInterrupt:
-            print(f"\ninterrupted: {len(journal.results())} of {len(specs)} tasks are in the "
+            print(f"\ninterrupted: {len(journal.results())} of {len(tasks)} tasks are in the "
                   f"journal; the same command with --resume goes on from there", file=sys.stderr)
             raise SystemExit(130) from None
-    return (sorted(results, key=lambda r: r[0]["index"]),
-            {"cluster": cluster.name, "workers": cluster.workers, "tasks": len(specs),
+    return (sorted(results, key=lambda r: r.task.index),
+            {"cluster": cluster.name, "workers": cluster.workers, "tasks": len(tasks),
              "resumed_tasks": resumed})
 
 
 # -- trainingcxl campaign ------------------------------------------------------------------
 
-def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, orders, seed,
-                   min_pooling=0, pmem_dir=None):
+def campaign_tasks(base, *, failures, per_run, batches, batch_size, staleness, orders, seed,
+                   min_pooling=0, pmem_dir=None, workers=None):
     """The runs of a campaign: ``ceil(failures / per_run)`` training runs cycling over
     the staleness bounds and lookup orders, each with a failure plan drawn from
     ``seed`` (a third in named phases, a fifth during the recovery of the one before,
-    the rest at random cycles). ``ValueError`` says what the configuration cannot do."""
+    the rest at random cycles); a pool's simulators on ``workers`` processes.
+    ``ValueError`` says what the configuration cannot do."""
     if "relaxed" in orders and "relaxed" not in base.blocks:
         raise ValueError("the orders include relaxed, but the configuration leaves out the "
                          "relaxed block; use --orders strict")
@@ -146,7 +136,7 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
     elif pmem_dir:
         raise ValueError("--pmem-dir: a pool's devices keep their media in memory yet")
     rng = random.Random(seed)
-    specs = []
+    tasks = []
     for i in range(max(1, -(-failures // per_run))):
         k = staleness[i % len(staleness)]
         relaxed = orders[(i // len(staleness)) % len(orders)] == "relaxed"
@@ -169,14 +159,14 @@ def campaign_specs(base, *, failures, per_run, batches, batch_size, staleness, o
                 job.validated(cfg)
             except JobError as e:
                 raise ValueError(str(e)) from None
-        specs.append({"index": i, "config": cfg.to_dict(), "job": job.to_dict(),
-                      "staleness": k, "relaxed": relaxed, "pmem_dir": pmem_dir})
-    return specs
+        tasks.append(Task(i, cfg, job, media_dir=pmem_dir,
+                          workers=workers if devices > 1 else None))
+    return tasks
 
 
-def _mix(spec):
+def _mix(job):
     """A run's mix of staleness bound and lookup order, as the summary names it."""
-    return f"K={spec['staleness']} {'relaxed' if spec['relaxed'] else 'strict'}"
+    return f"K={job.staleness} {'relaxed' if job.relaxed else 'strict'}"
 
 
 def cmd_campaign(args):
@@ -189,23 +179,23 @@ def cmd_campaign(args):
                              "folder; --pmem-dir is for planned power failures")
         return cmd_kill_campaign(args)
     base = args.config
-    if args.devices is not None:
-        base = base.replace(pool=dataclasses.replace(base.pool, devices=args.devices))
+    base = with_devices(base, args.devices)
     try:
-        specs = campaign_specs(base, failures=args.failures, per_run=args.per_run,
+        tasks = campaign_tasks(base, failures=args.failures, per_run=args.per_run,
                                batches=args.batches, batch_size=args.batch_size,
                                staleness=args.staleness, orders=args.orders, seed=args.seed,
-                               min_pooling=args.min_pooling, pmem_dir=args.pmem_dir)
+                               min_pooling=args.min_pooling, pmem_dir=args.pmem_dir,
+                               workers=args.jobs)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
-    runs, per_run, staleness, orders = len(specs), args.per_run, args.staleness, args.orders
+    runs, per_run, staleness, orders = len(tasks), args.per_run, args.staleness, args.orders
     print(f"trainingcxl campaign: {runs} runs x {per_run} planned power failures, "
           f"K in {staleness}, {'/'.join(orders)} order, {args.batches} batches of "
           f"{args.batch_size}", flush=True)
     mixes = len(staleness) * len(orders)
     if runs < mixes:
         print(f"note: {runs} runs cover {runs} of the {mixes} mixes of K and order "
-              f"({', '.join(_mix(spec) for spec in specs)}); --failures "
+              f"({', '.join(_mix(t.job) for t in tasks)}); --failures "
               f"{mixes * per_run} covers each once", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     bad = 0
@@ -213,40 +203,37 @@ def cmd_campaign(args):
     def note(result):
         nonlocal bad
         _, rec, error = result
-        if error or not rec or not rec.get("golden_match"):
+        if error or not rec or not rec.golden_match:
             bad += 1
         return f", {bad} bad"
     pooled = base.pool.devices > 1
-    from trainingcxl.host.tools.device_pool import run_pool_train
+    runner = runner_for(tasks[0].config, tasks[0].job)
     with open_cluster(args.cluster, 1 if pooled else args.jobs) as cluster:
         if pooled:      # one pool at a time, its devices' simulators on --jobs workers
             from trainingcxl.spec.pool import device_configs
             cluster.prebuild(list({c.to_json(): c for c in device_configs(
                 base.replace(relaxed_lookup=False))}.values()))
-            for spec in specs:
-                spec["workers"] = args.jobs
         else:
             cluster.prebuild([base.replace(relaxed_lookup=False)])
-        results, execution = run_tasks("campaign", args, cluster, specs, note,
-                                       fn=run_pool_train if pooled else None)
+        results, execution = run_tasks("campaign", args, cluster, runner, tasks, note)
     execution["wall_s"] = round(time.monotonic() - t0, 1)
     summary = {"runs": runs, **tally(results), "config": base.to_dict(), "seed": args.seed}
     by_config = {}
     details = []
     reproducers = []
-    for spec, rec, error in results:
-        key = _mix(spec)
+    for task, rec, error in results:
+        key = _mix(task.job)
         c = by_config.setdefault(key, {"runs": 0, "failures": 0, "consistent": 0})
-        fs = (rec or {}).get("failures", [])
+        fs = rec.failures if rec else []
         c["runs"] += 1
         c["failures"] += len(fs)
-        c["consistent"] += sum(f["consistent"] for f in fs)
-        ok = bool(rec) and rec.get("golden_match") and not error
-        details.append({"index": spec["index"], "seed": spec["job"]["seed"],
-                        "staleness": spec["staleness"], "relaxed": spec["relaxed"],
+        c["consistent"] += sum(f.consistent for f in fs)
+        ok = bool(rec) and bool(rec.golden_match) and not error
+        details.append({"index": task.index, "seed": task.job.seed,
+                        "staleness": task.job.staleness, "relaxed": task.job.relaxed,
                         "failures": len(fs), "ok": ok, "error": error})
         if not ok and args.reproducers:
-            reproducers.append(str(_reproducer(args.reproducers, spec, rec, error)))
+            reproducers.append(str(_reproducer(args.reproducers, task, rec, error)))
     summary["by_config"] = by_config
     summary["bad_runs"] = sum(not d["ok"] for d in details)
     summary["reproducers"] = reproducers
@@ -259,11 +246,11 @@ def cmd_campaign(args):
 
 def cmd_kill_campaign(args):
     """``campaign --kill N``: real training processes killed with SIGKILL and resumed from
-    their media files (:mod:`trainingcxl.host.tools.kills`)."""
-    from trainingcxl.host.tools.kills import KILL_WINDOW_S, kill_specs, run_kills
-    specs = kill_specs(args.config, kills=args.kill, per_run=args.per_run,
+    their media files (:mod:`trainingcxl.host.runs.kills`)."""
+    from trainingcxl.host.runs.kills import KILL_WINDOW_S, kill_tasks
+    tasks = kill_tasks(args.config, kills=args.kill, per_run=args.per_run,
                        staleness=args.staleness, orders=args.orders, seed=args.seed)
-    print(f"trainingcxl campaign --kill: {len(specs)} media files x up to {args.per_run} "
+    print(f"trainingcxl campaign --kill: {len(tasks)} media files x up to {args.per_run} "
           f"SIGKILLs of the training process, {KILL_WINDOW_S[0]}-{KILL_WINDOW_S[1]} s after "
           f"each start, K in {args.staleness}, {'/'.join(args.orders)} order", flush=True)
     t0 = time.monotonic()
@@ -271,28 +258,30 @@ def cmd_kill_campaign(args):
 
     def note(result):
         nonlocal bad
-        bad += bool(result[2]) or not (result[1] or {}).get("final_golden_match")
+        bad += bool(result[2]) or not (result[1] and result[1].final_golden_match)
         return f", {bad} bad"
     with open_cluster(args.cluster, args.jobs) as cluster:
         cluster.prebuild([args.config.replace(relaxed_lookup=False)])
-        results, execution = run_tasks("kill-campaign", args, cluster, specs, note, fn=run_kills)
+        results, execution = run_tasks("kill-campaign", args, cluster,
+                                       runner_for(args.config, tasks[0].job, kills=True), tasks,
+                                       note)
     execution["wall_s"] = round(time.monotonic() - t0, 1)
-    rounds = [r for _, rec, _ in results for r in (rec or {}).get("rounds", [])]
-    resumes = [r["resumed"] for r in rounds if r["resumed"]]
+    rounds = [r for _, rec, _ in results if rec for r in rec.rounds]
+    resumes = [r.resumed for r in rounds if r.resumed]
     summary = {
-        "kills": sum(r["killed"] for r in rounds), "rounds": len(rounds),
-        "resumes": len(resumes), "consistent": sum(r["consistent"] for r in resumes),
-        "inconsistent": sum(not r["consistent"] for r in resumes),
-        "recover_differs_from_software": sum(not r["as_before"] for r in resumes),
-        "lost_durable": sum(r["lost"] for r in rounds),
-        "final_bit_exact": sum(bool(rec and rec["final_golden_match"]) for _, rec, _ in results),
+        "kills": sum(r.killed for r in rounds), "rounds": len(rounds),
+        "resumes": len(resumes), "consistent": sum(r.consistent for r in resumes),
+        "inconsistent": sum(not r.consistent for r in resumes),
+        "recover_differs_from_software": sum(not r.as_before for r in resumes),
+        "lost_durable": sum(r.lost for r in rounds),
+        "final_bit_exact": sum(bool(rec and rec.final_golden_match) for _, rec, _ in results),
         "media_files": len(results), "errors": [e for _, _, e in results if e][:5],
-        "kills_per_minute": round(60 * sum(r["killed"] for r in rounds)
+        "kills_per_minute": round(60 * sum(r.killed for r in rounds)
                                   / max(1e-9, execution["wall_s"]), 1),
         "config": args.config.to_dict(), "seed": args.seed, "execution": execution,
-        "tasks": [{"index": spec["index"], "staleness": spec["staleness"],
-                   "relaxed": spec["relaxed"], **(rec or {}), "error": err}
-                  for spec, rec, err in results],
+        "tasks": [{"index": task.index, "staleness": task.job.staleness,
+                   "relaxed": task.job.relaxed, **(rec.to_dict() if rec else {}), "error": err}
+                  for task, rec, err in results],
     }
     s = summary
     print()
@@ -359,14 +348,14 @@ def cmd_sweep(args):
     with open_cluster(args.cluster, args.jobs) as cluster:
         cluster.prebuild([cfg])
         # 1. Measure: a batch's length, and a recovery's after a failure in an update.
-        spec = {"index": 0, "config": cfg.to_dict(), "job": common.replace(
-            batches=4, failures=({"phase": "update", "batch": 3, "offset": 20},)).to_dict()}
-        _, (_, probe, error) = next(iter(cluster.run(run_train, [spec])))
+        task = Task(0, cfg, common.replace(
+            batches=4, failures=({"phase": "update", "batch": 3, "offset": 20},)))
+        _, (_, probe, error) = next(iter(cluster.run(DeviceRunner(), [task])))
         if error or not probe:
             print(f"error: the measuring run failed: {error}", file=sys.stderr)
             return 1
-        batch_len = probe["cycles_per_batch"][1]
-        rec_len = probe["failures"][0]["recovery_cycles"]
+        batch_len = probe.cycles_per_batch[2]           # a batch after the first
+        rec_len = probe.failures[0].recovery_cycles
         span = batch_len + args.margin
         offsets = list(range(0, span, args.every))
         # Offsets count from the host's decision to recover; the device's RECOVER
@@ -385,13 +374,13 @@ def cmd_sweep(args):
         plans += [[e for r in part for e in ({"phase": "update", "offset": 20},
                                              {"phase": "recovery", "offset": r})]
                   for part in _chunks(rec_offsets, args.points_per_run)]
-        specs = [{"index": k, "config": cfg.to_dict(), "pmem_dir": args.pmem_dir,
-                  "job": common.replace(batches=3 + len(plan) + 2,
-                                        failures=tuple(plan)).to_dict()}
+        tasks = [Task(k, cfg, common.replace(batches=3 + len(plan) + 2, failures=tuple(plan)),
+                      media_dir=args.pmem_dir)
                  for k, plan in enumerate(plans)]
-        results, execution = run_tasks("sweep", args, cluster, specs, lambda r: "")
+        results, execution = run_tasks("sweep", args, cluster, DeviceRunner(), tasks,
+                                       lambda r: "")
     execution["wall_s"] = round(time.monotonic() - t0, 1)
-    summary = {"runs": len(specs), **tally(results),
+    summary = {"runs": len(tasks), **tally(results),
                "batch_cycles": batch_len, "recovery_cycles_probe": rec_len,
                "batch_points": len(offsets), "recovery_points": len(rec_offsets),
                "every": args.every, "recovery_every": args.recovery_every,
@@ -399,18 +388,18 @@ def cmd_sweep(args):
                "batch_size": args.batch_size, "min_pooling": args.min_pooling, "seed": args.seed}
     # Idempotence: a failure in an update recovers to the batch before it, however
     # many times the power fails during that recovery (K = 0).
-    again = [f for _, rec, _ in results if rec for f in rec["failures"]
-             if f["failures_during_recovery"] and f["phase"] == "update"]
+    again = [f for _, rec, _ in results if rec for f in rec.failures
+             if f.failures_during_recovery and f.phase == "update"]
     summary["recovery_sweep_same_result"] = bool(again) and all(
-        f["recovered_batch"] == f["batch"] - 1 and f["consistent"] for f in again) \
+        f.recovered_batch == f.batch - 1 and f.consistent for f in again) \
         if args.staleness == 0 and rec_offsets else None
-    summary["bad_runs"] = sum(1 for _, rec, err in results if err or not rec or not rec["golden_match"])
+    summary["bad_runs"] = sum(1 for _, rec, err in results if err or not rec or not rec.golden_match)
     summary["errors"] = [err for _, _, err in results if err][:5]
     summary["reproducers"] = []
     if args.reproducers:
-        for spec, rec, err in results:
-            if err or not rec or not rec["golden_match"]:
-                summary["reproducers"].append(str(_reproducer(args.reproducers, spec, rec, err)))
+        for task, rec, err in results:
+            if err or not rec or not rec.golden_match:
+                summary["reproducers"].append(str(_reproducer(args.reproducers, task, rec, err)))
     summary["execution"] = execution
     _print_tally("sweep", summary)
     if summary["recovery_sweep_same_result"] is not None:
@@ -422,10 +411,6 @@ def cmd_sweep(args):
     return 0 if ok and summary["recovery_sweep_same_result"] is not False else 1
 
 
-def _staleness_list(text):
-    return [_staleness(k) for k in text.split(",")]
-
-
 def _orders(text):
     orders = text.split(",")
     if not orders or set(orders) - {"strict", "relaxed"}:
@@ -434,7 +419,7 @@ def _orders(text):
 
 
 def _fan_out_options(sp, kind):
-    add_cluster_options(sp)
+    cluster_options(sp)
     sp.add_argument("--journal", metavar="FILE",
                     help=f"where finished tasks are recorded as they finish (default: a file "
                          f"under .cache/journals named after the {kind}'s arguments)")
@@ -466,25 +451,22 @@ def register(sub):
                          "each kill (--per-run kills a file); tallies consistent resumes and "
                          "durable batches lost")
     sp.add_argument("--per-run", type=_positive, default=10, help="failures planned per run")
-    sp.add_argument("--batches", type=_positive, default=6, help="batches per run")
-    sp.add_argument("--batch-size", type=_positive, default=8, help="samples per batch")
+    workload_options(sp, defaults={"batches": 6, "batch_size": 8},
+                     helps={"batches": "batches per run",
+                            "seed": "campaign seed: run i trains with seed 1000 x SEED + i"})
     _min_pooling_option(sp)
-    sp.add_argument("--devices", type=_positive, metavar="N",
-                    help="a pool of N devices (docs/pool.md): failures of the whole pool, of "
-                         "one device while the others keep their power, and of one device "
-                         "during the pool's recovery; every device rolls back to the pool's "
-                         "durable batch. One pool runs at a time, its simulators on --jobs "
-                         "processes")
-    sp.add_argument("--staleness", type=_staleness_list, default=[0, 1, 8], metavar="K[,K...]",
-                    help="staleness bounds to mix")
+    devices_option(sp, more="failures of the whole pool, of one device while the others keep "
+                            "their power, and of one device during the pool's recovery; every "
+                            "device rolls back to the pool's durable batch. One pool runs at a "
+                            "time, its simulators on --jobs processes")
+    staleness_option(sp, many=True, default=[0, 1, 8])
     sp.add_argument("--orders", type=_orders, default=["strict", "relaxed"], metavar="ORDER[,ORDER]",
                     help="lookup orders to mix: strict, relaxed")
-    sp.add_argument("--seed", type=_nonneg, default=0, help="campaign seed")
     _fan_out_options(sp, "campaign")
     sp.add_argument("--reproducers", metavar="DIR", default="campaign-failures",
                     help="where bad runs leave a reproducer and waveform")
     pmem_dir_option(sp)
-    sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+    json_option(sp)
     sp.set_defaults(func=cmd_campaign)
 
     sp = sub.add_parser(
@@ -501,18 +483,17 @@ def register(sub):
                     help="cycle step over the recovery; 0 skips it")
     sp.add_argument("--margin", type=_nonneg, default=200,
                     help="cycles swept past the measured batch length")
-    sp.add_argument("--batch-size", type=_positive, default=4, help="samples per batch")
+    workload_options(sp, names=("batch_size", "seed"), defaults={"batch_size": 4})
     _min_pooling_option(sp)
-    sp.add_argument("--staleness", type=_staleness, default=0, help="staleness bound K")
+    staleness_option(sp, default=0)
     sp.add_argument("--relaxed", action="store_true",
                     help="train in relaxed order: the next batch's lookup overlaps this batch "
                          "(default: strict)")
     sp.add_argument("--points-per-run", type=_positive, default=50,
                     help="crash points per training run, the unit of work a worker takes")
-    sp.add_argument("--seed", type=_nonneg, default=0, help="workload seed")
     _fan_out_options(sp, "sweep")
     sp.add_argument("--reproducers", metavar="DIR", default="sweep-failures",
                     help="where bad runs leave a reproducer and waveform")
     pmem_dir_option(sp)
-    sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+    json_option(sp)
     sp.set_defaults(func=cmd_sweep)

@@ -9,13 +9,16 @@ many workers the shards ran (:mod:`.cluster`).
 import time
 
 from . import report
-from .options import config_option
-from trainingcxl.host.tools.argtypes import nonneg, positive
-from trainingcxl.host.tools.cluster import add_cluster_options, open_cluster
-from trainingcxl.host.tools import pool
+from .options import cluster_options, config_option, json_option, sim_option, workload_options
+from trainingcxl.host.tools.argtypes import positive
+from trainingcxl.host.runs.cluster import open_cluster
+from trainingcxl.host.runs.fanout import fan_out
+from trainingcxl.host.runs.runners import DeviceRunner
+from trainingcxl.host.runs.task import Task
+from trainingcxl.host.apps.job_records import FuzzRecord
 from trainingcxl.host.jobs import FuzzJob
 
-__all__ = ["shard_seed", "fuzz_shard", "merge_shards", "cmd_fuzz", "register"]
+__all__ = ["shard_seed", "merge_shards", "cmd_fuzz", "register"]
 
 #: The counts of a shard's record that add up over shards.
 COUNTS = ("cases", "invalid", "refused", "corruptions", "hangs", "lost_commits", "batches")
@@ -27,41 +30,25 @@ def shard_seed(seed, shard):
     return seed + (shard << 32)
 
 
-def fuzz_shard(spec):
-    """One shard in its own simulation; returns ``(spec, record or None, error text)``."""
-    from trainingcxl.spec.config import Config
-    from trainingcxl.host.apps.launch import launch
-    from trainingcxl.sim.runner import BenchFailure
-    try:
-        record = launch(FuzzJob.from_dict(spec["job"]), Config.from_dict(spec["config"]),
-                        sim=spec["sim"])
-    except BenchFailure as e:
-        if e.record is None:
-            return spec, None, str(e)[-3000:]
-        record = e.record
-    return spec, record, None
-
-
 def merge_shards(results):
-    """One record from the shards' (in shard order): counts summed, the inputs not
-    refused and the hangs named by shard."""
-    merged = {k: 0 for k in COUNTS}
-    merged.update(by_kind={}, not_refused=[], hang_notes=[], errors=[],
-                  counters={"mem_errors": 0, "descriptor_errors": 0})
-    for spec, rec, error in results:
-        shard = spec["index"]
-        if error or rec is None:
-            merged["errors"].append({"shard": shard, "error": error})
+    """One record (a :class:`~trainingcxl.host.apps.job_records.FuzzRecord`) from the shards'
+    (in shard order): counts summed, the inputs not refused and the hangs named by shard."""
+    merged = FuzzRecord(hang_notes=[], errors=[],
+                        counters={"mem_errors": 0, "descriptor_errors": 0})
+    for task, rec, error in results:
+        shard = task.index
+        if rec is None:         # a shard that failed with a record is judged by its counts
+            merged.errors.append({"shard": shard, "error": (error or "")[-3000:]})
             continue
         for k in COUNTS:
-            merged[k] += rec[k]
-        for kind, n in rec["by_kind"].items():
-            merged["by_kind"][kind] = merged["by_kind"].get(kind, 0) + n
-        merged["not_refused"] += [{**x, "shard": shard} for x in rec["not_refused"]]
-        if rec.get("hang"):
-            merged["hang_notes"].append({"shard": shard, "hang": rec["hang"]})
-        for k, v in rec["counters"].items():
-            merged["counters"][k] += v
+            setattr(merged, k, getattr(merged, k) + getattr(rec, k))
+        for kind, n in rec.by_kind.items():
+            merged.by_kind[kind] = merged.by_kind.get(kind, 0) + n
+        merged.not_refused += [x.replace(shard=shard) for x in rec.not_refused]
+        if rec.hang:
+            merged.hang_notes.append({"shard": shard, "hang": rec.hang})
+        for k, v in rec.counters.items():
+            merged.counters[k] += v
     return merged
 
 
@@ -69,34 +56,33 @@ def cmd_fuzz(args):
     cfg = args.config
     sizes = [min(args.shard_cases, args.cases - first)
              for first in range(0, args.cases, args.shard_cases)]
-    specs = [{"index": k, "sim": args.sim, "config": cfg.to_dict(),
-              "job": FuzzJob(cases=n, seed=shard_seed(args.seed, k), every=args.every).to_dict()}
+    tasks = [Task(k, cfg, FuzzJob(cases=n, seed=shard_seed(args.seed, k), every=args.every),
+                  sim=args.sim)
              for k, n in enumerate(sizes)]
-    print(f"trainingcxl fuzz: {args.cases} invalid inputs (seed {args.seed}) in {len(specs)} "
+    print(f"trainingcxl fuzz: {args.cases} invalid inputs (seed {args.seed}) in {len(tasks)} "
           f"shard(s), a checked training batch every {args.every}, on {args.sim}", flush=True)
     t0 = time.monotonic()
     with open_cluster(args.cluster, args.jobs) as cluster:
         cluster.prebuild([cfg], sim=args.sim)
-        results = sorted(pool.parallel_runs(specs, cluster, lambda r: "", fn=fuzz_shard),
-                         key=lambda r: r[0]["index"])
+        results = sorted(fan_out(DeviceRunner(), tasks, cluster), key=lambda r: r.task.index)
         execution = {"cluster": cluster.name, "workers": cluster.workers}
     rec = merge_shards(results)
     execution["wall_s"] = round(time.monotonic() - t0, 1)
-    rec.update({"sim": args.sim, "seed": args.seed, "shards": len(specs),
-                "shard_cases": args.shard_cases, "execution": execution})
+    rec = rec.replace(sim=args.sim, seed=args.seed, shards=len(tasks),
+                      shard_cases=args.shard_cases, execution=execution)
     print()
-    print(f"  invalid inputs   {rec['invalid']} ({', '.join(f'{k} {n}' for k, n in rec['by_kind'].items())})")
-    print(f"  refused          {rec['refused']} as specified")
-    print(f"  training batches {rec['batches']} between them, checked against the golden model")
-    print(f"  corruptions      {rec['corruptions']}   hangs {rec['hangs']}   "
-          f"lost commits {rec['lost_commits']}")
-    for e in rec["errors"]:
+    print(f"  invalid inputs   {rec.invalid} ({', '.join(f'{k} {n}' for k, n in rec.by_kind.items())})")
+    print(f"  refused          {rec.refused} as specified")
+    print(f"  training batches {rec.batches} between them, checked against the golden model")
+    print(f"  corruptions      {rec.corruptions}   hangs {rec.hangs}   "
+          f"lost commits {rec.lost_commits}")
+    for e in rec.errors:
         print(f"  FAILED shard {e['shard']}: {(e['error'] or '')[:300]}")
     print(f"  time             {execution['wall_s']} s on {execution['workers']} workers "
           f"({execution['cluster']})")
     report.json_out(args.json, rec, args=args)
-    good = (rec["refused"] == rec["invalid"] == args.cases and not rec["corruptions"]
-            and not rec["hangs"] and not rec["lost_commits"] and not rec["errors"])
+    good = (rec.refused == rec.invalid == args.cases and not rec.corruptions
+            and not rec.hangs and not rec.lost_commits and not rec.errors)
     return 0 if good else 1
 
 
@@ -116,12 +102,12 @@ def register(sub):
                     "status 0 when everything was refused and nothing was corrupted, hung or lost.")
     config_option(sp, "tiny")
     sp.add_argument("--cases", type=positive, default=200, help="invalid inputs to send")
-    sp.add_argument("--seed", type=nonneg, default=0)
+    workload_options(sp, FuzzJob, names=("seed",))
     sp.add_argument("--every", type=positive, default=10,
                     help="a checked training batch after every N invalid inputs")
     sp.add_argument("--shard-cases", type=positive, default=500,
                     help="invalid inputs per shard, the unit of work a worker takes")
-    sp.add_argument("--sim", choices=("verilator", "icarus"), default="verilator")
-    add_cluster_options(sp)
-    sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    sim_option(sp)
+    cluster_options(sp)
+    json_option(sp)
     sp.set_defaults(func=cmd_fuzz)

@@ -43,19 +43,19 @@ def run(args):
     except BenchFailure as e:
         report.error(e)
         return 1
-    peak = rec["peak_lines_per_cycle"]
+    peak = rec.peak_lines_per_cycle
     summary = {
         "sim": args.sim,
-        "batches": len(rec["batches"]),
-        "bags": sum(b["bags"] for b in rec["batches"]),
-        "rows_gathered": sum(b["indices"] for b in rec["batches"]),
-        "cycles_per_batch": [b["cycles"] for b in rec["batches"]],
-        "lines_per_cycle": rec["lines_per_cycle"],
+        "batches": len(rec.batches),
+        "bags": sum(b.bags for b in rec.batches),
+        "rows_gathered": sum(b.indices for b in rec.batches),
+        "cycles_per_batch": [b.cycles for b in rec.batches],
+        "lines_per_cycle": rec.lines_per_cycle,
         "pmem_peak_lines_per_cycle": peak,
-        "golden_match": rec["golden_match"],
-        "sim_cycles_per_s": rec["sim_cycles_per_s"],
+        "golden_match": rec.golden_match,
+        "sim_cycles_per_s": rec.sim_cycles_per_s,
         "wall_s": time.monotonic() - t0,
-        "job": rec,
+        "job": rec.to_dict(),
     }
     print()
     report.line("batches", f"{summary['batches']} ({summary['bags']} bags, "
@@ -63,10 +63,10 @@ def run(args):
     report.line("cycles per batch", ", ".join(map(str, summary["cycles_per_batch"])))
     report.line("PMEM read rate", f"{summary['lines_per_cycle']:.3f} lines/cycle (peak {peak:.3f}, "
                                   f"{100 * summary['lines_per_cycle'] / peak:.1f}%)")
-    report.golden(rec["golden_match"], "every batch")
+    report.golden(rec.golden_match, "every batch")
     report.line("simulation", f"{summary['sim_cycles_per_s']:,.0f} cycles/s, "
                               f"{summary['wall_s']:.1f} s in all")
     if args.waves:
         report.line("waveform", args.waves)
     report.json_out(args.json, summary, args=args)
-    return 0 if rec["golden_match"] else 1
+    return 0 if rec.golden_match else 1

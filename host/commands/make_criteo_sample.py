@@ -1,6 +1,7 @@
 """``trainingcxl make-criteo-sample``: a small Criteo-format TSV with a learnable signal."""
 
-from trainingcxl.host.tools.argtypes import nonneg, positive
+from trainingcxl.host.tools.argtypes import positive
+from .options import workload_options
 
 __all__ = ["register"]
 
@@ -9,7 +10,7 @@ def register(sub):
     sp = sub.add_parser("make-criteo-sample", help="write a small Criteo-format TSV with a learnable signal")
     sp.add_argument("output", help="file to write")
     sp.add_argument("--lines", type=positive, default=4096, help="samples")
-    sp.add_argument("--seed", type=nonneg, default=0, help="seed")
+    workload_options(sp, names=("seed",), helps={"seed": "seed of the samples"})
     sp.set_defaults(func=run)
 
 

@@ -1,14 +1,25 @@
-"""Options several commands share: the configuration (a preset or a file, and
-``--set``), the simulator, and the JSON output."""
+"""The options commands share, each declared once: the configuration (a preset or a
+file, and ``--set``), the simulator, the JSON output, and the groups of the workload
+(``--batches``, ``--batch-size``, ``--seed``), the staleness bound, the pool
+(``--devices``), the media files and the fan-out (``--cluster``, ``--jobs``).
+
+A command takes a group whole and may give it its own defaults and a sharper help
+text; the option's name, type and meaning stay here (or in the job's field, whose
+help and default :meth:`~trainingcxl.host.jobs.Job.add_arguments` reads).
+"""
 
 import argparse
+import dataclasses
 
 from trainingcxl.spec.config import ConfigError
 from trainingcxl.spec.presets import PRESETS, load_config
+from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.tools.argtypes import add_set_option, nonneg, positive, with_overrides
+from trainingcxl.host.tools.plans import staleness
 
 __all__ = ["config_arg", "config_option", "sim_option", "json_option", "workload_options",
-           "pmem_dir_option", "resolve_config", "check_device_top"]
+           "staleness_option", "devices_option", "with_devices", "pmem_dir_option",
+           "cluster_options", "resolve_config", "check_device_top", "int_list"]
 
 
 def config_arg(text):
@@ -29,12 +40,72 @@ def config_option(sp, default, device_top=True):
     sp.set_defaults(device_top=device_top)
 
 
-def workload_options(sp, job_class, *extra, defaults=None, **kwargs):
-    """``--batches``, ``--batch-size`` and ``--seed`` of ``job_class`` (and the fields
-    ``extra``), their defaults and help from the job's declaration."""
-    job_class.add_arguments(sp, "batches", "batch_size", "seed", *extra, defaults=defaults,
-                            batches={"type": positive}, batch_size={"type": positive},
-                            seed={"type": nonneg}, **kwargs)
+def workload_options(sp, job_class=TrainJob, *extra, names=("batches", "batch_size", "seed"),
+                     defaults=None, helps=None, **kwargs):
+    """``--batches``, ``--batch-size`` and ``--seed`` (or those of ``names``) of
+    ``job_class``, and its fields ``extra``: their defaults and help from the job's
+    declaration; ``defaults`` and ``helps`` (by field name) are the command's own, and
+    ``kwargs`` (by field name) argparse keywords such as ``type``."""
+    types = {"batches": {"type": positive}, "batch_size": {"type": positive},
+             "seed": {"type": nonneg}}
+    for name, words in kwargs.items():
+        types[name] = {**types.get(name, {}), **words}
+    for name, text in (helps or {}).items():
+        types[name] = {**types.get(name, {}), "help": text}
+    job_class.add_arguments(sp, *names, *extra, defaults=defaults, **types)
+
+
+def int_list(low=1):
+    """argparse type: ``1,2,4`` -> a tuple of integers of at least ``low``."""
+    def parse(text):
+        try:
+            values = tuple(int(t) for t in text.split(",") if t.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected integers such as 1,2,4") from None
+        if not values or min(values) < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected integers of at least {low}")
+        return values
+    return parse
+
+
+def _staleness_list(text):
+    return [staleness(k) for k in text.split(",")]
+
+
+def staleness_option(sp, *, many=False, default=None, help=None):
+    """``--staleness``: the staleness bound K as the job declares it (``many``: a list
+    of bounds to mix, ``K[,K...]``)."""
+    if many:
+        TrainJob.add_arguments(sp, "staleness", defaults={"staleness": default},
+                               staleness={"type": _staleness_list, "metavar": "K[,K...]",
+                                          "help": help or "staleness bounds K to mix"})
+    else:
+        extra = {"help": help} if help else {}
+        TrainJob.add_arguments(sp, "staleness", defaults={"staleness": default},
+                               staleness={"type": staleness, "metavar": "K", **extra})
+
+
+def devices_option(sp, *, sizes=None, more=""):
+    """``--devices``: a pool of N devices behind a CXL switch (docs/pool.md), the
+    configuration's ``pool.devices`` (:func:`with_devices`); ``sizes``: the command
+    compares pools of several sizes, these by default. ``more``: what the pool means
+    to this command."""
+    if sizes:
+        sp.add_argument("--devices", type=int_list(), default=tuple(sizes),
+                        metavar=",".join(map(str, sizes)),
+                        help="pool sizes (at most 8, one table each)" + (f"; {more}" if more else ""))
+        return
+    sp.add_argument("--devices", type=positive, metavar="N", default=None,
+                    help="a pool of N devices behind a CXL switch, the tables spread over them "
+                         "(the configuration's pool.devices, 1 unless set; docs/pool.md)"
+                         + (f": {more}" if more else ""))
+
+
+def with_devices(config, devices):
+    """``config`` with a pool of ``devices`` (``None``: as it is)."""
+    if devices is None:
+        return config
+    return config.replace(pool=dataclasses.replace(config.pool, devices=devices))
 
 
 def sim_option(sp, note="icarus is about 30x slower, use --config tiny"):
@@ -42,8 +113,8 @@ def sim_option(sp, note="icarus is about 30x slower, use --config tiny"):
                     help=f"simulator (default: verilator; {note})")
 
 
-def json_option(sp):
-    sp.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+def json_option(sp, help="write the results as JSON to OUT"):
+    sp.add_argument("--json", metavar="OUT", help=help)
 
 
 def pmem_dir_option(sp):
@@ -51,6 +122,20 @@ def pmem_dir_option(sp):
                     help="keep each training run's PMEM media in a file of DIR named by the "
                          "run (DIR/<run>.pmem, made anew; on a cluster DIR must be shared), "
                          "for trainingcxl.host.pmem.open after the run (docs/pmem.md)")
+
+
+def cluster_options(sp, *, jobs_default=None, jobs=True, what="the tasks"):
+    """``--cluster`` (where ``what`` runs) and ``--jobs`` (how many at once here)."""
+    from trainingcxl.host.runs.cluster import parse_cluster
+    sp.add_argument("--cluster", type=parse_cluster, default="local", metavar="WHERE",
+                    help=f"where {what} run: local (processes of this machine), ray (a "
+                         "private Ray instance on this machine), auto (the Ray cluster this "
+                         "machine joined with `ray start`) or ray://HOST:PORT (Ray Client); "
+                         "every node needs the project installed (docs/usage.md, \"On a cluster\")")
+    if jobs:
+        default = "all cores" if jobs_default is None else jobs_default
+        sp.add_argument("--jobs", type=positive, default=jobs_default,
+                        help=f"tasks at once on this machine, for local and ray (default: {default})")
 
 
 def resolve_config(args):

@@ -5,6 +5,7 @@ the JSON went)."""
 import sys
 import tempfile
 
+from trainingcxl.host.protocol.run_record import Record
 from trainingcxl.host.tools.argtypes import plural, write_json
 from trainingcxl.host.tools.provenance import provenance
 
@@ -31,9 +32,13 @@ def json_out(path, record, note="", say=print, *, args=None):
     one line; returns whether ``path`` was written."""
     if not path:
         return True
-    if isinstance(record, dict) and "provenance" not in record:
-        record = {**record, "provenance": provenance(args if args is not None else _Bare(),
-                                                      job=record.get("job"))}
+    # A typed record (:class:`~trainingcxl.host.protocol.run_record.Record`) as its JSON; a
+    # command's own summary is JSON data already.
+    data = record.to_dict() if isinstance(record, Record) else record
+    if isinstance(data, dict) and "provenance" not in data:
+        job = getattr(record, "job", None) if isinstance(record, Record) else data.get("job")
+        data = {**data, "provenance": provenance(args if args is not None else _Bare(), job=job)}
+    record = data
     try:
         write_json(path, record)
     except OSError as e:

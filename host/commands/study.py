@@ -41,16 +41,19 @@ from pathlib import Path
 import numpy as np
 
 from . import report
-from .options import config_option, pmem_dir_option
+from .options import (config_option, devices_option, json_option, pmem_dir_option,
+                      workload_options)
 from trainingcxl.host.model.evaluate import evaluate
 from trainingcxl.host.model.partial import CPR_FRACTION, CPR_PLS
-from .study_runs import history_at_start, result, run_points, step, workload as workload_of
-from trainingcxl.spec.config import Config
+from .study_runs import (StudyPoint, history_at_start, result, run_points, step,
+                         workload as workload_of)
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure
-from trainingcxl.host.tools.cluster import LocalPool
-from trainingcxl.host.tools.pool import Progress, run_train
+from trainingcxl.host.runs.cluster import LocalPool
+from trainingcxl.host.runs.fanout import Progress
+from trainingcxl.host.runs.runners import DeviceRunner
+from trainingcxl.host.runs.task import Task
 
 __all__ = ["MODES", "STUDY_K", "golden_run", "replay", "recover", "register"]
 
@@ -123,18 +126,19 @@ def replay(cfg, workload, batches, *, seed, recoveries):
 
 # -- the study's points ---------------------------------------------------------------------
 
-def study_point(spec):
+def study_point(point):
     """One run of the study (in its own process): final test metrics of the device model and
     of the float32 reference."""
-    cfg = Config.from_dict(spec["config"])
-    workload = workload_of(cfg, spec["seed"], spec["batch_size"])
+    cfg = point.config
+    workload = workload_of(cfg, point.seed, point.batch_size)
     t0 = time.monotonic()
-    history, recoveries = golden_run(cfg, workload, spec["batches"], seed=spec["seed"],
-                                     mode=spec["mode"], k=spec["k"],
-                                     failure_every=spec["failure_every"])
-    test = workload.test_set(spec["test_samples"])
+    history, recoveries = golden_run(cfg, workload, point.batches, seed=point.seed,
+                                     mode=point.mode, k=point.k,
+                                     failure_every=point.failure_every)
+    test = workload.test_set(point.test_samples)
     g, r = history.golden, history.reference
-    return {**{key: spec[key] for key in ("mode", "k", "seed", "failure_every")},
+    return {"mode": point.mode, "k": point.k, "seed": point.seed,
+            "failure_every": point.failure_every,
             "failures": len(recoveries),
             "staleness": [b - 1 - min(t, m) for b, t, m in recoveries],
             "device": evaluate(cfg, g.tables, g.dense, test).to_dict(),
@@ -142,43 +146,40 @@ def study_point(spec):
             "wall_s": time.monotonic() - t0}
 
 
-def _rtl_point(spec):
-    """One RTL run with failures, replayed on the golden model: ``(spec, outcome dict)``."""
-    cfg = Config.from_dict(spec["config"])
+def _rtl_point(task):
+    """One RTL run with failures, replayed on the golden model: ``(task, outcome dict)``."""
+    cfg, a = task.config, task.job
     with tempfile.TemporaryDirectory(prefix="trainingcxl-study-") as tmp:
-        _, rec, error = run_train({**spec, "job": {**spec["job"], "dump": tmp}})
+        _, rec, error = DeviceRunner()(task.with_job(dump=tmp))
         if rec is None or error:
-            return spec, {"error": (error or "no record")[-400:]}
+            return task, {"error": (error or "no record")[-400:]}
         tables = np.load(Path(tmp) / "tables.npz")
         mlp = np.load(Path(tmp) / "mlp.npz")
-        a = spec["job"]
-        recs = [(f["recovered_batch"], f["recovered_mlp_batch"]) for f in rec["failures"]]
-        history = replay(cfg, workload_of(cfg, a["seed"], a["batch_size"]), rec["stopped_after"],
-                         seed=a["seed"], recoveries=recs)
+        recs = [(f.recovered_batch, f.recovered_mlp_batch) for f in rec.failures]
+        history = replay(cfg, workload_of(cfg, a.seed, a.batch_size), rec.stopped_after,
+                         seed=a.seed, recoveries=recs)
         g = history.golden
         same_tables = all(np.array_equal(tables[f"table{t}"], x) for t, x in enumerate(g.tables))
         same_mlp = all(np.array_equal(mlp[f"{part}_{kind}{i}"].view(np.uint32),
                                       layer[j].view(np.uint32))
                        for part, layers in (("bottom", g.dense.bottom), ("top", g.dense.top))
                        for i, layer in enumerate(layers) for j, kind in enumerate("wb"))
-    return spec, {"staleness": a["staleness"], "relaxed": a["relaxed"],
-                  "batches": rec["stopped_after"], "recoveries": recs,
-                  "consistent": rec["consistent"], "tables_equal": same_tables,
+    return task, {"staleness": a.staleness, "relaxed": a.relaxed,
+                  "batches": rec.stopped_after, "recoveries": recs,
+                  "consistent": rec.consistent, "tables_equal": same_tables,
                   "mlp_equal": same_mlp}
 
 
-def rtl_specs(count, seed, pmem_dir=None):
+def rtl_tasks(count, seed, pmem_dir=None):
     """``count`` RTL runs on ``tiny``: K of 0, 1, 8 in strict and relaxed order, in turn,
     with three random failures each."""
-    cfg = PRESETS["tiny"]
     out = []
     for i in range(count):
         k, relaxed = (0, 1, 8)[i % 3], bool(i // 3 % 2)
         job = TrainJob(seed=seed + i, batches=12, batch_size=8, check_every=4, relaxed=relaxed,
-                       staleness=k, system="cxl", failures=({"random": True},) * 3,
+                       staleness=k, failures=({"random": True},) * 3,
                        failure_seed=seed + i, extend=True, test_samples=0)
-        out.append({"index": f"study-rtl{i}", "config": cfg.to_dict(), "job": job.to_dict(),
-                    "pmem_dir": pmem_dir})
+        out.append(Task(f"study-rtl{i}", PRESETS["tiny"], job, media_dir=pmem_dir))
     return out
 
 
@@ -258,13 +259,12 @@ def cmd_study(args):
         workload_of(cfg, args.seed, batch_size).test_set(args.test_samples).check_labels()
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
-    common = {"config": cfg.to_dict(), "batches": args.batches, "batch_size": batch_size,
-              "test_samples": args.test_samples}
     specs = []
     for seed in range(args.seed, args.seed + args.seeds):
-        specs.append({**common, "seed": seed, "mode": "trainingcxl", "k": 0, "failure_every": 0})
-        specs += [{**common, "seed": seed, "mode": mode, "k": k,
-                   "failure_every": args.failure_every} for mode in modes for k in ks]
+        base = StudyPoint(cfg, seed, "trainingcxl", 0, args.batches, batch_size, args.test_samples)
+        specs.append(base)
+        specs += [base.replace(mode=mode, k=k, failure_every=args.failure_every)
+                  for mode in modes for k in ks]
     print(f"trainingcxl study: {len(specs)} golden-model runs of {args.batches} batches of "
           f"{batch_size} ({cfg.n_tables} tables, {sum(cfg.tables):,} rows), a failure every "
           f"{args.failure_every} batches on average, K in {ks}, modes {', '.join(modes)}, "
@@ -276,7 +276,7 @@ def cmd_study(args):
     summary = _summary(points, modes, ks)
     rtl = []
     if args.rtl_sample:
-        specs = rtl_specs(args.rtl_sample, args.seed, args.pmem_dir)
+        specs = rtl_tasks(args.rtl_sample, args.seed, args.pmem_dir)
         pool.prebuild([PRESETS["tiny"]])
         bar = Progress(len(specs), "RTL runs")
         for _, outcome in pool.run(_rtl_point, specs):
@@ -342,10 +342,8 @@ def register(sub):
                     "AUC and log loss against the run without failures. A sample of RTL runs "
                     "with failures is replayed on the golden model and must agree bit for bit.")
     config_option(sp, "small")
-    sp.add_argument("--batches", type=positive, default=2000,
-                    help="batches a run trains")
-    sp.add_argument("--batch-size", type=positive, default=None,
-                    help="samples per batch (default: the configuration's)")
+    workload_options(sp, defaults={"batches": 2000}, helps={"batches": "batches a run trains",
+                                                             "seed": "first seed"})
     sp.add_argument("--failure-every", type=_rates, default=[100], metavar="N[,N...]",
                     help="a power failure every N batches trained, on average (with --devices, "
                          "one or more rates)")
@@ -354,12 +352,11 @@ def register(sub):
     sp.add_argument("--modes", default=None,
                     help=f"recovery modes (default: {','.join(MODES)}; with --devices: "
                          f"exact,cpr,cpr-mfu,cpr-ssu)")
-    sp.add_argument("--devices", type=positive, default=None, metavar="N",
-                    help="a pool of N devices (docs/pool.md): a failure strikes one device, "
-                         "and TrainingCXL's exact recovery of the pool (every device back to "
-                         "the pool's durable batch) is set against CPR's partial recovery "
-                         "(only the failed device's tables back to their checkpoint; plain, "
-                         "MFU and SSU), on test AUC and modelled checkpoint overhead")
+    devices_option(sp, more="a failure strikes one device, and TrainingCXL's exact recovery "
+                            "of the pool (every device back to the pool's durable batch) is set "
+                            "against CPR's partial recovery (only the failed device's tables back "
+                            "to their checkpoint; plain, MFU and SSU), on test AUC and modelled "
+                            "checkpoint overhead")
     sp.add_argument("--pls", type=float, default=CPR_PLS,
                     help="with --devices: CPR's target portion of lost samples, which sets its "
                          "checkpoint interval to 2 x PLS x the failure interval")
@@ -367,7 +364,6 @@ def register(sub):
                     help="with --devices: the share of a device's rows CPR-MFU and CPR-SSU "
                          "save each time, every that share of the interval")
     sp.add_argument("--seeds", type=positive, default=3, help="seeds per point")
-    sp.add_argument("--seed", type=nonneg, default=0, help="first seed")
     sp.add_argument("--test-samples", type=positive, default=4096,
                     help="held-out samples")
     sp.add_argument("--rtl-sample", type=nonneg, default=6,
@@ -381,7 +377,7 @@ def register(sub):
     sp.add_argument("--jobs", type=positive, default=2,
                     help="processes (with --device-batches, simulators at once)")
     pmem_dir_option(sp)
-    sp.add_argument("--json", metavar="OUT", help="write every point and the summary to OUT")
+    json_option(sp, help="write every point and the summary to OUT")
     sp.add_argument("--plot", metavar="OUT.png", help="draw the change in test AUC and log "
                                                       "loss against K, per mode")
     sp.set_defaults(func=cmd_study)

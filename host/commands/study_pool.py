@@ -21,7 +21,6 @@ and the failed device's reload. CPR wrote its checkpoints to remote storage; her
 they go to each device's PMEM, which favours CPR.
 """
 
-import dataclasses
 import hashlib
 import time
 
@@ -34,9 +33,9 @@ from trainingcxl.host.model.partial import (CPR_FRACTION, CPR_PLS, CPR_VARIANTS,
                                              PartialCheckpoints, check_cpr_settings,
                                              cpr_interval, failure_schedule)
 from trainingcxl.host.model.shard import shard_batch
-from trainingcxl.spec.config import Config
 from trainingcxl.spec.pool import shards
-from .study_runs import history_at_start, run_points, step, workload as workload_of
+from .options import with_devices
+from .study_runs import StudyPoint, history_at_start, run_points, step, workload as workload_of
 
 __all__ = ["POOL_MODES", "pool_golden_run", "pool_point", "batch_costs", "cmd_pool_study"]
 
@@ -140,23 +139,23 @@ def overhead(cfg, mode, batches, failures, cps, costs):
     return 100 * extra / (batches * t_batch)
 
 
-def pool_point(spec):
+def pool_point(point):
     """One run of the pool study (its own process): final test metrics, failures and
     modelled overhead."""
-    cfg = Config.from_dict(spec["config"])
-    workload = workload_of(cfg, spec["seed"], spec["batch_size"])
+    cfg = point.config
+    workload = workload_of(cfg, point.seed, point.batch_size)
     t0 = time.monotonic()
     history, failures, cps, _ = pool_golden_run(
-        cfg, workload, spec["batches"], seed=spec["seed"], mode=spec["mode"],
-        failure_every=spec["failure_every"], pls=spec["pls"], fraction=spec["fraction"])
-    test = workload.test_set(spec["test_samples"])
+        cfg, workload, point.batches, seed=point.seed, mode=point.mode,
+        failure_every=point.failure_every, pls=point.pls, fraction=point.fraction)
+    test = workload.test_set(point.test_samples)
     g = history.golden
     costs = batch_costs(cfg, workload)
-    return {**{key: spec[key] for key in ("mode", "seed", "failure_every")},
+    return {"mode": point.mode, "seed": point.seed, "failure_every": point.failure_every,
             "failures": len(failures),
             "interval": None if cps is None else cps[0].every,
             "lost_batches": sum(f[2] for f in failures),
-            "overhead_pct": overhead(cfg, spec["mode"], spec["batches"], failures, cps, costs),
+            "overhead_pct": overhead(cfg, point.mode, point.batches, failures, cps, costs),
             "batch_cycles": costs[0],
             "device": evaluate(cfg, g.tables, g.dense, test).to_dict(),
             "model_digest": hashlib.sha256(b"".join(t.tobytes() for t in g.tables)
@@ -193,17 +192,17 @@ def rtl_measure(cfg, jobs, *, workers=None, log=print):
     """Run ``jobs`` (:func:`rtl_jobs`) on the pool's simulated devices, one after the
     other; returns a row each: cycles, overhead against the first run, failures, and
     whether the run matched its golden model bit for bit."""
-    from trainingcxl.host.tools.device_pool import run_pool
+    from trainingcxl.host.runs.pool_coordinator import run_pool
     rows = []
     for name, rate, job in jobs:
         job = job.validated(cfg)
         t0 = time.monotonic()
         rec = run_pool(job, cfg, workers=workers)
-        row = {"mode": name, "failure_every": rate, "cycles": rec["cycles"],
-               "failures": len(rec.get("cpr_failures", rec["failures"])),
-               "golden_match": rec["golden_match"], "wall_s": time.monotonic() - t0}
-        if "cpr" in rec:
-            row["cpr"] = rec["cpr"]
+        row = {"mode": name, "failure_every": rate, "cycles": rec.cycles,
+               "failures": len(rec.failures if rec.cpr_failures is None else rec.cpr_failures),
+               "golden_match": rec.golden_match, "wall_s": time.monotonic() - t0}
+        if rec.cpr is not None:
+            row["cpr"] = rec.cpr.to_dict()
         rows.append(row)
         row["overhead_pct"] = 100 * (row["cycles"] / rows[0]["cycles"] - 1)
         log(f"  [devices] {name:<8} failure every {rate or '-':>4}: {row['cycles']:>10,} cycles "
@@ -280,7 +279,7 @@ def cmd_pool_study(args, cfg):
     """``study --devices N``."""
     from . import report
     from trainingcxl.spec.config import ConfigError
-    cfg = cfg.replace(pool=dataclasses.replace(cfg.pool, devices=args.devices))
+    cfg = with_devices(cfg, args.devices)
     try:
         plan = shards(cfg)
     except ConfigError as e:
@@ -300,13 +299,12 @@ def cmd_pool_study(args, cfg):
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     rates = args.failure_every
-    common = {"config": cfg.to_dict(), "batches": args.batches, "batch_size": batch_size,
-              "test_samples": args.test_samples, "pls": args.pls, "fraction": args.fraction}
     specs = []
     for seed in range(args.seed, args.seed + args.seeds):
-        specs.append({**common, "seed": seed, "mode": "exact", "failure_every": 0})
-        specs += [{**common, "seed": seed, "mode": m, "failure_every": r}
-                  for r in rates for m in modes]
+        base = StudyPoint(cfg, seed, "exact", 0, args.batches, batch_size, args.test_samples,
+                          pls=args.pls, fraction=args.fraction)
+        specs.append(base)
+        specs += [base.replace(mode=m, failure_every=r) for r in rates for m in modes]
     print(f"trainingcxl study: a pool of {len(plan)} devices (tables "
           f"{'; '.join(s.label(cfg.tables) for s in plan)}); {len(specs)} golden-model "
           f"runs of {args.batches} batches of {batch_size}, a failure of one device every "

@@ -1,10 +1,36 @@
 """What ``trainingcxl study`` and ``study --devices`` share: the golden model's runs."""
 
+import dataclasses
+from dataclasses import dataclass
+
+from trainingcxl.spec.config import Config
 from trainingcxl.host.model.data import SyntheticWorkload, initial_tables
 from trainingcxl.host.model.dlrm import FixedPointTrainer, FloatTrainer
 from trainingcxl.host.model.history import GoldenHistory
+from trainingcxl.host.model.partial import CPR_FRACTION, CPR_PLS
 
-__all__ = ["history_at_start", "step", "workload", "result", "run_points"]
+__all__ = ["StudyPoint", "history_at_start", "step", "workload", "result", "run_points"]
+
+
+@dataclass(frozen=True)
+class StudyPoint:
+    """One golden-model run of a study: ``mode`` of recovery at staleness ``k`` (the
+    pool's study: CPR's ``pls`` and ``fraction``), a failure every ``failure_every``
+    batches on average (0: none), ``batches`` of ``batch_size`` from ``seed``, tested on
+    ``test_samples`` held-out samples."""
+    config: Config
+    seed: int
+    mode: str
+    failure_every: int
+    batches: int
+    batch_size: int
+    test_samples: int
+    k: int = 0
+    pls: float = CPR_PLS
+    fraction: float = CPR_FRACTION
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
 
 
 def history_at_start(cfg, seed):
@@ -37,14 +63,14 @@ def result(outcome):
     return outcome
 
 
-def run_points(fn, specs, jobs):
-    """``fn`` on every spec, on ``jobs`` processes of this machine, with a progress bar;
-    returns the outcomes (any order)."""
-    from trainingcxl.host.tools.cluster import LocalPool
-    from trainingcxl.host.tools.pool import Progress
-    points = []
-    bar = Progress(len(specs), "runs")
-    for _, point in LocalPool(jobs).run(fn, specs):
-        points.append(result(point))
+def run_points(fn, points, jobs):
+    """``fn`` on every :class:`StudyPoint`, on ``jobs`` processes of this machine, with a
+    progress bar; returns the outcomes (any order)."""
+    from trainingcxl.host.runs.cluster import LocalPool
+    from trainingcxl.host.runs.fanout import Progress
+    outcomes = []
+    bar = Progress(len(points), "runs")
+    for _, point in LocalPool(jobs).run(fn, points):
+        outcomes.append(result(point))
         bar.step()
-    return points
+    return outcomes

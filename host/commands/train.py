@@ -4,7 +4,6 @@ board top, or a board on a serial port (:mod:`.train_targets`). A target object
 checks the command line for what it can do, runs the training and summarises it."""
 
 import contextlib
-import dataclasses
 import signal
 import sys
 import time
@@ -13,10 +12,10 @@ from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import JobError, TrainJob
 from trainingcxl.host.model.partial import CPR_VARIANTS
 from trainingcxl.host.tools.argtypes import fraction, nonneg, positive, save_figure
-from trainingcxl.host.tools.plans import add_failure_options, failure_plan, failure_summary, staleness
-from trainingcxl.host.tools.cluster import parse_cluster
+from trainingcxl.host.tools.plans import add_failure_options, failure_plan, failure_summary
 from . import report
-from .options import config_arg, sim_option, workload_options
+from .options import (cluster_options, config_arg, devices_option, sim_option, staleness_option,
+                      with_devices, workload_options)
 from .train_targets import Board, SimulatedBoard, add_target_options
 
 __all__ = ["register"]
@@ -52,26 +51,20 @@ def register(sub):
     add_target_options(sp, TARGETS)
     TrainJob.add_arguments(
         sp, "data", "on_bad_lines", "test", "test_fraction", "test_samples", "eval_every",
-        "min_pooling", "system", "relaxed", "staleness", "check_every", "dump", "export",
+        "min_pooling", "system", "relaxed", "check_every", "dump", "export",
         "pmem", "resume", "overwrite",
         on_bad_lines={"choices": ("raise", "skip")}, test={"metavar": "FILE"},
         test_fraction={"type": fraction, "metavar": "F"},
         test_samples={"type": nonneg, "metavar": "N"}, eval_every={"type": nonneg, "metavar": "N"},
         min_pooling={"type": nonneg, "metavar": "N"},
-        system={"choices": tuple(SYSTEMS)}, staleness={"type": staleness, "metavar": "K"},
-        check_every={"type": positive}, dump={"metavar": "DIR"}, export={"metavar": "DIR"},
+        system={"choices": tuple(SYSTEMS)}, check_every={"type": positive}, dump={"metavar": "DIR"}, export={"metavar": "DIR"},
         pmem={"metavar": "FILE"})
-    sp.add_argument("--devices", type=positive, metavar="N", default=None,
-                    help="a pool of N devices behind a CXL switch, the tables spread over "
-                         "them, one simulator each, coupled batch by batch (the "
-                         "configuration's pool.devices, 1 unless set; docs/pool.md)")
+    staleness_option(sp)
+    devices_option(sp, more="one simulator each, coupled batch by batch")
     sp.add_argument("--workers", type=positive, metavar="W", default=None,
                     help="with --devices: simulators running at once (default: the cores, or "
                          "the cluster's CPUs, at most N); the results do not depend on it")
-    sp.add_argument("--cluster", type=parse_cluster, default="local", metavar="WHERE",
-                    help="with --devices: where the devices' simulators run: local (processes "
-                         "of this machine), ray (a private Ray instance here), auto (the Ray "
-                         "cluster this machine joined) or ray://HOST:PORT (docs/pool.md)")
+    cluster_options(sp, jobs=False, what="a pool's simulators (with --devices)")
     TrainJob.add_arguments(sp, "recovery", "failure_every", "pls", "fraction",
                            recovery={"choices": ("exact", *CPR_VARIANTS)},
                            failure_every={"type": nonneg, "metavar": "N"},
@@ -146,10 +139,10 @@ def _pool_failures(args, cfg):
 
 def train_on_sim(args):
     """Training on the simulated device: build, run, summarise."""
-    from trainingcxl.host.apps.launch import launch
     from trainingcxl.host.protocol.systems import SYSTEMS
+    from trainingcxl.host.runs.choice import runner_for
+    from trainingcxl.host.runs.task import Task
     from trainingcxl.host.tools.argtypes import with_overrides
-    from trainingcxl.sim.runner import BenchFailure
     from .options import check_device_top
     if args.from_json:
         rerun(args)
@@ -160,8 +153,7 @@ def train_on_sim(args):
         if value is not None:
             raise SystemExit(f"error: {flag} is for --target board")
     if args.devices is not None:
-        args.config = args.config.replace(pool=dataclasses.replace(args.config.pool,
-                                                                   devices=args.devices))
+        args.config = with_devices(args.config, args.devices)
     elif args.config.pool.devices == 1 and (args.workers is not None or args.cluster != "local"):
         raise SystemExit("error: --workers and --cluster go with a pool (--devices N)")
     cfg = args.config
@@ -195,66 +187,68 @@ def train_on_sim(args):
           f"{order} order, {checkpoints}, {report.plural(len(job.failures), 'power failure')} "
           f"planned, on {args.sim}", flush=True)
     t0 = time.monotonic()
-    pooled = args.devices is not None or cfg.pool.devices > 1
-    try:
-        if pooled:
-            rec = _train_on_pool(job, cfg, args)
-        else:
-            with _stop_on_ctrl_c(), _media_in_use(job.pmem):
-                rec = launch(job, cfg, sim=args.sim)
-    except BenchFailure as e:
-        if e.record is None:
-            report.error(e)
-            if job.pmem:
-                print(f"{job.pmem} keeps the media as the run left it: `trainingcxl train "
-                      f"--pmem {job.pmem} --resume --batches {job.batches}` continues it",
-                      file=sys.stderr)
-            return 1
-        rec = e.record
-    rec.update({"sim": args.sim, "config": cfg.to_dict(), "data": job.data,
-                "job": job.to_dict(), "wall_s": time.monotonic() - t0})
-    if "aborted" in rec:
+    if cfg.pool.devices > 1:
+        _say_pool(cfg)
+    runner = runner_for(cfg, job, live=True, where=args.cluster)
+    # One device's simulator ends its run after the batch in progress on Ctrl-C.
+    stop = _stop_on_ctrl_c() if cfg.pool.devices == 1 else contextlib.nullcontext()
+    with stop, _media_in_use(job.pmem):
+        _, rec, error = runner(Task("train", cfg, job, sim=args.sim, workers=args.workers))
+    if rec is None:
+        if cfg.pool.devices > 1:
+            raise SystemExit(f"error: the pool's run failed: {error[-2000:]}")
+        report.error(error)
+        if job.pmem:
+            print(f"{job.pmem} keeps the media as the run left it: `trainingcxl train "
+                  f"--pmem {job.pmem} --resume --batches {job.batches}` continues it",
+                  file=sys.stderr)
+        return 1
+    rec = rec.replace(sim=args.sim, config=cfg.to_dict(), data=job.data, job=job.to_dict(),
+                      wall_s=time.monotonic() - t0)
+    if rec.aborted is not None:
         # The run stopped part-way: say where and why, keep what it found.
-        print(f"\nerror: the run stopped after {len(rec['loss'])} of {job.batches} batches: "
-              f"{rec['aborted']}", file=sys.stderr)
+        print(f"\nerror: the run stopped after {len(rec.loss)} of {job.batches} batches: "
+              f"{rec.aborted}", file=sys.stderr)
         for text in failure_summary(rec):
             print(text)
         report.json_out(args.json, rec, "partial", args=args)
         return 1
-    if not rec["loss"]:
+    if not rec.loss:
         print(f"\nnothing to train: {args.pmem} is at batch "
-              f"{rec['resumed']['recovered_batch']}, --batches {job.batches}")
+              f"{rec.resumed.recovered_batch}, --batches {job.batches}")
         report.json_out(args.json, rec, args=args)
-        return 0 if rec["golden_match"] else 1
-    first = sum(rec["loss"][:10]) / len(rec["loss"][:10])
-    gap = abs(rec["final_loss"] - rec["final_loss_ref"]) / rec["final_loss_ref"]
+        return 0 if rec.golden_match else 1
+    losses = rec.losses()
+    first = sum(losses[:10]) / len(losses[:10])
+    gap = abs(rec.final_loss - rec.final_loss_ref) / rec.final_loss_ref
     print()
-    report.line("loss", f"{first:.4f} over the first batches -> {rec['final_loss']:.4f} over the "
-                        f"last (float32 reference {rec['final_loss_ref']:.4f}, {100 * gap:.2f}% apart)")
-    if "resumed" in rec:
-        r = rec["resumed"]
-        report.line("resumed", f"{args.pmem}: RECOVER found D = {r['recovered_batch']}, m = "
-                               f"{r['recovered_mlp_batch']} ({r['rolled_back']} records rolled "
-                               f"back, {r['earlier_recoveries']} earlier recoveries replayed); "
-                               f"trained batches {r['recovered_batch'] + 1} to {job.batches}")
-    report.line("cycles", f"{rec['cycles']:,} in all, {rec['cycles'] // max(1, len(rec['loss'])):,} "
-                          f"per batch (GPU model {rec['gpu_cycles_per_batch']:,} per batch)")
-    checked = ", ".join(str(c["batch"] + 1) for c in rec["checks"])
-    report.golden(rec["golden_match"], f"pooled vectors of every batch, tables after batches {checked}")
+    report.line("loss", f"{first:.4f} over the first batches -> {rec.final_loss:.4f} over the "
+                        f"last (float32 reference {rec.final_loss_ref:.4f}, {100 * gap:.2f}% apart)")
+    if rec.resumed is not None:
+        r = rec.resumed
+        report.line("resumed", f"{args.pmem}: RECOVER found D = {r.recovered_batch}, m = "
+                               f"{r.recovered_mlp_batch} ({r.rolled_back} records rolled "
+                               f"back, {r.earlier_recoveries} earlier recoveries replayed); "
+                               f"trained batches {r.recovered_batch + 1} to {job.batches}")
+    report.line("cycles", f"{rec.cycles:,} in all, {rec.cycles // max(1, len(rec.loss)):,} "
+                          f"per batch (GPU model {rec.gpu_cycles_per_batch:,} per batch)")
+    checked = ", ".join(str(c.batch + 1) for c in rec.checks)
+    report.golden(rec.golden_match, f"pooled vectors of every batch, tables after batches {checked}")
     for text in _eval_summary(rec):
         print(text)
     for label, text in work_summary(rec, system):
         report.line(label, text)
     for text in failure_summary(rec):
         print(text)
-    if "pool" in rec:
-        p = rec["pool"]
-        per = ", ".join(f"{d['device']}: {sum(d['cycles_per_batch']) // len(d['cycles_per_batch']):,}"
-                        for d in rec["devices"])
-        report.line("pool", f"{p['devices']} device(s), switch {p['switch_latency']} cycles each "
-                            f"way, {p['workers']} simulator(s) at once; cycles per batch by "
+    if rec.pool is not None:
+        p = rec.pool
+        per = ", ".join(f"{d.device}: "
+                        f"{sum(d.cycles_per_batch.values()) // len(d.cycles_per_batch):,}"
+                        for d in rec.devices)
+        report.line("pool", f"{p.devices} device(s), switch {p.switch_latency} cycles each "
+                            f"way, {p.workers} simulator(s) at once; cycles per batch by "
                             f"device {per}")
-    report.line("wall time", f"{rec['wall_s']:.1f} s")
+    report.line("wall time", f"{rec.wall_s:.1f} s")
     if args.plot:
         _plot_losses(rec, args.plot)
         report.line("plot", args.plot)
@@ -263,32 +257,22 @@ def train_on_sim(args):
     if job.export:
         report.line("model", f"{args.export} (model.npz: a PyTorch state dict, model.json)")
     report.json_out(args.json, rec, args=args)
-    if rec.get("interrupted"):
+    if rec.interrupted:
         resume = (f"`trainingcxl train --pmem {job.pmem} --resume --batches {job.batches}` "
                   f"continues it" if job.pmem else "with --pmem FILE a run can be resumed")
-        print(f"\ninterrupted after batch {rec['stopped_after']} of {job.batches} (committed and "
+        print(f"\ninterrupted after batch {rec.stopped_after} of {job.batches} (committed and "
               f"checked); {resume}", file=sys.stderr)
         return 130
-    return 0 if rec["golden_match"] else 1
+    return 0 if rec.golden_match else 1
 
 
-def _train_on_pool(job, cfg, args):
-    """Train on a pool of devices (:mod:`trainingcxl.host.tools.device_pool`); a failed
-    device's error ends the command."""
-    from trainingcxl.host.tools.cluster import open_cluster
-    from trainingcxl.host.tools.device_pool import run_pool
+def _say_pool(cfg):
+    """Where a pool's tables go (:mod:`trainingcxl.host.runs.pool_coordinator`)."""
     from trainingcxl.spec.pool import shards
     plan = shards(cfg)
     print(f"  pool of {len(plan)} device(s), switch {cfg.pool.switch_latency if len(plan) > 1 else 0} "
           f"cycles each way; tables by device: "
           + "; ".join(f"{s.device}: {s.label(cfg.tables)}" for s in plan), flush=True)
-    try:
-        if args.cluster == "local":
-            return run_pool(job, cfg, sim=args.sim, workers=args.workers)
-        with open_cluster(args.cluster) as cluster:
-            return run_pool(job, cfg, sim=args.sim, workers=args.workers, cluster=cluster)
-    except RuntimeError as e:
-        raise SystemExit(f"error: the pool's run failed: {str(e)[-2000:]}")
 
 
 @contextlib.contextmanager
@@ -346,7 +330,7 @@ def work_summary(rec, system):
     """``(label, text)`` lines on the embedding and checkpoint work, counted where it was
     done: the device's counters for its engines, the host's own counts for the
     software systems (whose work the device's engines never see)."""
-    c = rec["counters"]
+    c = rec.counters
     if system.engines:
         return [("device", f"{c['lookup_lines']:,} PMEM lines gathered, {c['update_lines']:,} "
                            f"rewritten ({c['update_forwarded']:,} forwarded on chip)"),
@@ -356,7 +340,7 @@ def work_summary(rec, system):
                                   f"and {c['ckpt_stalls']:,} for snapshots")]
     # host-pmem: the CPU's loads and stores, counted by the host; pmem: the host's
     # CXL.mem reads and writes, which the device counts by region.
-    n = rec.get("host", {}) if system.host_bus else c
+    n = (rec.host or {}) if system.host_bus else c
     where = "on its memory bus" if system.host_bus else "over CXL.mem"
     return [("host (software)", f"{n.get('pmem_reads', 0):,} PMEM lines read by the host {where}, "
                                 f"{n.get('pmem_writes_data', 0):,} rewritten; the device's "
@@ -391,12 +375,12 @@ def rerun(args):
 
 def _eval_summary(rec):
     """The summary's lines on the held-out evaluation after the last batch."""
-    if not rec.get("eval"):
+    if not rec.eval:
         return []
-    last = rec["eval"][-1]
-    d, r = last["device"], last["reference"]
-    head = f"  test set           {rec['test_set']['name']} ({d['positives']:,} positive), after " \
-           f"batch {last['batch']}:"
+    last = rec.eval[-1]
+    d, r = last.device, last.reference
+    head = f"  test set           {rec.test_set.name} ({d['positives']:,} positive), after " \
+           f"batch {last.batch}:"
     if d["auc"] is None:
         return [head, f"                     {d['note']}; log loss {d['log_loss']:.4f} "
                       f"(float32 {r['log_loss']:.4f})"]
@@ -413,19 +397,19 @@ def _plot_losses(record, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    evals = [e for e in record.get("eval", ()) if e["device"]["auc"] is not None]
+    evals = [e for e in record.eval or () if e.device["auc"] is not None]
     fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 7, 4), squeeze=False,
                              gridspec_kw={"width_ratios": [2, 1]} if evals else None)
     ax = axes[0][0]
-    x = range(1, len(record["loss"]) + 1)
-    ax.plot(x, record["loss"], label="device (fixed-point embeddings)", lw=1.5)
-    ax.plot(x, record["loss_ref"], label="float32 reference", lw=1, ls="--")
-    for k, f in enumerate(record.get("failures", ())):
-        nested = f["failures_during_recovery"]
-        ax.axvline(f["batch"], color="tab:red", lw=0.8, alpha=0.6,
+    x = range(1, len(record.loss) + 1)
+    ax.plot(x, record.losses("loss"), label="device (fixed-point embeddings)", lw=1.5)
+    ax.plot(x, record.losses("loss_ref"), label="float32 reference", lw=1, ls="--")
+    for k, f in enumerate(record.failures):
+        nested = f.failures_during_recovery
+        ax.axvline(f.batch, color="tab:red", lw=0.8, alpha=0.6,
                    label="power failure (batch it struck)" if k == 0 else None)
-        ax.annotate(f"D={f['recovered_batch']}" + (f", +{nested} in recovery" if nested else ""),
-                    (f["batch"], 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+        ax.annotate(f"D={f.recovered_batch}" + (f", +{nested} in recovery" if nested else ""),
+                    (f.batch, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
                     textcoords="offset points", fontsize=8, color="tab:red")
     ax.set_xlabel("batch")
     ax.set_ylabel("training loss (binary cross-entropy)")
@@ -434,17 +418,17 @@ def _plot_losses(record, path):
     ax.legend(fontsize=8)
     if evals:
         ax = axes[0][1]
-        ax.set_title(f"held out: {record['test_set']['name']}", fontsize=10)
+        ax.set_title(f"held out: {record.test_set.name}", fontsize=10)
         if len(evals) == 1:
             _eval_table(ax, evals[0])
         else:
-            b = [e["batch"] for e in evals]
-            ax.plot(b, [e["device"]["auc"] for e in evals], "o-", label="device", lw=1.5)
-            ax.plot(b, [e["reference"]["auc"] for e in evals], "x--", label="float32 reference",
+            b = [e.batch for e in evals]
+            ax.plot(b, [e.device["auc"] for e in evals], "o-", label="device", lw=1.5)
+            ax.plot(b, [e.reference["auc"] for e in evals], "x--", label="float32 reference",
                     lw=1)
             # An AUC axis no narrower than 0.05: seed-to-seed noise must not look like a trend.
-            lo = min(min(e["device"]["auc"], e["reference"]["auc"]) for e in evals)
-            hi = max(max(e["device"]["auc"], e["reference"]["auc"]) for e in evals)
+            lo = min(min(e.device["auc"], e.reference["auc"]) for e in evals)
+            hi = max(max(e.device["auc"], e.reference["auc"]) for e in evals)
             pad = max(0.0, 0.05 - (hi - lo)) / 2
             ax.set_ylim(max(0.0, lo - pad), min(1.0, hi + pad))
             ax.set_xlabel("batch")
@@ -457,7 +441,7 @@ def _plot_losses(record, path):
 
 def _eval_table(ax, e):
     """One evaluation's figures as a small table in ``ax``."""
-    d, r = e["device"], e["reference"]
+    d, r = e.device, e.reference
     rows = [("ROC AUC", f"{d['auc']:.4f}", f"{r['auc']:.4f}"),
             ("log loss", f"{d['log_loss']:.4f}", f"{r['log_loss']:.4f}"),
             ("accuracy", f"{100 * d['accuracy']:.2f}%", f"{100 * r['accuracy']:.2f}%")]

@@ -79,31 +79,31 @@ class BoardTarget:
         rec = self.run(args, b, job)
         if rec is None:
             return 1
-        rec.update({"target": args.target, "board": b.name, "config": cfg.to_dict(),
-                    "clock_mhz": self.clock(args, b), "wall_s": time.monotonic() - t0})
+        rec = rec.replace(target=args.target, board=b.name, config=cfg.to_dict(),
+                          clock_mhz=self.clock(args, b), wall_s=time.monotonic() - t0)
         print()
-        losses = rec["loss"]
+        losses, losses_ref = rec.losses("loss"), rec.losses("loss_ref")
         report.line("loss", f"{losses[0]:.4f} (first batch) -> {losses[-1]:.4f} (last); "
-                            f"float32 reference {rec['loss_ref'][-1]:.4f}")
-        report.golden(rec["golden_match"], "pooled vectors of every batch, tables at the end")
-        for f in rec["failures"]:
-            report.line("power failure", f"{f['cause']}: recovered D={f['recovered_batch']} "
-                        f"m={f['recovered_mlp_batch']}, {f['rolled_back']} records rolled back, "
-                        f"{'consistent' if f['consistent'] else 'INCONSISTENT'}")
-        if "bridge" in rec:
-            br = rec["bridge"]
-            report.line("bridge", f"{rec['frames']:,} frames, {br['bad_frames']} bad; power "
+                            f"float32 reference {losses_ref[-1]:.4f}")
+        report.golden(rec.golden_match, "pooled vectors of every batch, tables at the end")
+        for f in rec.failures:
+            report.line("power failure", f"{f.cause}: recovered D={f.recovered_batch} "
+                        f"m={f.recovered_mlp_batch}, {f.rolled_back} records rolled back, "
+                        f"{'consistent' if f.consistent else 'INCONSISTENT'}")
+        if rec.bridge is not None:
+            br = rec.bridge
+            report.line("bridge", f"{rec.frames:,} frames, {br['bad_frames']} bad; power "
                         f"failures {br['command_power_fails']} by command, "
                         f"{br['button_power_fails']} by button")
         if cfg.media == "sdram":
-            late = rec.get("counters", {}).get("media_late")
+            late = (rec.counters or {}).get("media_late")
             report.line("SDRAM media",
-                        f"{rec.get('sdram_violation', 'not modelled')} timing violation; PMEM "
+                        f"{rec.sdram_violation or 'not modelled'} timing violation; PMEM "
                         f"timing held ({late} cycles late)" if late == 0 else
                         f"PMEM timing NOT held: the SDRAM was {late} cycles late")
-        report.line("wall time", f"{rec['wall_s']:.1f} s")
+        report.line("wall time", f"{rec.wall_s:.1f} s")
         report.json_out(args.json, rec, args=args)
-        return 0 if rec["golden_match"] else 1
+        return 0 if rec.golden_match else 1
 
     def check(self, args):
         """Refuse the options this target has no use for."""
@@ -202,17 +202,15 @@ def train_on_board(args, b, job):
                                  staleness=job.staleness, failures=list(job.failures),
                                  log=lambda text: print(text, file=sys.stderr, flush=True))
         record = await training.run()
-        record["counters"] = training.counters
-        record["bridge"] = await client.state()
-        record["frames"] = client.frames
+        record.counters = training.counters
+        record.bridge = await client.state()
+        record.frames = client.frames
         return record
     try:
         rec = asyncio.run(run())
     finally:
         transport.close()
-    rec["loss"] = [rec["loss"][x] for x in sorted(rec["loss"])]
-    rec["loss_ref"] = [rec["loss_ref"][x] for x in sorted(rec["loss_ref"])]
-    rec["golden_match"] = rec["consistent"] and not rec["errors"]
+    rec.golden_match = rec.consistent and not rec.errors
     return rec
 
 

@@ -399,14 +399,14 @@ class Device:
         before = await self.read(Reg.RECOVER_CYCLES)
         error = (await self._run(Op.RECOVER, NO_TARGET if target is None else target,
                                  0, 0, 0))[0]
-        rec = REG.RECOVERED.decode(await self.read(Reg.RECOVERED))
+        found = REG.RECOVERED.decode(await self.read(Reg.RECOVERED))
         info = REG.RECOVERED_INFO.decode(await self.read(Reg.RECOVERED_INFO))
         cycles = await self.read(Reg.RECOVER_CYCLES) - before
         if error != ErrorCode.NONE:
             return Recovery(error, None, None, 0, cycles, info["lines_read"])
         if not (info["d_valid"] and (info["m_valid"] or target is not None)):
             raise DeviceError(f"RECOVER completed without a result ({info})")
-        return Recovery(error, rec["d"], rec["m"] if info["m_valid"] else None,
+        return Recovery(error, found["d"], found["m"] if info["m_valid"] else None,
                         info["rolled_back"], cycles, info["lines_read"])
 
     async def checkpoint_records(self):

@@ -21,7 +21,7 @@ from trainingcxl.spec.bridge_protocol import Status
 from trainingcxl.spec.registers import REG
 from trainingcxl.host.driver.bridge import BridgeError
 from .phases import BOARD_PHASES
-from .systems import LOOKUP_ONLY, SYSTEMS
+from .systems import CAMPAIGN_SYSTEM, LOOKUP_ONLY, SYSTEMS
 from .training import TrainingRun, progress
 
 __all__ = ["PowerLost", "BoardFailures", "UntimedRuntime", "board_training", "BOARD_COUNTERS"]
@@ -138,7 +138,7 @@ def board_training(device, data, *, batches, seed=0, staleness=0, failures=(), l
         raise ValueError("this device has no checkpoint engine: it cannot survive power "
                          "failures (train without them, or on a board with the full device)")
     source = failure_source or BoardFailures(failures, batches=batches)
-    return TrainingRun(device, data, system=SYSTEMS["cxl-b"] if "update" in cfg.blocks else LOOKUP_ONLY,
+    return TrainingRun(device, data, system=SYSTEMS[CAMPAIGN_SYSTEM] if "update" in cfg.blocks else LOOKUP_ONLY,
                        runtime=UntimedRuntime(), failures=source, batches=batches, seed=seed,
                        staleness=staleness, check_every=batches, log=log,
                        checkpointing=checkpointing, counters=BOARD_COUNTERS)

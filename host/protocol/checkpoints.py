@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 
 from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import Recovery
+from .run_record import NULL, RunError
 
 __all__ = ["Checkpoints", "Unchecked", "WaitedSnapshots", "QueuedSnapshots",
            "SoftwareCheckpoints", "device_checkpoints"]
@@ -155,8 +156,8 @@ class _DeviceCheckpoints(Checkpoints, ABC):
         await self._before_snapshot(run)
         st = await dev.checkpoint_state()
         if st["committed"] is None or st["committed"] < b - 1:
-            run.record["errors"].append({"batch": b - 1, "commit": "NOT_COMMITTED",
-                                         "committed": st["committed"]})
+            run.record.errors.append(RunError(batch=b - 1, commit="NOT_COMMITTED",
+                                              committed=_or_null(st["committed"])))
         if st["snapshot_busy"] and self.pulling is not None and b - self.pulling > self.k:
             waited = 0
             while st["snapshot_busy"]:
@@ -192,8 +193,8 @@ class _DeviceCheckpoints(Checkpoints, ABC):
         if st["durable"] is not None:
             self.durable = max(self.durable, st["durable"])
         if st["committed"] != last:
-            run.record["errors"].append({"batch": last, "commit": "NOT_COMMITTED",
-                                         "committed": st["committed"]})
+            run.record.errors.append(RunError(batch=last, commit="NOT_COMMITTED",
+                                              committed=_or_null(st["committed"])))
 
 
 class WaitedSnapshots(_DeviceCheckpoints):
@@ -262,3 +263,8 @@ class SoftwareCheckpoints(Checkpoints):
 
     async def recover(self, run):
         return await self.soft.recover()
+
+
+def _or_null(value):
+    """A device's figure for a record's optional field: ``null`` when it has none."""
+    return NULL if value is None else value

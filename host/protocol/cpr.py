@@ -16,34 +16,48 @@ after the reload and at every check after it.
 import numpy as np
 
 from trainingcxl.host.model.partial import PartialCheckpoints, cpr_interval, failure_schedule
+from .hooks import RunHooks
+from .run_record import CprFailure, CprStats
 
 __all__ = ["CprRecovery"]
 
 
-class CprRecovery:
-    """CPR on one device of a pool: its checkpoints and its part in the pool's failures.
+class CprRecovery(RunHooks):
+    """CPR on one device of a pool, as hooks of the training loop (:mod:`.hooks`): its
+    checkpoints and its part in the pool's failures.
 
-    Made once the run's golden models exist (:meth:`TrainingRun.start`); ``variant``,
-    ``failure_every``, ``pls`` and ``fraction`` as :func:`~trainingcxl.host.model.partial
-    .cpr_interval` and :class:`~trainingcxl.host.model.partial.PartialCheckpoints` take
-    them. ``stats`` counts the rows and lines read for checkpoints and written back, and
-    the cycles the host spent on them."""
+    ``link``: the device's :class:`~.pool.PoolLink` (its ``device``, the pool's
+    ``devices``, ``align``); ``variant``, ``failure_every``, ``pls`` and ``fraction`` as
+    :func:`~trainingcxl.host.model.partial.cpr_interval` and
+    :class:`~trainingcxl.host.model.partial.PartialCheckpoints` take them. The
+    checkpoints are made once the run's golden models exist (:meth:`started`);
+    ``stats`` counts the rows and lines read for checkpoints and written back, and the
+    cycles the host spent on them."""
 
-    def __init__(self, run, variant, *, failure_every, pls, fraction):
-        cfg = run.cfg
-        interval = cpr_interval(pls, failure_every) if failure_every else run.limit
-        self.models = [PartialCheckpoints(cfg, trainer.tables, variant, interval,
-                                          fraction=fraction, seed=run.seed)
+    def __init__(self, link, variant, *, failure_every, pls, fraction):
+        self.link, self.variant = link, variant
+        self.failure_every, self.pls, self.fraction = failure_every, pls, fraction
+        self.models = self.saved = self.schedule = self.stats = None
+
+    def attach(self, run):
+        run.record.recovery, run.record.cpr_failures = self.variant, []
+
+    async def started(self, run):
+        cfg, failure_every = run.cfg, self.failure_every
+        interval = cpr_interval(self.pls, failure_every) if failure_every else run.limit
+        self.models = [PartialCheckpoints(cfg, trainer.tables, self.variant, interval,
+                                          fraction=self.fraction, seed=run.seed)
                        for trainer in (run.golden, run.reference)]
         # The device's checkpoint as the host read it; the initial tables are the host's.
         self.saved = [t.copy() for t in run.golden.tables]
-        self.schedule = dict(failure_schedule(run.pool.devices, run.n,
+        self.schedule = dict(failure_schedule(self.link.devices, run.n,
                                               failure_every, run.seed))
-        self.stats = {"interval": interval, "every": self.models[0].every, "checkpoints": 0,
-                      "rows_read": 0, "lines_read": 0, "read_cycles": 0, "lines_written": 0,
-                      "reload_cycles": 0}
+        self.stats = CprStats(interval=interval, every=self.models[0].every)
 
-    async def after_batch(self, run, b, batch):
+    def finished(self, run, record):
+        record.cpr = self.stats.replace()
+
+    async def after_commit(self, run, b, batch):
         """Batch ``b`` is trained: on CPR's schedule, read the rows its checkpoint saves."""
         rows = None
         for model in self.models:
@@ -54,10 +68,10 @@ class CprRecovery:
         for saved, table_rows, values in zip(self.saved, rows, await run.device.read_rows(rows)):
             saved[table_rows] = values
         st = self.stats
-        st["checkpoints"] += 1
-        st["rows_read"] += sum(len(r) for r in rows)
-        st["lines_read"] += sum(len(r) for r in rows) * run.cfg.lines_per_row
-        st["read_cycles"] += run.now() - t0
+        st.checkpoints += 1
+        st.rows_read += sum(len(r) for r in rows)
+        st.lines_read += sum(len(r) for r in rows) * run.cfg.lines_per_row
+        st.read_cycles += run.now() - t0
 
     async def before_batch(self, run, b):
         """Before batch ``b``: if a device's failure is planned after batch ``b - 1``, this
@@ -67,26 +81,26 @@ class CprRecovery:
         if failed is None:
             return
         t0 = run.now()
-        failure = {"batch": b - 1, "device": failed, "cycle": t0,
-                   "batches_since_checkpoint": (b - 1) % self.models[0].every}
-        if failed == run.pool.device:
-            failure.update(await self._reload(run, b - 1))
-        t = run.pool.align(run.now())
+        failure = CprFailure(batch=b - 1, device=failed, cycle=t0,
+                             batches_since_checkpoint=(b - 1) % self.models[0].every)
+        if failed == self.link.device:
+            await self._reload(run, b - 1, failure)
+        t = self.link.align(run.now())
         await run.wait(t - run.now())
-        failure["pool_recovery_cycles"] = run.now() - t0
-        run.record["cpr_failures"].append(failure)
-        if failed == run.pool.device:
+        failure.pool_recovery_cycles = run.now() - t0
+        run.record.cpr_failures.append(failure)
+        if failed == self.link.device:
             run.log(f"  power failure of this device after batch {b - 1}: its tables reloaded "
-                    f"from the checkpoint ({failure['batches_since_checkpoint']} batches old) in "
-                    f"{failure['reload_cycles']} cycles, "
-                    f"{'consistent' if failure['consistent'] else 'INCONSISTENT'}")
-            if not failure["consistent"]:
+                    f"from the checkpoint ({failure.batches_since_checkpoint} batches old) in "
+                    f"{failure.reload_cycles} cycles, "
+                    f"{'consistent' if failure.consistent else 'INCONSISTENT'}")
+            if not failure.consistent:
                 raise AssertionError(f"CPR's reload broke the tables: {failure}")
 
-    async def _reload(self, run, d):
+    async def _reload(self, run, d, failure):
         """This device's power fails after batch ``d``: power-up, the checkpoint's tables
-        written back, the golden models' reloaded alike; returns what the failure record
-        adds."""
+        written back, the golden models' reloaded alike; what it took goes into
+        ``failure``."""
         dev = run.device
         run.add_epoch_counters(await dev.counters(run.counter_regs))
         await dev.power_fail()
@@ -101,6 +115,7 @@ class CprRecovery:
         consistent = all(np.array_equal(x, g) for x, g in zip(tables, run.golden.tables))
         run.restart_epoch_counters(await dev.counters(run.counter_regs))
         lines = sum(len(t) for t in self.saved) * run.cfg.lines_per_row
-        self.stats["lines_written"] += lines
-        self.stats["reload_cycles"] += cycles
-        return {"reload_cycles": cycles, "lines_written": lines, "consistent": consistent}
+        self.stats.lines_written += lines
+        self.stats.reload_cycles += cycles
+        failure.reload_cycles, failure.lines_written = cycles, lines
+        failure.consistent = consistent

@@ -50,7 +50,7 @@ class RelaxedOrder(StrictOrder):
         if early is None:
             return None
         if early.error == ErrorCode.DEFER_OVERFLOW:
-            run.record["fallbacks"] += 1        # too many shared rows: strict order
+            run.record.fallbacks += 1        # too many shared rows: strict order
             return None
         await run.strategy.finish(run, b + 1, early, nxt.n_bags)
         return early

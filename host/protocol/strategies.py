@@ -284,7 +284,7 @@ class Engines:
                     await self._gather(run, b, looked, which)
                     if looked.error == ErrorCode.NONE and not np.array_equal(
                             looked.rows[which], carried):
-                        run.record["pooled_mismatches"] += 1    # the GPU's copy is not the media's
+                        run.record.pooled_mismatches += 1    # the GPU's copy is not the media's
                 return
             await self._gather(run, b, looked, which)
             await self._pool(run, looked)

@@ -35,7 +35,8 @@ Each step up the ladder changes one thing:
 
 from dataclasses import dataclass
 
-__all__ = ["System", "SYSTEMS", "LOOKUP_ONLY", "system"]
+__all__ = ["System", "SYSTEMS", "LOOKUP_ONLY", "DEFAULT_SYSTEM", "CAMPAIGN_SYSTEM", "system",
+           "staleness_defaults"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ SYSTEMS = {s.name: s for s in (
            summary="cxl-b plus relaxed lookup and relaxed MLP snapshots (K = 1)"),
 )}
 
+#: The rung ``train`` runs on unless told otherwise (docs/ladder.md).
+DEFAULT_SYSTEM = "cxl"
+#: The rung campaigns, sweeps, the study and the board run: batch-aware checkpointing
+#: in strict order, with the lookup order and staleness K chosen per run.
+CAMPAIGN_SYSTEM = "cxl-b"
+
 
 #: Not a rung of the ladder: a device with the lookup engine alone (the small board).
 LOOKUP_ONLY = System("lookup-only", engines=True, coherent=True, log_pass=False, relaxed=False,
@@ -94,3 +101,13 @@ def system(name):
         return SYSTEMS[name]
     except KeyError:
         raise ValueError(f"unknown system {name!r}; choose one of {', '.join(SYSTEMS)}") from None
+
+
+def staleness_defaults():
+    """Each system's default staleness bound K, in words: ``1 for cxl, 0 for the others``."""
+    by_k = {}
+    for s in SYSTEMS.values():
+        by_k.setdefault(s.staleness, []).append(s.name)
+    common = max(by_k, key=lambda k: len(by_k[k]))
+    rare = [f"{k} for {', '.join(names)}" for k, names in by_k.items() if k != common]
+    return ", ".join([*rare, f"{common} for the others"])

@@ -32,14 +32,17 @@ Three things vary, each an object the loop is given:
   power fails), ``cut(run)`` (what a failure takes away) and ``cancel()``.
 
 With ``measure_from`` the run also reports a measured window: counters and
-modelled host time from that batch to the last (``record["window"]``). With a
+modelled host time from that batch to the last (``record.window``). With a
 ``test_set`` it evaluates the model on held-out samples every ``eval_every``
-batches and after the last (``record["eval"]``): the device-trained model (the
+batches and after the last (``record.eval``): the device-trained model (the
 tables read back from the device, the GPU's MLPs) and the float32 reference
 (:mod:`trainingcxl.host.model.evaluate`).
+
+What the run returns is a :class:`~.run_record.TrainRecord`. A run that is more than one
+device's protocol (a device of a pool, :mod:`.pool_member`; CPR's partial checkpoints,
+:mod:`.cpr`) is given hooks (:mod:`.hooks`), called at named points of a batch.
 """
 
-import dataclasses
 import sys
 import time
 
@@ -50,12 +53,10 @@ from trainingcxl.spec.registers import COUNTERS
 from trainingcxl.host.model.data import initial_tables
 from trainingcxl.host.model.dlrm import DenseModel, FixedPointTrainer, FloatTrainer, Gpu
 from trainingcxl.host.model.evaluate import evaluate
-from trainingcxl.host.model.fixed import from_fixed
 from trainingcxl.host.model.gpu import step_cost
 from trainingcxl.host.model.history import GoldenHistory
 from .phases import PHASES
-from .cpr import CprRecovery
-from .pool import PoolFailed
+from .run_record import Check, Evaluation, Failure, Resumed, RunError, TestSetInfo, TrainRecord, Window
 from .resume import recovered_state_matches, resume_models
 from .strategies import strategy
 
@@ -81,26 +82,22 @@ class TrainingRun:
         The host's clock and the failure source (see the module docstring).
     counters : tuple of Register
         The counters read around the run and at every power-up.
+    hooks : sequence of RunHooks
+        What a kind of run adds at named points of a batch (:mod:`.hooks`): a device
+        of a pool, CPR's checkpoints.
 
-    ``record`` collects what the job writes: per-batch losses and cycles of
-    the attempts that survived, the table checks, and one entry per power
-    failure (see :meth:`_power_failure`).
+    ``record`` (a :class:`~.run_record.TrainRecord`) collects what the job writes:
+    per-batch losses and cycles of the attempts that survived, the table checks, and
+    one entry per power failure (see :meth:`_power_failure`).
     """
 
     def __init__(self, device, data, *, system, runtime, failures, batches, seed, staleness,
                  relaxed=False, check_every=10, until_plan_done=False, extend=False,
                  log=progress, checkpointing=True, measure_from=None, counters=COUNTERS,
                  test_set=None, eval_every=0, resume=False, replay=(), on_recovered=None,
-                 pool=None, cpr=None):
+                 hooks=()):
         self.device, self.cfg, self.data = device, device.config, data
-        # On a device of a pool: the exchange with the other devices (:mod:`.pool`), and
-        # the newest batch the host has seen durable on every device.
-        self.pool = pool
-        self.pool_durable = 0
-        # A pool that recovers as CPR does: its settings (``variant`` and
-        # :class:`~.cpr.CprRecovery`'s keywords), and once the run has started, the
-        # recovery itself.
-        self.cpr_settings, self.cpr = cpr, None
+        self.hooks = tuple(hooks)
         self.n, self.seed, self.k = batches, seed, staleness
         self.system = system
         self.strategy = strategy(system, device=device, runtime=runtime,
@@ -139,18 +136,16 @@ class TrainingRun:
         self._accounted = 0
         self.phase_len = {}
         self.batch_cycles = None
-        self.record = {"batches": batches, "loss": {}, "loss_ref": {}, "cycles_per_batch": {},
-                       "checks": [], "errors": [], "pooled_mismatches": 0, "failures": [],
-                       "relaxed": self.relaxed, "fallbacks": 0, "staleness": staleness,
-                       "system": system.name, "checkpointing": checkpointing,
-                       "gpu_cycles_per_batch": self.gpu_cycles}
-        if cpr is not None:
-            self.record.update(recovery=cpr["variant"], cpr_failures=[])
+        self.record = TrainRecord(batches=batches, relaxed=self.relaxed, staleness=staleness,
+                                  system=system.name, checkpointing=checkpointing,
+                                  gpu_cycles_per_batch=self.gpu_cycles)
         # What the host model did beside the device (modelled time, not simulated).
         self.host_stats = {"gpu_busy_cycles": 0, "copy_cycles": 0, "copy_bytes_device_link": 0,
                            "gpu_copy_bytes": 0}
         self.counters = {}
         self._epoch_counters = {}
+        for hook in self.hooks:
+            hook.attach(self)
 
     # -- bookkeeping ---------------------------------------------------------------------
 
@@ -203,10 +198,9 @@ class TrainingRun:
         self.history.remember(b)
         if not self.checkpointing:          # nothing rolls back
             durable = b
-        elif self.pool is None:
-            durable = self.durable
         else:
-            durable = min(self.durable, self.pool_durable)
+            durable = min([self.durable, *(f for f in (h.durable_floor(self) for h in self.hooks)
+                                          if f is not None)])
         self.history.prune(durable - self.k - 2)
 
     def _failures_ahead(self):
@@ -277,14 +271,9 @@ class TrainingRun:
     def _models(self):
         """The golden model and the float32 reference at batch 0, and their history."""
         t0 = time.monotonic()
-        pool = self.pool
-        if pool is None:
-            tables = initial_tables(self.cfg, seed=self.seed)
-        else:                                   # this device's tables of the pool's
-            model = self.cfg.replace(tables=pool.model_rows,
-                                     model=dataclasses.replace(self.cfg.model, tables=0))
-            tables = initial_tables(model, seed=self.seed, only=pool.tables, ranges=pool.ranges)
-        own = None if pool is None else pool.tables
+        tables, own = self._first(h.initial_tables(self) for h in self.hooks) or \
+            (initial_tables(self.cfg, seed=self.seed), None)
+        self.own = own
         self.golden = FixedPointTrainer(self.cfg, tables, seed=self.seed, own=own)
         self.reference = FloatTrainer(self.cfg, tables, seed=self.seed, own=own)
         self.history = GoldenHistory(self.golden, self.reference)     # remembers batch 0
@@ -304,18 +293,13 @@ class TrainingRun:
         await self.checkpoints.format(self)
         tables, t0 = self._models()
         await dev.load_tables(tables)
-        self.gpu = Gpu(cfg, DenseModel(cfg, self.seed),
-                       own=None if self.pool is None else self.pool.tables)
+        self.gpu = Gpu(cfg, DenseModel(cfg, self.seed), own=self.own)
         if time.monotonic() - t0 > 2:           # large tables: say where the time went
             self.log(f"[data] {sum(cfg.tables):,} rows made, loaded into the media and into "
                      f"the golden models in {time.monotonic() - t0:.1f} s")
         await self.checkpoints.zero(self, self.gpu.model.parameters())
-        if self.cfg.pool.member:                # no record the pool may roll back is reclaimed
-            await dev.set_pool_durable(0)
-        if self.cpr_settings is not None:
-            self.cpr = CprRecovery(self, **self.cpr_settings)
-        if self.pool is not None:               # every device of the pool begins together
-            await self.wait(self.pool.align(self.now()) - self.now())
+        for hook in self.hooks:
+            await hook.started(self)
         await self._count_from_here()
 
     async def resume_media(self):
@@ -336,14 +320,16 @@ class TrainingRun:
         self._models()
         self._replay_to(d)
         await self._count_from_here()
-        params, invariants = await self._recovered_state(d, m)
-        self.record["resumed"] = {
-            "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
-            "recovery_lines": lines, "rolled_back": rolled, "earlier_recoveries": len(self.replay),
-            "invariants": invariants, "consistent": all(invariants.values())}
+        params, invariants = await self.recovered_state(d, m)
+        self.record.resumed = Resumed(
+            recovered_batch=d, recovered_mlp_batch=m, recovery_cycles=cycles,
+            recovery_lines=lines, rolled_back=rolled, earlier_recoveries=len(self.replay),
+            invariants=invariants, consistent=all(invariants.values()))
         self.log(f"  resumed: RECOVER found D={d} m={m} in {cycles} cycles, {rolled} records "
                  f"rolled back, the golden model replayed to batch {d}: "
                  f"{'consistent' if all(invariants.values()) else 'INCONSISTENT'}")
+        for hook in self.hooks:
+            hook.resume_checked(self, self.record.resumed)
         if not all(invariants.values()):
             raise AssertionError(f"the resumed media broke an invariant: {invariants}")
         self.golden, self.reference, self.gpu = resume_models(
@@ -351,7 +337,7 @@ class TrainingRun:
         self.on_recovered(d, m)
         return d + 1
 
-    async def _recovered_state(self, d, m, params=None):
+    async def recovered_state(self, d, m, params=None):
         """After ``RECOVER`` found ``d`` and ``m``: what the host now knows durable, the
         snapshot's MLP parameters (read from the device unless given: a pool's), and the
         invariants against the golden model's history (docs/design.md, "Invariants")."""
@@ -388,31 +374,29 @@ class TrainingRun:
             if finished:
                 break
             next_batch = await self._power_failure()
+        rec = self.record
         # Failures still planned, or armed for a cycle past the end, did not happen.
-        self.record["failures_planned_left"] = self.failures.pending + int(self.failures.armed())
+        rec.failures_planned_left = self.failures.pending + int(self.failures.armed())
         self.failures.cancel()
         dev = self.device
         if dev.submitted:
             await dev.wait_completed(dev.submitted)     # commits not waited for
-        resumed_at = self.record.get("resumed", {}).get("recovered_batch", 0)
-        await self.checkpoints.check_committed(self, max(self.record["loss"], default=resumed_at))
+        resumed_at = 0 if rec.resumed is None else rec.resumed.recovered_batch
+        await self.checkpoints.check_committed(self, max(rec.loss, default=resumed_at))
         end = await dev.counters(self.counter_regs)
         for k, v in end.items():
             self.counters[k] += v - self._start_counters.get(k, 0)
-        rec = self.record
-        rec["cycles"] = self.now() - self.t0
+        rec.cycles = self.now() - self.t0
         if self.test_set is not None:
-            rec["test_set"] = {"name": self.test_set.name, "samples": self.test_set.samples,
-                               "positives": self.test_set.positives}
-            rec["eval"] = [self.evals[b] for b in sorted(self.evals)]
-        rec["host"] = self._host_totals()
-        if self.cpr is not None:
-            rec["cpr"] = dict(self.cpr.stats)
-        if self.window is not None:
-            rec["window"] = self.window
-        rec["consistent"] = (rec["pooled_mismatches"] == 0
-                             and all(c["tables_match"] for c in rec["checks"])
-                             and all(f["consistent"] for f in rec["failures"]))
+            rec.test_set = TestSetInfo(name=self.test_set.name, samples=self.test_set.samples,
+                                       positives=self.test_set.positives)
+            rec.eval = [self.evals[b] for b in sorted(self.evals)]
+        rec.host = self._host_totals()
+        for hook in self.hooks:
+            hook.finished(self, rec)
+        rec.window = self.window
+        rec.consistent = (rec.pooled_mismatches == 0 and all(c.tables_match for c in rec.checks)
+                          and all(f.consistent for f in rec.failures))
         return rec
 
     async def _mark_window(self, edge):
@@ -424,20 +408,19 @@ class TrainingRun:
             self._window_start = mark
             return
         a = self._window_start
-        self.window = {
-            "first_batch": self.measure_from, "last_batch": self.batch,
-            "batches": self.batch - self.measure_from + 1,
-            "cycles": mark["cycle"] - a["cycle"],
-            "counters": {k: v - a["counters"].get(k, 0) for k, v in counters.items()},
-            "host": {k: v - a["host"].get(k, 0) for k, v in mark["host"].items()},
-        }
+        self.window = Window(
+            first_batch=self.measure_from, last_batch=self.batch,
+            batches=self.batch - self.measure_from + 1,
+            cycles=mark["cycle"] - a["cycle"],
+            counters={k: v - a["counters"].get(k, 0) for k, v in counters.items()},
+            host={k: v - a["host"].get(k, 0) for k, v in mark["host"].items()})
 
     async def train_from(self, b):
         rec, sysm = self.record, self.strategy
         early = None
         while b <= self.limit:
-            if self.cpr is not None:
-                await self.cpr.before_batch(self, b)
+            for hook in self.hooks:
+                await hook.before_batch(self, b)
             if b == self.measure_from:
                 await self._mark_window("start")
             c0 = self.now()
@@ -445,12 +428,13 @@ class TrainingRun:
             self.enter("lookup", b)
             await self.failures.before_batch(self, b)
             looked = early if early is not None else await sysm.lookup(self, b, batch)
-            gathered = await self._pool_exchange(batch, looked) if self.pool is not None else None
+            gathered = self._first([await hook.after_lookup(self, b, batch, looked)
+                                    for hook in self.hooks])
             want, ref = (self.history.step(b, batch) if gathered is None
                          else self.history.step(b, batch, *gathered[:2]))
             loss_ref = ref.loss
             same = looked.error == ErrorCode.NONE and np.array_equal(looked.pooled, want.pooled)
-            rec["pooled_mismatches"] += int(not same)
+            rec.pooled_mismatches += int(not same)
             self.enter("gpu", b)
             loss, deltas = self.gpu.step(batch, looked.pooled,
                                          None if gathered is None else gathered[2])
@@ -461,16 +445,16 @@ class TrainingRun:
             early = await self.order.after_update(self, b, early, nxt)
             self.enter("commit", b)
             self._remember(b)               # the golden state a recovery to b must find
-            rec["loss"][b], rec["loss_ref"][b] = loss, loss_ref
-            rec["cycles_per_batch"][b] = self.now() - c0
+            rec.loss[b], rec.loss_ref[b] = loss, loss_ref
+            rec.cycles_per_batch[b] = self.now() - c0
             committed = await self.checkpoints.checkpoint(self, b)
-            if self.cpr is not None:
-                await self.cpr.after_batch(self, b, batch)
+            for hook in self.hooks:
+                await hook.after_commit(self, b, batch)
             if ErrorCode.NONE not in (looked.error, error, committed) or \
                     len({looked.error, error, committed}) > 1:
-                rec["errors"].append({"batch": b, "lookup": looked.error.name,
-                                      "update": error.name, "commit": committed.name})
-            rec["cycles_per_batch"][b] = self.now() - c0
+                rec.errors.append(RunError(batch=b, lookup=looked.error.name,
+                                           update=error.name, commit=committed.name))
+            rec.cycles_per_batch[b] = self.now() - c0
             self.batch_cycles = self.batch_cycles or self.now() - c0
             note = ""
             plan_done = not self._failures_ahead()
@@ -486,48 +470,20 @@ class TrainingRun:
                 tables = await self.device.read_tables()
             if check:
                 ok = all(np.array_equal(d, g) for d, g in zip(tables, self.golden.tables))
-                rec["checks"].append({"batch": b - 1, "tables_match": ok})
+                rec.checks.append(Check(batch=b - 1, tables_match=ok))
                 note = f", tables {'match' if ok else 'DIFFER'}"
             if held_out:
                 note += self._evaluate(b, tables)
             await self._read_counters()
-            cycles = f"{rec['cycles_per_batch'][b]} cycles, " if self.runtime.clocked else ""
+            cycles = f"{rec.cycles_per_batch[b]} cycles, " if self.runtime.clocked else ""
             self.log(f"  batch {b}/{self.n}: loss {loss:.4f} (float32 {loss_ref:.4f}), "
                      f"{cycles}pooled {'ok' if same else 'DIFFER'}{note}")
             if stopping:
-                self.record["stopped_after"] = b
+                rec.stopped_after = b
                 if self.stop_requested and b < self.n:
-                    self.record["interrupted"] = True
+                    rec.interrupted = True
                 return
             b += 1
-
-    async def _pool_exchange(self, batch, looked):
-        """On a pool device, once a batch: this device's pooled vectors (the golden
-        model's, the reference's and the device's) for every table's, and when the GPU
-        can begin (this device's lookup done, or :meth:`gpu_begins`) for when it begins,
-        the last device's. Returns the models' own inputs and every table's, as the MLPs
-        take them. Fixed-point vectors cross in fixed point: the pieces of a split table
-        add up there (:func:`~trainingcxl.host.model.shard.model_inputs`)."""
-        g_in, r_in = self.golden.inputs(batch), self.reference.inputs(batch)
-        t = self.now() if self.gpu_from is None else self.gpu_from
-        shape = (batch.batch_size, self.cfg.n_tables, self.cfg.dim)
-        try:
-            (g_fixed, r_all, d_fixed), (self.gpu_from, self.gpu_owed), pool_durable = \
-                self.pool.exchange([g_in[0].reshape(shape), r_in[1],
-                                    np.asarray(looked.pooled).reshape(shape)],
-                                   t, self.gpu_owed, self.durable)
-        except PoolFailed:
-            # Another device failed before this batch's GPU step: the failure reaches this
-            # device at its cycle (a planned halt), which ends this task.
-            await self.wait(1 << 40)
-            raise
-        self.failures.on_pool_step(self.batch, self.gpu_from)
-        if pool_durable > self.pool_durable and self.cfg.pool.member:
-            await self.device.set_pool_durable(pool_durable)
-        self.pool_durable = pool_durable
-        bits = self.cfg.fixed.frac_bits
-        g_all, d_all = (from_fixed(x, bits).astype(np.float32) for x in (g_fixed, d_fixed))
-        return (g_in, r_in), (g_all, r_all), d_all
 
     def _evaluate(self, b, tables):
         """Held-out metrics after batch ``b``: the device's tables with the GPU's MLPs, and
@@ -535,28 +491,31 @@ class TrainingRun:
         cfg, test = self.cfg, self.test_set
         device = evaluate(cfg, tables, self.gpu.model, test)
         reference = evaluate(cfg, self.reference.tables, self.reference.dense, test)
-        self.evals[b] = {"batch": b, "device": device.to_dict(), "reference": reference.to_dict()}
+        self.evals[b] = Evaluation(batch=b, device=device.to_dict(), reference=reference.to_dict())
         if device.auc is None:
             return f", test log loss {device.log_loss:.4f} ({device.note})"
         return f", test AUC {device.auc:.4f} (float32 {reference.auc:.4f})"
 
     # -- power failure and recovery ------------------------------------------------------
 
-    async def _cut_power(self):
+    async def cut_power(self):
+        """The power goes: what the failure source takes away, and the GPU's state."""
         await self.failures.cut(self)
         self.gpu, self.gpu_owed, self.gpu_from = None, 0, None     # the GPU's state is gone
 
     async def _power_failure(self):
-        """Cut the power, recover, check the invariants; returns the batch to resume at."""
-        if self.pool is not None:
-            return await self._pool_failure()
-        failure = {"cycle": self.failures.target, "phase": self.phase, "batch": self.batch,
-                   "durable_before": self.durable,
-                   "snapshot_in_flight": self.checkpoints.pull_in_flight}
-        if self.failures.cause is not None:
-            failure["cause"] = self.failures.cause
+        """Cut the power, recover, check the invariants; returns the batch to resume at.
+        A hook may recover in its own way (a pool's devices together)."""
+        for hook in self.hooks:
+            resume_at = await hook.power_failure(self)
+            if resume_at is not None:
+                return resume_at
+        failure = Failure(cycle=self.failures.target, phase=self.phase, batch=self.batch,
+                          durable_before=self.durable,
+                          snapshot_in_flight=self.checkpoints.pull_in_flight,
+                          cause=self.failures.cause)
         self.add_epoch_counters()
-        await self._cut_power()
+        await self.cut_power()
         self.checkpoints.power_lost()
         nested = []
         while True:
@@ -567,113 +526,41 @@ class TrainingRun:
                 error, d, m, rolled, cycles, lines = result
                 break
             nested.append(self.failures.target)      # the power failed again, during recovery
-            await self._cut_power()
+            await self.cut_power()
         if error != ErrorCode.NONE:
-            raise RuntimeError(f"RECOVER failed with {error.name} after {failure}")
-        params, invariants = await self._recovered_state(d, m)
-        failure.update({
-            "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": cycles,
-            "recovery_lines": lines,
-            "rolled_back": rolled, "failures_during_recovery": len(nested),
-            "recovery_failure_cycles": nested,
-            "invariants": {**invariants,
-                           "no_durable_batch_lost": d >= failure["durable_before"]},
-        })
-        where = (f"at cycle {failure['cycle']} in {failure['phase']}" if "cause" not in failure
-                 else f"({failure['cause']}) in {failure['phase']}")
-        return await self._resume(failure, params, f"power failure {where} of batch "
-                                                   f"{failure['batch']}: recovered D={d} m={m} "
-                                                   f"in {cycles} cycles")
+            raise RuntimeError(f"RECOVER failed with {error.name} after {failure.to_dict()}")
+        params, invariants = await self.recovered_state(d, m)
+        failure = failure.replace(
+            recovered_batch=d, recovered_mlp_batch=m, recovery_cycles=cycles,
+            recovery_lines=lines, rolled_back=rolled, failures_during_recovery=len(nested),
+            recovery_failure_cycles=nested,
+            invariants={**invariants, "no_durable_batch_lost": d >= failure.durable_before})
+        where = (f"at cycle {failure.cycle} in {failure.phase}" if failure.cause is None
+                 else f"({failure.cause}) in {failure.phase}")
+        return await self.resume_at(failure, params, f"power failure {where} of batch "
+                                                     f"{failure.batch}: recovered D={d} m={m} "
+                                                     f"in {cycles} cycles")
 
-    async def _resume(self, failure, params, what):
+    async def resume_at(self, failure, params, what):
         """After a recovery to ``failure``'s D and m: record it (``what`` the log line's
         start), stop on a broken invariant, resume the models from D with the MLP of m
         (``params``: the golden model does the same); returns the batch to train next."""
-        d, m = failure["recovered_batch"], failure["recovered_mlp_batch"]
-        failure["consistent"] = all(failure["invariants"].values())
-        self.record["failures"].append(failure)
-        self.log(f"  {what}, {failure['rolled_back']} records rolled back, "
-                 f"{'consistent' if failure['consistent'] else 'INCONSISTENT'}")
-        if not failure["consistent"]:
-            raise AssertionError(f"recovery broke an invariant: {failure}")
+        d, m = failure.recovered_batch, failure.recovered_mlp_batch
+        failure.consistent = all(failure.invariants.values())
+        self.record.failures.append(failure)
+        self.log(f"  {what}, {failure.rolled_back} records rolled back, "
+                 f"{'consistent' if failure.consistent else 'INCONSISTENT'}")
+        if not failure.consistent:
+            raise AssertionError(f"recovery broke an invariant: {failure.to_dict()}")
         self.golden, self.reference, self.gpu = resume_models(
             self.cfg, self.seed, self.history, d, m, params)
-        self.pool_durable = d
+        for hook in self.hooks:
+            hook.resumed(self, d, m)
         self.on_recovered(d, m)
         self.restart_epoch_counters(await self.device.counters(self.counter_regs))
         return d + 1
 
-    # -- a failure of the pool -----------------------------------------------------------
-
-    async def _pool_failure(self):
-        """On a device of a pool: this device's power failed, or another's and this one
-        stops (``halt``); every device rolls back to the pool's durable batch D with the
-        MLP of snapshot m (:func:`~.pool.recovery_point`), the invariants are checked
-        against this device's golden model, and training resumes at D + 1, on every
-        device at the same cycle."""
-        halted = self.failures.halted
-        failure = {"cycle": self.failures.target, "phase": self.phase, "batch": self.batch,
-                   "durable_before": self.durable, "power_failed": not halted,
-                   "snapshot_in_flight": self.checkpoints.pull_in_flight}
-        await self._cut_power()         # (halted: the host's tasks end, the device runs on)
-        # (halted: the counters live on; read them up to here)
-        self.add_epoch_counters(await self.device.counters(self.counter_regs) if halted else None)
-        durable = self.durable
-        self.checkpoints.power_lost()
-        nested = []
-        while True:
-            self.enter("recovery", self.batch)
-            finished, result = await self.failures.race(self, self._pool_recover(durable))
-            if finished:
-                break
-            # The power failed again during the recovery, here or on another device.
-            nested.append({"cycle": self.failures.target, "power_failed": not self.failures.halted})
-            await self._cut_power()
-        point, rec, params = result
-        d, m = point["d"], point["m"]
-        params, invariants = await self._recovered_state(d, m, params)
-        failure.update({
-            "recovered_batch": d, "recovered_mlp_batch": m, "recovery_cycles": rec.cycles,
-            "recovery_lines": rec.lines_read, "rolled_back": rec.rolled_back,
-            "pool_recovery_cycles": self.now() - failure["cycle"],
-            "pool_durable_before": point["durable_before"], "snapshot_from": point["holder"],
-            "failures_during_recovery": sum(f["power_failed"] for f in nested),
-            "recovery_failure_cycles": [f["cycle"] for f in nested if f["power_failed"]],
-            "halts_during_recovery": sum(not f["power_failed"] for f in nested),
-            "invariants": {**invariants,
-                           "no_durable_batch_lost": d >= point["durable_before"]},
-        })
-        what = "power failure" if failure["power_failed"] else "halt (another device failed)"
-        return await self._resume(failure, params, f"{what} at cycle {failure['cycle']} in "
-                                                   f"{failure['phase']} of batch {failure['batch']}: "
-                                                   f"the pool recovered D={d} m={m}, this device "
-                                                   f"in {rec.cycles} cycles")
-
-    async def _pool_recover(self, durable):
-        """The pool's recovery as this device takes part in it (idempotent: a failure in
-        the middle starts it again). Returns the recovery point, this device's
-        ``RECOVER`` and the snapshot's MLP parameters."""
-        dev = self.device
-        await self.strategy.configure(self)
-        await dev.quiesce()             # a device whose power stayed on finishes its work
-        point = self.pool.probe(await dev.checkpoint_records(), durable, self.now())
-        await self.wait(point["t"] - self.now())
-        await dev.set_pool_durable(point["d"])
-        rec = await dev.recover(target=point["d"])
-        if rec.error != ErrorCode.NONE or rec.d != point["d"]:
-            raise RuntimeError(f"RECOVER to the pool's batch {point['d']} gave "
-                               f"{rec.error.name}, D = {rec.d}")
-        own = await dev.read_snapshot(point["m"]) if point["holder"] == self.pool.device else None
-        params, t = self.pool.recovered(own, self.now())
-        await self.wait(t - self.now())
-        if rec.m is None or rec.m + self.k < point["d"]:
-            # No snapshot of its own within K of D: the device would hold every lookup
-            # for one. Its snapshot of D is the MLP the pool resumes with (the state
-            # after D from now on).
-            await dev.stage_mlp(params)
-            if await dev.snapshot(point["d"]) != ErrorCode.NONE:
-                raise RuntimeError(f"SNAPSHOT_MLP({point['d']}) after the pool's recovery refused")
-            await dev.wait_snapshot(point["d"])
-        t = self.pool.resumed(self.now())
-        await self.wait(t - self.now())
-        return point, rec, params
+    @staticmethod
+    def _first(values):
+        """The first of ``values`` (hooks' answers) that is not ``None``."""
+        return next((v for v in values if v is not None), None)

@@ -1,1 +1,2 @@
-"""The tools above the protocol: failure plans, parallel runs, campaigns, sweeps, bench, boards."""
+"""What the commands share: argument types, failure plans, the ladder's runs and
+analysis, output checks and provenance."""

@@ -78,12 +78,18 @@ def name_value(text):
     return name, value
 
 
+def _json_default(value):
+    """JSON of what ``json`` does not know: a typed record as its dict (one kept in a
+    command's summary), anything else as its text."""
+    return value.to_dict() if hasattr(value, "to_dict") else str(value)
+
+
 def write_json(path, record):
     """Write ``record`` atomically: the file is either complete or untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
     tmp.replace(path)
 
 

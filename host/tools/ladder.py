@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from trainingcxl.spec.config import LINE_BYTES, Config, ModelShape
 from trainingcxl.host.model.data import ZIPF_ALPHA
 from trainingcxl.host.model.energy import DEFAULT_ENERGY, Activity, link_bytes
-from trainingcxl.host.protocol.systems import SYSTEMS
+from trainingcxl.host.protocol.systems import DEFAULT_SYSTEM, SYSTEMS
 from trainingcxl.host.jobs import TrainJob
+from trainingcxl.host.runs.fanout import fan_out
+from trainingcxl.host.runs.runners import DeviceRunner
+from trainingcxl.host.runs.task import Task
 from trainingcxl.host.tools.argtypes import with_overrides
 
 __all__ = ["Workload", "WORKLOADS", "BASELINES", "overridden", "baseline_key", "analyse_run",
-           "train_spec", "run_ladder", "recovery_spec", "recovery_row", "summarise",
+           "train_task", "run_key", "run_ladder", "recovery_task", "recovery_row", "summarise",
            "comparison", "table"]
 
 
@@ -80,8 +83,8 @@ def baseline_key(name):
 
 def analyse_run(cfg, system_name, record, energy=DEFAULT_ENERGY):
     """Figures per batch of one run's measured window."""
-    w = record["window"]
-    c, host, n = dict(w["counters"]), w["host"], w["batches"]
+    w = record.window
+    c, host, n = dict(w.counters), w.host, w.batches
     # host-pmem's CPU reaches the media on its own bus: its accesses are the host's counts.
     for k in HOST_PMEM_COUNTS:
         c[k] += host.get(k, 0)
@@ -96,17 +99,17 @@ def analyse_run(cfg, system_name, record, energy=DEFAULT_ENERGY):
     link = link_bytes(max(0, data), max(0, other)) + host.get("copy_bytes_device_link", 0)
     gpu_busy = host.get("gpu_busy_cycles", 0) + host.get("gpu_embedding_cycles", 0)
     activity = Activity(
-        cycles=w["cycles"], gpu_busy_cycles=min(gpu_busy, w["cycles"]),
+        cycles=w.cycles, gpu_busy_cycles=min(gpu_busy, w.cycles),
         pmem_lines_read=c["pmem_reads"], pmem_lines_written=c["pmem_writes"],
         link_bytes=link + host.get("gpu_copy_bytes", 0),
         engine_line_ops=c["lookup_lines"] + c["update_lines"],
         host_line_ops=host.get("host_line_ops", 0),
-        host_cpu_cycles=min(host.get("host_cpu_cycles", 0), w["cycles"]))
+        host_cpu_cycles=min(host.get("host_cpu_cycles", 0), w.cycles))
     joules = energy.energy(activity)
     phases = {k[len("phase_"):]: _per_batch(v, n) for k, v in host.items() if k.startswith("phase_")}
     return {
         "batches": n,
-        "cycles_per_batch": _per_batch(w["cycles"], n),
+        "cycles_per_batch": _per_batch(w.cycles, n),
         "phases_per_batch": phases,
         "pmem_bytes_written_per_batch": {
             "data": _per_batch(c["pmem_writes_data"] * LINE_BYTES, n),
@@ -131,75 +134,73 @@ def analyse_run(cfg, system_name, record, energy=DEFAULT_ENERGY):
 
 # -- the runs --------------------------------------------------------------------------
 
-def train_spec(index, workload, system_name, checkpointing, args, *, failures=(), config=None,
+def train_task(index, workload, system_name, checkpointing, args, *, failures=(), config=None,
                warmup=1):
     """A training run of the ladder: ``workload`` on ``system_name``, its window measured
-    after ``warmup`` batches."""
+    after ``warmup`` batches; the task's label is the workload's name."""
     sysm = SYSTEMS[system_name]
     k = sysm.staleness if args.staleness is None else args.staleness
-    cfg = config or workload.config
-    return {
-        "index": index, "sim": "verilator", "config": cfg.to_dict(),
-        "workload": workload.name, "system": system_name, "checkpointing": checkpointing,
-        "pmem_dir": getattr(args, "pmem_dir", None),
-        "job": TrainJob(seed=args.seed, batches=args.batches, batch_size=workload.batch_size,
-                        min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha,
-                        check_every=1 << 30, relaxed=sysm.relaxed, staleness=k,
-                        system=system_name, checkpointing=checkpointing,
-                        measure_from=warmup + 1,
-                        failures=tuple(failures), test_samples=0).to_dict(),
-    }
+    return Task(index, config or workload.config, TrainJob(
+        seed=args.seed, batches=args.batches, batch_size=workload.batch_size,
+        min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha,
+        check_every=1 << 30, relaxed=sysm.relaxed, staleness=k, system=system_name,
+        checkpointing=checkpointing, measure_from=warmup + 1, failures=tuple(failures),
+        test_samples=0), label=workload.name, media_dir=getattr(args, "pmem_dir", None))
+
+
+def run_key(task):
+    """``(workload, system, checkpointing)``: what a ladder run measured."""
+    return task.label, task.job.system, task.job.checkpointing
 
 
 def run_ladder(args, workloads, systems, say, on_result=None, warmup=1):
     """Every workload on every system, with and without checkpointing, in parallel.
 
-    Returns ``{(workload, system, checkpointing): (spec, record)}`` and the failed
-    runs (an error, no record, or a golden mismatch); ``on_result(spec, record,
-    error)`` is told of each run as it finishes."""
-    from trainingcxl.host.tools.pool import parallel_runs
-    specs = []
+    Returns ``{(workload, system, checkpointing): (task, record)}`` and the failed
+    runs (an error, no record, or a golden mismatch); ``on_result(result)`` is told
+    of each run as it finishes."""
+    tasks = []
     for w in workloads:
         for s in systems:
             for ckpt in (True, False):
-                specs.append(train_spec(len(specs), w, s, ckpt, args, warmup=warmup))
-    say(f"[ladder] {len(specs)} training runs ({len(workloads)} workloads x {len(systems)} "
+                tasks.append(train_task(len(tasks), w, s, ckpt, args, warmup=warmup))
+    say(f"[ladder] {len(tasks)} training runs ({len(workloads)} workloads x {len(systems)} "
         f"systems x checkpointing on/off), {args.batches} batches each, {args.fan_out.workers} "
         f"workers ({args.fan_out.name})")
     args.fan_out.prebuild([w.config for w in workloads])
     results, errors = {}, []
-    for spec, record, error in parallel_runs(specs, args.fan_out, lambda r: ""):
-        key = (spec["workload"], spec["system"], spec["checkpointing"])
-        if error or not record or not record.get("golden_match"):
-            errors.append({"run": key, "error": error or (record or {}).get("aborted", "mismatch")})
-        results[key] = (spec, record)
+    for result in fan_out(DeviceRunner(), tasks, args.fan_out):
+        task, record, error = result
+        key = run_key(task)
+        if error or not record or not record.golden_match:
+            errors.append({"run": key, "error": error or (record and record.aborted) or "mismatch"})
+        results[key] = (task, record)
         if on_result:
-            on_result(spec, record, error)
+            on_result(result)
     return results, errors
 
 
-def recovery_spec(index, workload, args, config=None):
-    """A ``cxl`` run of 4 batches with a power failure 200 cycles into batch 3's update."""
-    spec = train_spec(index, workload, "cxl", True, args, config=config,
-                       failures=[{"phase": "update", "batch": 3, "offset": 200}])
-    spec["job"].update({"batches": 4, "measure_from": None, "check_every": 2})
-    return spec
+def recovery_task(index, workload, args, config=None):
+    """A run of 4 batches on the default system with a power failure 200 cycles into
+    batch 3's update."""
+    task = train_task(index, workload, DEFAULT_SYSTEM, True, args, config=config,
+                      failures=[{"phase": "update", "batch": 3, "offset": 200}])
+    return task.with_job(batches=4, measure_from=None, check_every=2)
 
 
-def recovery_row(spec, record, error):
-    """The recovery of a :func:`recovery_spec` run: its cycles, the records rolled back,
+def recovery_row(task, record, error):
+    """The recovery of a :func:`recovery_task` run: its cycles, the records rolled back,
     the media lines it read (``recovery_lines``, when the device reports them) and the
     log ring's size."""
-    from trainingcxl.spec.config import Config
-    f = (record or {}).get("failures") or [{}]
-    consistent = bool(f[0].get("consistent", False))
-    if not error and record and not record.get("golden_match"):
-        error = record.get("aborted", "golden mismatch")
+    f = record.failures[0] if record and record.failures else None
+    consistent = bool(f and f.consistent)
+    if not error and record and not record.golden_match:
+        error = record.aborted or "golden mismatch"
     elif not error and not consistent:
         error = "no consistent recovery recorded"
-    return {"workload": spec["workload"], "log_lines": Config.from_dict(spec["config"]).log_size,
-            "recovery_cycles": f[0].get("recovery_cycles"), "rolled_back": f[0].get("rolled_back"),
-            "recovery_lines": f[0].get("recovery_lines"), "consistent": consistent, "error": error}
+    return {"workload": task.label, "log_lines": task.config.log_size,
+            "recovery_cycles": f and f.recovery_cycles, "rolled_back": f and f.rolled_back,
+            "recovery_lines": f and f.recovery_lines, "consistent": consistent, "error": error}
 
 
 #: The speed runs: ``train --config small`` on Verilator, and a run small enough for Icarus.
@@ -209,11 +210,11 @@ def window_bound_cycles(workload, record, seed, staleness):
     least every ``staleness + 1`` batches."""
     from trainingcxl.host.model.bound import window_bound
     from trainingcxl.host.model.data import SyntheticWorkload
-    w = record["window"]
+    w = record.window
     data = SyntheticWorkload(workload.config, seed=seed, batch_size=workload.batch_size,
                              min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha)
     return window_bound(workload.config,
-                        [data.batch(b - 1) for b in range(w["first_batch"], w["last_batch"] + 1)],
+                        [data.batch(b - 1) for b in range(w.first_batch, w.last_batch + 1)],
                         staleness=staleness)
 
 
@@ -228,24 +229,24 @@ def summarise(results, workloads, systems):
         for s in systems:
             on = results.get((w.name, s, True))
             off = results.get((w.name, s, False))
-            if not on or not on[1] or "window" not in on[1]:
+            if not on or not on[1] or on[1].window is None:
                 continue
             fig = analyse_run(w.config, s, on[1])
-            if off and off[1] and "window" in off[1]:
+            if off and off[1] and off[1].window is not None:
                 base = analyse_run(w.config, s, off[1])
                 fig["cycles_per_batch_no_checkpoint"] = base["cycles_per_batch"]
                 fig["checkpoint_overhead"] = fig["cycles_per_batch"] / base["cycles_per_batch"] - 1
-            fig["golden_match"] = bool(on[1].get("golden_match")) and bool(off and off[1]
-                                                                        and off[1].get("golden_match"))
-            seed, k = on[0]["job"]["seed"], on[0]["job"].get("staleness") or 0
-            key = (seed, k, on[1]["window"]["first_batch"], on[1]["window"]["last_batch"])
+            fig["golden_match"] = bool(on[1].golden_match) and bool(off and off[1]
+                                                                 and off[1].golden_match)
+            seed, k = on[0].job.seed, on[0].job.staleness or 0
+            key = (seed, k, on[1].window.first_batch, on[1].window.last_batch)
             if key not in bounds:
                 bounds[key] = window_bound_cycles(w, on[1], seed, k)
             bound = bounds[key]
             fig["bound_cycles"] = bound
             fig["fraction_of_bound"] = bound / fig["cycles_per_batch"]
             # Relaxed lookups that overflowed the deferred list and were redone in strict order.
-            fig["strict_fallbacks"] = on[1].get("fallbacks", 0)
+            fig["strict_fallbacks"] = on[1].fallbacks
             rows[s] = fig
         for base in BASELINES:
             bf, key = rows.get(base), baseline_key(base)

@@ -105,56 +105,55 @@ FAILURE_KEY = ("D: the last batch whose tables recovery restored (the newest dur
 
 def _cpr_summary(rec):
     """A pool's failures under CPR's partial recovery, and its checkpoints."""
-    failures, c = rec.get("cpr_failures", []), rec.get("cpr", {})
-    lines = [f"  CPR checkpoints    {rec['recovery']}: interval {c['interval']} batches, a "
-             f"checkpoint every {c['every']}; {c['checkpoints']} taken, {c['rows_read']:,} rows "
-             f"read over CXL.mem in {c['read_cycles']:,} cycles (the slowest device's)"]
+    failures, c = rec.cpr_failures or [], rec.cpr
+    lines = [f"  CPR checkpoints    {rec.recovery}: interval {c.interval} batches, a "
+             f"checkpoint every {c.every}; {c.checkpoints} taken, {c.rows_read:,} rows "
+             f"read over CXL.mem in {c.read_cycles:,} cycles (the slowest device's)"]
     if not failures:
         return lines + ["  power failures     none"]
-    good = sum(f["consistent"] for f in failures)
+    good = sum(f.consistent for f in failures)
     lines += [f"  power failures     {len(failures)} of one device between batches; {good} of "
               f"{len(failures)} reloads equal the golden model's",
               "  after batch  device  checkpoint age  reload cycles  pool waited  tables"]
-    lines += [f"  {f['batch']:>11}  {f['device']:>6}  {f['batches_since_checkpoint']:>14}  "
-              f"{f['reload_cycles']:>13,}  {f['pool_recovery_cycles']:>11,}  "
-              f"{'reloaded' if f['consistent'] else 'DIFFER'}" for f in failures]
+    lines += [f"  {f.batch:>11}  {f.device:>6}  {f.batches_since_checkpoint:>14}  "
+              f"{f.reload_cycles:>13,}  {f.pool_recovery_cycles:>11,}  "
+              f"{'reloaded' if f.consistent else 'DIFFER'}" for f in failures]
     return lines
 
 
 def failure_summary(rec):
-    """Readable lines about a run's power failures: one row per failure, a row for
-    each failure that struck a recovery under the failure whose recovery it cut, and
-    the key of the headings."""
-    if rec.get("recovery", "exact") != "exact":
+    """Readable lines about a run's power failures (``rec``: a
+    :class:`~trainingcxl.host.protocol.run_record.TrainRecord`): one row per failure, a row
+    for each failure that struck a recovery under the failure whose recovery it cut,
+    and the key of the headings."""
+    if (rec.recovery or "exact") != "exact":
         return _cpr_summary(rec)
-    failures = rec.get("failures", [])
-    k = rec.get("staleness", 0)
+    failures, k = rec.failures, rec.staleness
+    left = rec.failures_planned_left or 0
     if not failures:
         return [f"  power failures     none (checkpointing on, staleness K = {k})"
-                + (f"; {plural(rec['failures_planned_left'], 'planned failure')} did not "
-                   f"happen" if rec.get("failures_planned_left") else "")]
-    left = rec.get("failures_planned_left", 0)
-    good = sum(f["consistent"] for f in failures)
-    nested = sum(f["failures_during_recovery"] for f in failures)
+                + (f"; {plural(left, 'planned failure')} did not happen" if left else "")]
+    good = sum(f.consistent for f in failures)
+    nested = sum(f.failures_during_recovery for f in failures)
     during = f", {nested} of them during a recovery" if nested else ""
-    pool = "devices_failed" in failures[0]      # a pool's: which devices lost their power
+    pool = failures[0].devices_failed is not None      # a pool's: which devices lost their power
     lines = [f"  power failures     {len(failures) + nested}{during}; {good} of "
              f"{len(failures)} recoveries consistent, staleness K = {k}",
              "      cycle  phase      batch  ->  D     m   recovery  rolled back  lines read  invariants"
              + ("  devices failed" if pool else "")]
     for f in failures:
-        read = f.get("recovery_lines")
+        read = f.recovery_lines
         failed = ""
         if pool:
-            every = len(f["devices_failed"]) == len(f["recovery_cycles_per_device"])
-            failed = "  all" if every else "  " + ",".join(map(str, f["devices_failed"]))
+            every = len(f.devices_failed) == len(f.recovery_cycles_per_device)
+            failed = "  all" if every else "  " + ",".join(map(str, f.devices_failed))
             failed = f"{failed:>16}"
-        lines.append(f"  {f['cycle']:>9}  {f['phase']:<9} {f['batch']:>5}    {f['recovered_batch']:>4} "
-                     f"{f['recovered_mlp_batch']:>5} {f['recovery_cycles']:>9} {f['rolled_back']:>12}"
-                     f" {'-' if read is None else read:>11}  {'hold' if f['consistent'] else 'BROKEN'}"
+        lines.append(f"  {f.cycle:>9}  {f.phase:<9} {f.batch:>5}    {f.recovered_batch:>4} "
+                     f"{f.recovered_mlp_batch:>5} {f.recovery_cycles:>9} {f.rolled_back:>12}"
+                     f" {'-' if read is None else read:>11}  {'hold' if f.consistent else 'BROKEN'}"
                      f"{failed}")
-        for cycle in f.get("recovery_failure_cycles", ()):
-            lines.append(f"  {cycle:>9}  {'recovery':<9} {f['batch']:>5}    (cut the recovery above, "
+        for cycle in f.recovery_failure_cycles:
+            lines.append(f"  {cycle:>9}  {'recovery':<9} {f.batch:>5}    (cut the recovery above, "
                          f"which began again; its figures are on that row)")
     lines.extend(textwrap.wrap(FAILURE_KEY, 100, initial_indent="  key                ",
                                subsequent_indent=" " * 21))

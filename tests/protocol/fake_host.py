@@ -77,6 +77,9 @@ class FakeFailures:
             if e.get("phase") == phase and e.get("batch", batch) == batch:
                 self._arm(e.get("offset", 0))
 
+    def on_pool_step(self, batch, t):
+        """A pool's GPU step begins (failures of a pool are not planned here)."""
+
     async def after_submit(self, run, phase, batch):
         if self.entries and not self.armed():
             e = self.entries[0]

@@ -22,7 +22,7 @@ def _train(sim, name, tmp_path, **args):
     cfg = board.config
     job = BoardJob(seed=0, batch_size=cfg.model.batch_size, quiet=True).replace(**args)
     return launch(job, cfg, sim=sim, top=board_top(board.clock_mhz), name=f"board-{name}-{sim}",
-                  work_dir=tmp_path)
+                  work_dir=tmp_path).to_dict()
 
 
 def test_board_trains_and_recovers_from_a_command_and_a_button_power_failure(tmp_path):

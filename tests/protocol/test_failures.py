@@ -23,7 +23,7 @@ CONFIG = PRESETS["tiny"]
 def train(sim, tmp_path, name, config=CONFIG, **args):
     job = TrainJob(seed=3, batches=5, batch_size=8, check_every=2, system=CAMPAIGN_SYSTEM,
                    test_samples=0).replace(**args)
-    return launch(job, config, sim=sim, name=f"failures-{name}")
+    return launch(job, config, sim=sim, name=f"failures-{name}").to_dict()
 
 
 def assert_recovered(rec, at_least):

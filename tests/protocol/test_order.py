@@ -28,7 +28,7 @@ def test_each_update_is_logged_before_and_committed_after(fake_training, name):
         assert commit_error == "NONE" and commit_before < t.at("UPDATE", b), \
             f"UPDATE({b}) ran before the commit record of batch {b - 1} was persistent"
         assert update < t.at("COMMIT", b), f"COMMIT({b}) submitted before UPDATE({b}) completed"
-    assert t.record["consistent"] and not t.record["errors"]
+    assert t.record.consistent and not t.record.errors
 
 
 @pytest.mark.parametrize("name", ["cxl-d", "near-data"])
@@ -44,7 +44,7 @@ def test_strict_order_looks_up_after_the_update_before(fake_training):
     t = fake_training("cxl-b", batches=BATCHES)
     for b in range(1, BATCHES):
         assert t.done("UPDATE", b)[0] < t.at("LOOKUP", b + 1)
-    assert t.at("FINISH", 2) is None and t.record["relaxed"] is False
+    assert t.at("FINISH", 2) is None and t.record.relaxed is False
 
 
 def test_relaxed_order_looks_up_early_and_finishes_after_the_update(fake_training):
@@ -59,12 +59,12 @@ def test_relaxed_order_looks_up_early_and_finishes_after_the_update(fake_trainin
         assert t.done("FINISH", b + 1)[1] == "NONE"
         deferred += t.trace[t.done("LOOKUP", b + 1)[0]].info["deferred"]
     assert deferred > 0, "no row was deferred: the relaxed order was not exercised"
-    assert t.record["pooled_mismatches"] == 0 and t.record["consistent"]
+    assert t.record.pooled_mismatches == 0 and t.record.consistent
 
 
 def test_a_deferred_list_overflow_falls_back_to_strict_order(fake_training):
     t = fake_training("cxl", batches=BATCHES, defer_depth=2)
-    assert t.record["fallbacks"] > 0
+    assert t.record.fallbacks > 0
     for b in range(2, BATCHES + 1):
         i, error = t.done("LOOKUP", b)
         if error == "DEFER_OVERFLOW":
@@ -72,7 +72,7 @@ def test_a_deferred_list_overflow_falls_back_to_strict_order(fake_training):
             strict = t.at("LOOKUP", b, relaxed=False)
             assert strict is not None and t.done("UPDATE", b - 1)[0] < strict
             assert t.at("FINISH", b) is None
-    assert t.record["pooled_mismatches"] == 0 and t.record["consistent"]
+    assert t.record.pooled_mismatches == 0 and t.record.consistent
 
 
 def test_relaxed_and_strict_orders_train_the_same_tables(fake_training):
@@ -117,8 +117,8 @@ def test_a_batch_of_repeated_rows_is_gathered_row_by_row_and_pooled_on_the_gpu(f
     from trainingcxl.host.model.golden import batch_keys
     cfg = PRESETS["tiny"].replace(gpu=dataclasses.replace(PRESETS["tiny"].gpu, launch_cycles=0))
     t = fake_training("cxl", relaxed=relaxed, config=cfg, min_pooling=6, batches=BATCHES)
-    assert t.record["pooled_mismatches"] == 0 and t.record["consistent"]
-    assert all(c["tables_match"] for c in t.record["checks"])
+    assert t.record.pooled_mismatches == 0 and t.record.consistent
+    assert all(c.tables_match for c in t.record.checks)
     for b in range(2, BATCHES + 1):
         batch = t.run.batch_data(b)
         keys, _ = batch_keys(cfg, batch.indices, batch.offsets)
@@ -143,7 +143,7 @@ def test_relaxed_order_pools_the_rows_the_batch_before_updated_from_the_gpus_cop
     those rows (and logs them as b - 1 left them) meanwhile, before COMMIT(b - 1)."""
     t = fake_training("cxl", relaxed=True, config=_rows_config(), min_pooling=6,
                       batches=BATCHES)
-    assert t.record["pooled_mismatches"] == 0 and t.record["consistent"]
+    assert t.record.pooled_mismatches == 0 and t.record.consistent
     for b in range(3, BATCHES + 1):
         updated = t.done("UPDATE", b - 1)[0]
         late = [i for i, e in enumerate(t.trace) if e.what == "LOOKUP" and e.batch == b
@@ -167,4 +167,4 @@ def test_the_device_checks_the_gpus_copy_of_the_rows(fake_training, monkeypatch)
     monkeypatch.setattr(Engines, "update", corrupting)
     t = fake_training("cxl", relaxed=True, config=_rows_config(), min_pooling=6,
                       batches=BATCHES)
-    assert t.record["pooled_mismatches"] > 0 and not t.record["consistent"]
+    assert t.record.pooled_mismatches > 0 and not t.record.consistent

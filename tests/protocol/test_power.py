@@ -12,9 +12,9 @@ from trainingcxl.host.protocol.phases import BATCH_PHASES
 
 
 def _one_failure(t):
-    assert len(t.record["failures"]) == 1, t.record["failures"]
-    failure = t.record["failures"][0]
-    assert failure["consistent"], failure
+    assert len(t.record.failures) == 1, t.record.failures
+    failure = t.record.failures[0]
+    assert failure.consistent, failure
     return failure
 
 
@@ -23,10 +23,10 @@ def _one_failure(t):
 def test_a_failure_in_any_phase_recovers_consistently(fake_training, name, phase):
     t = fake_training(name, batches=5, failures=[{"phase": phase, "batch": 3, "offset": 5}])
     failure = _one_failure(t)
-    assert failure["batch"] in (3, 4)       # the power fails when the device's clock gets there
-    assert 2 - t.run.k <= failure["recovered_batch"] <= 3
-    assert t.record["consistent"] and all(c["tables_match"] for c in t.record["checks"])
-    assert sorted(t.record["loss"]) == [1, 2, 3, 4, 5]
+    assert failure.batch in (3, 4)       # the power fails when the device's clock gets there
+    assert 2 - t.run.k <= failure.recovered_batch <= 3
+    assert t.record.consistent and all(c.tables_match for c in t.record.checks)
+    assert sorted(t.record.loss) == [1, 2, 3, 4, 5]
 
 
 def test_a_commit_not_yet_run_is_lost_and_its_batch_rolled_back(fake_training):
@@ -36,17 +36,17 @@ def test_a_commit_not_yet_run_is_lost_and_its_batch_rolled_back(fake_training):
     failure = _one_failure(t)
     cut = next(e for e in t.trace if e.what == "power_fail")
     assert ("COMMIT", 3) in cut.info["dropped"]
-    assert failure["recovered_batch"] == 2 and failure["rolled_back"] > 0
-    assert failure["durable_before"] == 2
+    assert failure.recovered_batch == 2 and failure.rolled_back > 0
+    assert failure.durable_before == 2
 
 
 def test_what_was_durable_stays(fake_training):
     """A failure after batch 3 is committed and snapshotted (K = 0) loses nothing."""
     t = fake_training("cxl-b", batches=5, failures=[{"phase": "check", "batch": 3, "offset": 1}])
     failure = _one_failure(t)
-    assert failure["durable_before"] == 3
-    assert (failure["recovered_batch"], failure["recovered_mlp_batch"]) == (3, 3)
-    assert failure["rolled_back"] == 0
+    assert failure.durable_before == 3
+    assert (failure.recovered_batch, failure.recovered_mlp_batch) == (3, 3)
+    assert failure.rolled_back == 0
 
 
 def test_training_resumes_after_d_and_ends_where_a_run_without_failures_ends(fake_training):
@@ -54,9 +54,9 @@ def test_training_resumes_after_d_and_ends_where_a_run_without_failures_ends(fak
     clean = fake_training("cxl-b", batches=5)
     t = fake_training("cxl-b", batches=5, failures=[{"phase": "update", "batch": 3, "offset": 5},
                                                     {"phase": "gpu", "batch": 4, "offset": 3}])
-    assert len(t.record["failures"]) == 2 and t.record["consistent"]
-    for failure in t.record["failures"]:
-        d = failure["recovered_batch"]
+    assert len(t.record.failures) == 2 and t.record.consistent
+    for failure in t.record.failures:
+        d = failure.recovered_batch
         recovered = next(i for i, e in enumerate(t.trace) if e.what == "done"
                          and e.info["op"] == "RECOVER" and e.batch == d)
         resumed = next(i for i, e in enumerate(t.trace) if e.what == "LOOKUP" and i > recovered)
@@ -70,8 +70,8 @@ def test_a_failure_during_recovery_recovers_the_same(fake_training):
     t = fake_training("cxl-b", batches=4, failures=[{"phase": "update", "batch": 3, "offset": 45},
                                                     {"phase": "recovery", "offset": 14}])
     failure = _one_failure(t)
-    assert failure["failures_during_recovery"] == 1
-    assert failure["recovered_batch"] == 2
+    assert failure.failures_during_recovery == 1
+    assert failure.recovered_batch == 2
 
 
 def test_relaxed_snapshots_recover_within_k(fake_training):
@@ -79,5 +79,5 @@ def test_relaxed_snapshots_recover_within_k(fake_training):
     t = fake_training("cxl", batches=6, pull_cycles=30_000,
                       failures=[{"phase": "gpu", "batch": 4, "offset": 3}])
     failure = _one_failure(t)
-    assert failure["recovered_batch"] - failure["recovered_mlp_batch"] <= 1
-    assert failure["invariants"]["m_within_staleness"]
+    assert failure.recovered_batch - failure.recovered_mlp_batch <= 1
+    assert failure.invariants["m_within_staleness"]

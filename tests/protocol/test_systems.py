@@ -17,7 +17,7 @@ CONFIG = PRESETS["tiny"]
 def train(sim, tmp_path, name, **args):
     job = TrainJob(seed=5, batches=4, batch_size=8, check_every=2, system=CAMPAIGN_SYSTEM,
                    test_samples=0).replace(**args)
-    return launch(job, CONFIG, sim=sim, name=f"systems-{name}")
+    return launch(job, CONFIG, sim=sim, name=f"systems-{name}").to_dict()
 
 
 @pytest.mark.parametrize("name", list(SYSTEMS))
@@ -94,7 +94,7 @@ def test_host_pmem_costs_follow_its_constants(tmp_path):
     def cycles(cfg, name):
         job = TrainJob(seed=5, batches=3, batch_size=8, check_every=3, system="host-pmem",
                        measure_from=2, test_samples=0)
-        rec = launch(job, cfg, name=f"host-pmem-{name}")
+        rec = launch(job, cfg, name=f"host-pmem-{name}").to_dict()
         assert rec["golden_match"]
         return rec["window"]["cycles"], rec["loss"]
     base, loss = cycles(CONFIG, "base")

@@ -24,7 +24,7 @@ def run(sim, tmp_path, config=CONFIG, **args):
     job = {"seed": 2, "batches": 3 if small else 8, "batch_size": 8 if small else 16,
            "check_every": 2 if small else 4, **args}
     rec = launch(TrainJob(system=CAMPAIGN_SYSTEM, test_samples=0).replace(**job), config,
-                 sim=sim, name=f"train-{tmp_path.name}")
+                 sim=sim, name=f"train-{tmp_path.name}").to_dict()     # the JSON it writes
     assert rec["golden_match"] and rec["pooled_mismatches"] == 0 and not rec["errors"]
     assert len(rec["loss"]) == job["batches"]
     assert [c["batch"] for c in rec["checks"]][0] == 0

@@ -2,6 +2,7 @@
 
 import pytest
 
+from trainingcxl.host.protocol.run_record import TrainRecord, Window
 from trainingcxl.host.tools.ladder import WORKLOADS, analyse_run
 from trainingcxl.host.cli import build_parser, main
 from trainingcxl.host.model.energy import DEFAULT_ENERGY, link_bytes
@@ -20,8 +21,14 @@ def record(**counts):
     c.update(counts)
     host = {"gpu_busy_cycles": 4000, "copy_bytes_device_link": 0, "gpu_copy_bytes": 0,
             "phase_gpu": 4000, "phase_update": 2000}
-    return {"window": {"batches": 2, "first_batch": 2, "last_batch": 3, "cycles": 10_000,
-                       "counters": c, "host": host}}
+    return train_record(window=Window(batches=2, first_batch=2, last_batch=3, cycles=10_000,
+                                      counters=c, host=host))
+
+
+def train_record(**fields):
+    """A run's record with ``fields``, the rest made up."""
+    return TrainRecord(batches=3, system="cxl", staleness=1, relaxed=False, checkpointing=True,
+                       gpu_cycles_per_batch=0, **fields)
 
 
 def test_a_window_becomes_figures_per_batch():
@@ -45,7 +52,7 @@ def test_host_pmem_counts_its_media_accesses_and_its_cpu():
     the host's counts are its PMEM traffic, and the CPU's working cycles cost its power."""
     cfg = WORKLOADS["embedding-heavy"].config
     rec = record()
-    rec["window"]["host"].update(pmem_reads=300, pmem_writes=100, pmem_writes_data=60,
+    rec.window.host.update(pmem_reads=300, pmem_writes=100, pmem_writes_data=60,
                                  pmem_writes_log=30, pmem_writes_snapshot=10,
                                  host_cpu_cycles=3000, gpu_copy_bytes=640)
     fig = analyse_run(cfg, "host-pmem", rec)
@@ -61,9 +68,9 @@ def test_near_data_counts_its_copies_not_its_local_cache_traffic():
     cfg = WORKLOADS["embedding-heavy"].config
     rec = record(link_to_device=30, link_to_device_data=10, link_to_host=30, link_to_host_data=10,
                  cache_reads=10, cache_writes=10)
-    rec["window"]["host"]["copy_bytes_device_link"] = 6400
+    rec.window.host["copy_bytes_device_link"] = 6400
     near = analyse_run(cfg, "near-data", rec)
-    rec["window"]["host"]["copy_bytes_device_link"] = 0
+    rec.window.host["copy_bytes_device_link"] = 0
     cxl = analyse_run(cfg, "cxl-d", rec)
     # The cache traffic (20 data lines, 30 requests and responses) stays on the device;
     # 10 CXL.mem messages and the copies cross the link.

@@ -17,7 +17,8 @@ def test_strong_scaling_spreads_the_same_tables_and_weak_grows_them():
 
 
 def _fake(monkeypatch, cycles_by_workers=None):
-    from trainingcxl.host.tools import device_pool
+    from trainingcxl.host.protocol.run_record import PoolInfo, TrainRecord
+    from trainingcxl.host.runs import pool_coordinator
     from trainingcxl.sim import runner
     monkeypatch.setattr(runner, "build", lambda *a, **kw: None)
 
@@ -25,11 +26,16 @@ def _fake(monkeypatch, cycles_by_workers=None):
         n = cfg.pool.devices
         per = 1000 * (1 + cfg.tables[0] // 1000) // n + (0 if job.checkpointing else -100)
         total = (cycles_by_workers or {}).get(workers, per * job.batches)
-        return {"cycles_per_batch": [per] * job.batches, "cycles": total, "golden_match": True,
-                "devices": [{"cycles_per_batch": [per] * job.batches}] * n,
-                "pool": {"wall_s": 2.0 * job.batches / (workers or 1),
-                         "switch_latency": 10 if n > 1 else 0, "workers": workers or 1}}
-    monkeypatch.setattr(device_pool, "run_pool", run_pool)
+        def record(**fields):
+            return TrainRecord(batches=job.batches, system="cxl", staleness=1, relaxed=False,
+                               checkpointing=job.checkpointing, gpu_cycles_per_batch=0,
+                               cycles_per_batch={b: per for b in range(1, job.batches + 1)},
+                               **fields)
+        return record(cycles=total, golden_match=True, devices=[record()] * n,
+                      pool=PoolInfo(devices=n, workers=workers or 1, where="local",
+                                    switch_latency=10 if n > 1 else 0, tables=[], pieces=[],
+                                    recoveries=[], wall_s=2.0 * job.batches / (workers or 1)))
+    monkeypatch.setattr(pool_coordinator, "run_pool", run_pool)
 
 
 def _args(tmp_path, **kw):

@@ -6,10 +6,12 @@ import pytest
 
 from trainingcxl.host.cli import build_parser, main
 from trainingcxl.host.commands import bench_scale
-from trainingcxl.host.tools import pool
+from trainingcxl.host.jobs import TrainJob
+from trainingcxl.host.runs.task import Result, Task
 from trainingcxl.spec.presets import SCALE_ROWS, scale_ladder
 
-from tests.tools.test_bench import record
+from trainingcxl.host.protocol.run_record import Failure
+from tests.tools.test_bench import record, train_record
 
 
 def parse(*argv):
@@ -70,7 +72,7 @@ def test_every_batch_size_of_a_table_size_shares_one_device():
 
 
 def test_prebuild_builds_each_device_once(monkeypatch):
-    from trainingcxl.host.tools import cluster
+    from trainingcxl.host.runs import cluster
     built = []
     monkeypatch.setattr(cluster, "_build", lambda sim, cfg: built.append(cfg["tables"][0]))
     cluster.LocalPool(1).prebuild([w.config for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))])
@@ -87,24 +89,23 @@ def fake_run(monkeypatch, fail=None):
                     grow = w.config.tables[0] // 1000 + w.batch_size + (500 if ckpt else 0)
                     rec = record(pmem_reads=grow, pmem_writes=grow, pmem_writes_data=grow,
                                  link_to_device=grow, link_to_host=grow, lookup_lines=grow)
-                    rec["window"]["cycles"] = 10_000 + 10 * grow + 100 * systems.index(s)
-                    rec.update(golden_match=(w.name, s) != fail, wall_s=2.0, cycles=50_000)
-                    spec = {"workload": w.name, "system": s, "checkpointing": ckpt,
-                            "job": {"seed": 0}}
-                    results[(w.name, s, ckpt)] = (spec, rec)
+                    rec.window.cycles = 10_000 + 10 * grow + 100 * systems.index(s)
+                    rec = rec.replace(golden_match=(w.name, s) != fail, wall_s=2.0, cycles=50_000)
+                    task = Task(0, w.config, TrainJob(system=s, checkpointing=ckpt), label=w.name)
+                    results[(w.name, s, ckpt)] = (task, rec)
                     if (w.name, s) == fail:
                         errors.append({"run": (w.name, s, ckpt), "error": "golden mismatch"})
                     if on_result:
-                        on_result(spec, rec, None)
+                        on_result(Result(task, rec))
         return results, errors
 
-    def recoveries(specs, jobs, note):
-        for spec in specs:
-            yield spec, {"golden_match": True, "failures": [
-                {"recovery_cycles": 64_000, "rolled_back": 900, "recovery_lines": 1_800,
-                 "consistent": True}]}, None
+    def recoveries(runner, tasks, cluster, note=None):
+        for task in tasks:
+            yield task, train_record(golden_match=True, failures=[Failure(
+                cycle=0, phase="update", batch=3, durable_before=2, recovery_cycles=64_000,
+                rolled_back=900, recovery_lines=1_800, consistent=True)]), None
     monkeypatch.setattr(bench_scale, "run_ladder", ladder)
-    monkeypatch.setattr(pool, "parallel_runs", recoveries)
+    monkeypatch.setattr(bench_scale, "fan_out", recoveries)
 
 
 def scale_args(tmp_path, **kw):

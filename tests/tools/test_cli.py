@@ -165,22 +165,32 @@ def test_train_refuses_snapshot_slots_smaller_than_the_mlps(tmp_path):
 
 def test_a_bad_run_leaves_a_reproducer(tmp_path, monkeypatch):
     from trainingcxl.host.commands import campaign as failures
+    from trainingcxl.host.jobs import TrainJob
+    from trainingcxl.host.runs.task import Task
     from trainingcxl.spec.config import Config
     from trainingcxl.spec.presets import PRESETS
     reruns = []
-    monkeypatch.setattr(failures, "run_train", lambda spec: reruns.append(spec) or (spec, None, None))
-    from trainingcxl.host.jobs import TrainJob
-    spec = {"index": 4, "config": PRESETS["tiny"].to_dict(), "job": TrainJob(
+
+    class Rerun:
+        def __call__(self, task):
+            reruns.append(task)
+    monkeypatch.setattr(failures, "DeviceRunner", Rerun)
+    task = Task(4, PRESETS["tiny"], TrainJob(
         seed=9, batches=3, batch_size=4, staleness=1, relaxed=True, system="cxl-b",
-        failures=({"random": True},), failure_seed=2).to_dict()}
-    record = {"failures": [{"cycle": 500, "recovery_failure_cycles": [620]}]}
-    folder = failures._reproducer(tmp_path, spec, record, "broken")
+        failures=({"random": True},), failure_seed=2))
+    from trainingcxl.host.protocol.run_record import Failure
+    from tests.tools.test_bench import train_record
+    record = train_record(failures=[Failure(cycle=500, phase="update", batch=2, durable_before=1,
+                                            recovery_failure_cycles=[620])])
+    folder = failures._reproducer(tmp_path, task, record, "broken")
     repro = json.loads((folder / "repro.json").read_text())
-    assert repro["job"] == spec["job"] and repro["fired_cycles"] == [500, 620]
-    assert "--fail-at 500,620" in repro["command"] and "--relaxed" in repro["command"]
-    assert Config.from_dict(json.loads((folder / "config.json").read_text())) == PRESETS["tiny"]
+    assert repro["fired_cycles"] == [500, 620]
+    # The job itself replays the run (`train --from-json` reads it back whole).
+    assert repro["command"] == f"trainingcxl train --from-json {folder / 'repro.json'}"
+    assert TrainJob.from_dict(repro["job"]) == task.job
+    assert Config.from_dict(repro["config"]) == PRESETS["tiny"]
     # The run is replayed with tracing on, its waveform kept beside the reproducer.
-    assert reruns[0]["waves_to"] == str(folder / "waves.vcd")
+    assert reruns[0].waves_to == str(folder / "waves.vcd")
 
 
 def test_the_simulated_board_runs_at_the_clock_it_is_named_for():

@@ -22,13 +22,23 @@ def test_fuzz_refuses_everything_and_corrupts_nothing(sim, cases, shards, tmp_pa
 
 def test_shards_add_up_and_a_failed_shard_is_named():
     from trainingcxl.host.commands.fuzz import merge_shards
+    from trainingcxl.host.apps.job_records import FuzzRecord
+    from trainingcxl.host.jobs import FuzzJob
+    from trainingcxl.host.runs.task import Task
+    from trainingcxl.spec.presets import PRESETS
+
+    def task(i):
+        return Task(i, PRESETS["tiny"], FuzzJob())
+
     def shard(i, cases, kind, not_refused=()):
-        return ({"index": i}, {"cases": cases, "invalid": cases, "refused": cases - len(not_refused),
-                               "corruptions": 0, "hangs": 0, "lost_commits": 0, "batches": cases // 10,
-                               "by_kind": {kind: cases}, "not_refused": list(not_refused),
-                               "counters": {"mem_errors": 1, "descriptor_errors": 2}}, None)
+        return (task(i), FuzzRecord.from_dict({
+            "cases": cases, "invalid": cases, "refused": cases - len(not_refused),
+            "corruptions": 0, "hangs": 0, "lost_commits": 0, "batches": cases // 10,
+            "by_kind": {kind: cases}, "not_refused": list(not_refused),
+            "counters": {"mem_errors": 1, "descriptor_errors": 2}}), None)
     merged = merge_shards([shard(0, 20, "bad_op"), shard(1, 30, "bad_op", [{"case": 4, "kind": "bad_op"}]),
-                           ({"index": 2}, None, "simulator died")])
+                           (task(2), None, "simulator died")])
+    merged = merged.to_dict()
     assert merged["cases"] == merged["invalid"] == 50 and merged["refused"] == 49
     assert merged["by_kind"] == {"bad_op": 50} and merged["batches"] == 5
     assert merged["not_refused"] == [{"case": 4, "kind": "bad_op", "shard": 1}]

@@ -7,7 +7,7 @@ import pytest
 
 from trainingcxl.host.cli import main
 from trainingcxl.host.model.data import SyntheticWorkload
-from trainingcxl.host.commands.study import _rtl_point, golden_run, replay, rtl_specs
+from trainingcxl.host.commands.study import _rtl_point, golden_run, replay, rtl_tasks
 from trainingcxl.spec.config import Config, ModelShape
 
 CFG = Config(tables=(40, 30, 20), max_pooling=4, max_bags=512,
@@ -91,8 +91,8 @@ def test_study_command_reports_every_point(tmp_path, capsys):
 def test_rtl_runs_replay_bit_for_bit_on_the_golden_model(index):
     """The study's premise: a run on the RTL with power failures ends with the tables and MLP
     the golden model reaches when it recovers where the device reported."""
-    spec = rtl_specs(index + 1, seed=3)[index]
-    _, got = _rtl_point(spec)
+    task = rtl_tasks(index + 1, seed=3)[index]
+    _, got = _rtl_point(task)
     assert "error" not in got, got
     assert got["recoveries"] and got["consistent"]
     assert got["tables_equal"] and got["mlp_equal"], got

@@ -15,6 +15,7 @@ device: one GPU trains on all of them), cycles per batch as the slowest device
 spent them, counters summed, and each device's own record under ``devices``.
 """
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -25,26 +26,28 @@ from multiprocessing.connection import Listener, wait
 from pathlib import Path
 
 from trainingcxl.spec.pool import shards
+from trainingcxl.host.runs.runners import DeviceRunner, Runner
+from trainingcxl.host.runs.task import Result, Task
 from trainingcxl.host.model.shard import model_inputs
 from trainingcxl.host.protocol.pool import device_failures, recovery_point
+from trainingcxl.host.protocol.run_record import (Check, CprFailure, Failure, PoolInfo, RunError,
+                                                TrainRecord)
 
-__all__ = ["run_pool", "run_pool_train", "merge_records"]
+__all__ = ["run_pool", "merge_records", "PoolRunner"]
 
 #: Seconds between checks that every simulator process still lives.
 POLL_S = 2.0
 
 
-def _device_run(item):
-    """One device's simulator (``item``: its job, configuration and simulator, as
-    dicts); returns ``{"record", "error"}``."""
-    from .pool import run_train
-    device = item["job"]["pool_member"]["device"]
-    _, record, error = run_train({**item, "index": f"pool-device{device}"})
-    return {"record": record, "error": error}
+def _device_run(task):
+    """One device's simulator (``task``: its job, configuration and simulator); returns
+    ``{"record", "error"}``, the record as JSON data (it crosses processes as JSON)."""
+    _, record, error = DeviceRunner()(task)
+    return {"record": None if record is None else record.to_dict(), "error": error}
 
 
-def _device_process(item, out_path):
-    Path(out_path).write_text(json.dumps(_device_run(item), default=str))
+def _device_process(task, out_path):
+    Path(out_path).write_text(json.dumps(_device_run(task), default=str))
 
 
 class _LocalDevices:
@@ -55,10 +58,10 @@ class _LocalDevices:
         self.tmp, self.procs = tmp, []
         self.address, self.family = os.path.join(tmp, "pool.sock"), "AF_UNIX"
 
-    def start(self, items):
+    def start(self, tasks):
         ctx = multiprocessing.get_context("spawn")
-        for d, item in enumerate(items):
-            p = ctx.Process(target=_device_process, args=(item, os.path.join(self.tmp, f"d{d}.json")))
+        for d, task in enumerate(tasks):
+            p = ctx.Process(target=_device_process, args=(task, os.path.join(self.tmp, f"d{d}.json")))
             p.start()
             self.procs.append(p)
 
@@ -91,8 +94,8 @@ class _RayDevices:
         self.task = ray.remote(num_cpus=min(1.0, cpus / n), max_retries=0)(_device_run)
         self.refs = []
 
-    def start(self, items):
-        self.refs = [self.task.remote(item) for item in items]
+    def start(self, tasks):
+        self.refs = [self.task.remote(task) for task in tasks]
 
     def ended(self):
         done, _ = self.ray.wait(self.refs, num_returns=len(self.refs), timeout=0)
@@ -163,35 +166,35 @@ class _Exchange:
                              "resumed": {}}
             self.ready.extend((d, ("failed",)) for d in sorted(self.pending))
             self.pending = {}
-        rec = self.recovery
+        state = self.recovery
         what, live = message[0], len(self._live())
         if what == "probe":
-            rec["recovered"].pop(device, None)
-            rec["resumed"].pop(device, None)
-            if rec["point"] is not None:        # failed again during the recovery
-                if message[1].committed is None or message[1].committed < rec["point"]["d"]:
+            state["recovered"].pop(device, None)
+            state["resumed"].pop(device, None)
+            if state["point"] is not None:        # failed again during the recovery
+                if message[1].committed is None or message[1].committed < state["point"]["d"]:
                     raise RuntimeError(f"device {device} lost batches the pool chose to "
                                        f"recover to: {message[1]}")
-                self.ready.append((device, rec["point"]))
+                self.ready.append((device, state["point"]))
                 return
-            rec["probes"][device] = message[1:]
-            if len(rec["probes"]) == live:
-                rec["point"] = recovery_point(rec["probes"])
-                self.recoveries.append(rec["point"])
-                self.ready.extend((d, rec["point"]) for d in sorted(rec["probes"]))
+            state["probes"][device] = message[1:]
+            if len(state["probes"]) == live:
+                state["point"] = recovery_point(state["probes"])
+                self.recoveries.append(state["point"])
+                self.ready.extend((d, state["point"]) for d in sorted(state["probes"]))
         elif what == "recovered":
-            rec["recovered"][device] = message[1:]
-            if rec["params"] is not None:
-                self.ready.append((device, (rec["params"], message[2])))
-            elif len(rec["recovered"]) == live:
-                rec["params"] = rec["recovered"][rec["point"]["holder"]][0]
-                t = max(r[1] for r in rec["recovered"].values())
-                self.ready.extend((d, (rec["params"], t)) for d in sorted(rec["recovered"]))
+            state["recovered"][device] = message[1:]
+            if state["params"] is not None:
+                self.ready.append((device, (state["params"], message[2])))
+            elif len(state["recovered"]) == live:
+                state["params"] = state["recovered"][state["point"]["holder"]][0]
+                t = max(r[1] for r in state["recovered"].values())
+                self.ready.extend((d, (state["params"], t)) for d in sorted(state["recovered"]))
         else:                                   # "resumed"
-            rec["resumed"][device] = message[1]
-            if len(rec["resumed"]) == live:
-                t = max(rec["resumed"].values())
-                self.ready.extend((d, t) for d in sorted(rec["resumed"]))
+            state["resumed"][device] = message[1]
+            if len(state["resumed"]) == live:
+                t = max(state["resumed"].values())
+                self.ready.extend((d, t) for d in sorted(state["resumed"]))
                 self.recovery = None
 
     def _answer_round(self):
@@ -239,13 +242,12 @@ def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
         address = listener.address
         if devices.family == "AF_INET":         # where the tasks reach this process
             address = (devices.address[0], listener.address[1])
-        devices.start([{"job": job.replace(failures=tuple(device_failures(job.failures, s.device)),
-                                           pool_member={
-                            "device": s.device, "tables": list(s.tables),
-                            "ranges": [list(r) for r in s.ranges],
-                            "model_rows": list(config.tables), "address": address,
-                            "authkey": authkey.hex(), "model_config": config.to_dict()}).to_dict(),
-                        "config": s.config.to_dict(), "sim": sim} for s in plan])
+        devices.start([Task(f"pool-device{s.device}", s.config, job.replace(
+            failures=tuple(device_failures(job.failures, s.device)), pool_member={
+                "device": s.device, "tables": list(s.tables),
+                "ranges": [list(r) for r in s.ranges], "model_rows": list(config.tables),
+                "address": address, "authkey": authkey.hex(), "model_config": config.to_dict()}),
+            sim=sim) for s in plan])
         t0 = time.monotonic()
         stopped = None
         exchange = None
@@ -263,30 +265,14 @@ def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
               if r["error"] and "the pool stopped" not in r["error"]]
     if stopped or errors or any(r["record"] is None for r in results):
         raise RuntimeError("; ".join(errors or [stopped or "a device left no record"]))
-    record = merge_records([r["record"] for r in results], plan)
-    record["pool"] = {"devices": n, "workers": workers,
-                      "where": "local" if cluster is None else cluster.name,
-                      "switch_latency": config.pool.switch_latency if n > 1 else 0,
-                      "tables": [list(s.tables) for s in plan],
-                      "pieces": [s.label(config.tables) for s in plan],
-                      "recoveries": exchange.recoveries,
-                      "wall_s": time.monotonic() - t0}
+    record = merge_records([TrainRecord.from_dict(r["record"]) for r in results], plan)
+    record.pool = PoolInfo(devices=n, workers=workers,
+                           where="local" if cluster is None else cluster.name,
+                           switch_latency=config.pool.switch_latency if n > 1 else 0,
+                           tables=[list(s.tables) for s in plan],
+                           pieces=[s.label(config.tables) for s in plan],
+                           recoveries=exchange.recoveries, wall_s=time.monotonic() - t0)
     return record
-
-
-def run_pool_train(spec):
-    """:func:`~.pool.run_train` of a pool (``config.pool.devices > 1``), a task of a
-    campaign: the devices' simulators on ``spec["workers"]`` processes of this machine.
-    Returns ``(spec, record or None, error text or None)``."""
-    from trainingcxl.spec.config import Config
-    from trainingcxl.host.jobs import TrainJob
-    job = TrainJob.from_dict(spec["job"]).replace(quiet=True)
-    try:
-        record = run_pool(job, Config.from_dict(spec["config"]), sim=spec.get("sim", "verilator"),
-                          workers=spec.get("workers"))
-        return spec, record, None
-    except RuntimeError as e:
-        return spec, None, str(e)
 
 
 def _accept(listener, devices, n):
@@ -348,82 +334,103 @@ def _serve(exchange, conns, devices):
 
 
 def merge_records(records, plan):
-    """The pool's record from its devices' (in device order)."""
+    """The pool's record (a :class:`~trainingcxl.host.protocol.run_record.TrainRecord`) from
+    its devices' (in device order)."""
     first = records[0]
-    rec = dict(first)
-    batches = len(first["cycles_per_batch"])
-    rec["cycles_per_batch"] = [max(r["cycles_per_batch"][i] for r in records)
-                               for i in range(batches)]
-    rec["cycles"] = max(r["cycles"] for r in records)
-    for key in ("pooled_mismatches", "fallbacks"):
-        rec[key] = sum(r.get(key, 0) for r in records)
-    rec["counters"] = {k: sum(r["counters"].get(k, 0) for r in records)
-                       for k in first["counters"]}
+    rec = first.replace()
+    # The slowest device's cycles of each batch (every device trained the same batches).
+    rec.cycles_per_batch = {b: max(r.cycles_per_batch[b] for r in records)
+                            for b in first.cycles_per_batch}
+    rec.cycles = max(r.cycles for r in records)
+    rec.pooled_mismatches = sum(r.pooled_mismatches for r in records)
+    rec.fallbacks = sum(r.fallbacks for r in records)
+    rec.counters = {k: sum(r.counters.get(k, 0) for r in records) for k in first.counters}
     # A failure may cut one device's check of a batch and not another's: the pool's check
     # of a batch holds if every check any device made of it did.
     checked = {}
     for r in records:
-        for c in r["checks"]:
-            checked[c["batch"]] = checked.get(c["batch"], True) and c["tables_match"]
-    rec["checks"] = [{"batch": b, "tables_match": ok} for b, ok in sorted(checked.items())]
-    rec["errors"] = [dict(e, device=d) for d, r in enumerate(records) for e in r["errors"]]
-    for key in ("golden_match", "consistent"):
-        rec[key] = all(r.get(key, False) for r in records)
-    same = all(r["loss"] == first["loss"] for r in records)
-    if not same:
-        rec["golden_match"] = False
-        rec["errors"].append({"loss": "the devices' GPUs disagree on the losses"})
-    rec["failures"] = [_pool_failure(d, fs) for d, fs in
-                       enumerate(zip(*(r["failures"] for r in records)))]
-    if len({len(r["failures"]) for r in records}) > 1:
-        rec["consistent"] = rec["golden_match"] = False
-        rec["errors"].append({"failures": "the devices saw different numbers of failures"})
-    if "cpr_failures" in first:
-        rec["cpr_failures"] = [_cpr_failure(fs) for fs in
-                               zip(*(r["cpr_failures"] for r in records))]
-        rec["consistent"] = rec["consistent"] and all(f["consistent"] for f in rec["cpr_failures"])
+        for c in r.checks:
+            checked[c.batch] = checked.get(c.batch, True) and c.tables_match
+    rec.checks = [Check(batch=b, tables_match=ok) for b, ok in sorted(checked.items())]
+    rec.errors = [e.replace(device=d) for d, r in enumerate(records) for e in r.errors]
+    rec.golden_match = all(bool(r.golden_match) for r in records)
+    rec.consistent = all(bool(r.consistent) for r in records)
+    if not all(r.loss == first.loss for r in records):
+        rec.golden_match = False
+        rec.errors.append(RunError(loss="the devices' GPUs disagree on the losses"))
+    rec.failures = [_pool_failure(fs) for fs in zip(*(r.failures for r in records))]
+    if len({len(r.failures) for r in records}) > 1:
+        rec.consistent = rec.golden_match = False
+        rec.errors.append(RunError(failures="the devices saw different numbers of failures"))
+    if first.cpr_failures is not None:
+        rec.cpr_failures = [_cpr_failure(fs) for fs in zip(*(r.cpr_failures for r in records))]
+        rec.consistent = rec.consistent and all(f.consistent for f in rec.cpr_failures)
         # The devices read and write their rows in parallel: the slowest one's cycles.
-        rec["cpr"] = {k: (max if k.endswith("cycles") else sum)(r["cpr"][k] for r in records)
-                      for k in first["cpr"]}
-        rec["cpr"].update({k: first["cpr"][k] for k in ("interval", "every", "checkpoints")})
-    rec["devices"] = [{"device": s.device, "tables": list(s.tables),
-                       "ranges": [list(x) for x in s.ranges], **r}
-                      for s, r in zip(plan, records)]
+        stats = [r.cpr for r in records]
+        rec.cpr = first.cpr.replace(**{
+            f.name: (max if f.name.endswith("cycles") else sum)(getattr(c, f.name) for c in stats)
+            for f in dataclasses.fields(first.cpr)
+            if f.name not in ("interval", "every", "checkpoints")})
+    rec.devices = [r.replace(device=s.device, tables=list(s.tables),
+                             ranges=[list(x) for x in s.ranges])
+                   for s, r in zip(plan, records)]
     return rec
 
 
 def _cpr_failure(per_device):
     """One failure of a pool under CPR from every device's record of it: the failed
     device's reload, and how long the pool stood still."""
-    failed = per_device[0]["device"]
-    mine = per_device[failed]
-    return {**{k: mine[k] for k in ("batch", "device", "batches_since_checkpoint",
-                                    "reload_cycles", "lines_written", "consistent")},
-            "pool_recovery_cycles": max(f["pool_recovery_cycles"] for f in per_device)}
+    mine = per_device[per_device[0].device]
+    return CprFailure(batch=mine.batch, device=mine.device,
+                      batches_since_checkpoint=mine.batches_since_checkpoint,
+                      reload_cycles=mine.reload_cycles, lines_written=mine.lines_written,
+                      consistent=mine.consistent,
+                      pool_recovery_cycles=max(f.pool_recovery_cycles for f in per_device))
 
 
-def _pool_failure(index, per_device):
+def _pool_failure(per_device):
     """One failure of the pool from every device's record of it: the devices whose power
     failed, the recovery point they all reached, and each device's recovery."""
     first = per_device[0]
-    same = {(f["recovered_batch"], f["recovered_mlp_batch"]) for f in per_device}
-    out = {k: first[k] for k in ("cycle", "phase", "batch", "recovered_batch",
-                                 "recovered_mlp_batch", "pool_durable_before", "snapshot_from")}
-    out.update({
-        "devices_failed": [d for d, f in enumerate(per_device) if f["power_failed"]],
-        "durable_before": first["pool_durable_before"],
-        "recovery_cycles": max(f["recovery_cycles"] for f in per_device),
-        "recovery_cycles_per_device": [f["recovery_cycles"] for f in per_device],
-        "recovery_lines": max(f["recovery_lines"] or 0 for f in per_device),
-        "pool_recovery_cycles": max(f["pool_recovery_cycles"] for f in per_device),
-        "rolled_back": sum(f["rolled_back"] for f in per_device),
-        "rolled_back_per_device": [f["rolled_back"] for f in per_device],
-        "failures_during_recovery": sum(f["failures_during_recovery"] for f in per_device),
-        "recovery_failure_cycles": sorted({c for f in per_device
-                                           for c in f["recovery_failure_cycles"]}),
-        "invariants": {k: all(f["invariants"][k] for f in per_device)
-                       for k in first["invariants"]},
-    })
-    out["invariants"]["same_point_on_every_device"] = len(same) == 1
-    out["consistent"] = all(out["invariants"].values())
-    return out
+    same = {(f.recovered_batch, f.recovered_mlp_batch) for f in per_device}
+    invariants = {k: all(f.invariants[k] for f in per_device) for k in first.invariants}
+    invariants["same_point_on_every_device"] = len(same) == 1
+    return Failure(
+        cycle=first.cycle, phase=first.phase, batch=first.batch,
+        recovered_batch=first.recovered_batch, recovered_mlp_batch=first.recovered_mlp_batch,
+        pool_durable_before=first.pool_durable_before, snapshot_from=first.snapshot_from,
+        devices_failed=[d for d, f in enumerate(per_device) if f.power_failed],
+        durable_before=first.pool_durable_before,
+        recovery_cycles=max(f.recovery_cycles for f in per_device),
+        recovery_cycles_per_device=[f.recovery_cycles for f in per_device],
+        recovery_lines=max(f.recovery_lines or 0 for f in per_device),
+        pool_recovery_cycles=max(f.pool_recovery_cycles for f in per_device),
+        rolled_back=sum(f.rolled_back for f in per_device),
+        rolled_back_per_device=[f.rolled_back for f in per_device],
+        failures_during_recovery=sum(f.failures_during_recovery for f in per_device),
+        recovery_failure_cycles=sorted({c for f in per_device for c in f.recovery_failure_cycles}),
+        invariants=invariants, consistent=all(invariants.values()))
+
+
+class PoolRunner(Runner):
+    """A training job on the configuration's pool of devices, their simulators on
+    ``task.workers`` processes at once; a failed device's error is the result's.
+    ``where``: the cluster the simulators run on (``--cluster``: local processes, or
+    Ray); ``live``: the command's own run, its job's progress lines as it asks."""
+
+    def __init__(self, record_class=None, live=False, where="local"):
+        self.record_class, self.live, self.where = record_class, live, where
+
+    def __call__(self, task):
+        from .cluster import open_cluster
+        job = task.job if self.live else task.job.replace(quiet=True)
+        try:
+            if self.where == "local":
+                record = run_pool(job, task.config, sim=task.sim, workers=task.workers)
+            else:
+                with open_cluster(self.where) as cluster:
+                    record = run_pool(job, task.config, sim=task.sim, workers=task.workers,
+                                      cluster=cluster)
+            return Result(task, record)
+        except RuntimeError as e:
+            return Result(task, None, str(e))

@@ -13,8 +13,12 @@ import pytest
 
 from trainingcxl.host.cli import main
 from trainingcxl.host.commands import campaign
-from trainingcxl.host.tools.cluster import LocalPool, TaskLost, parse_cluster
-from trainingcxl.host.tools.journal import Journal, task_digest
+from trainingcxl.host.jobs import TrainJob
+from trainingcxl.host.runs.runners import Runner
+from trainingcxl.host.runs.task import Result, Task
+from trainingcxl.spec.presets import PRESETS
+from trainingcxl.host.runs.cluster import LocalPool, TaskLost, parse_cluster
+from trainingcxl.host.runs.journal import Journal, task_digest
 
 
 # -- journals -------------------------------------------------------------------------------
@@ -54,25 +58,34 @@ class FakeCluster:
     def __init__(self, stop_after=None):
         self.stop_after, self.ran = stop_after, []
 
-    def run(self, fn, items):
-        for i, spec in enumerate(items):
+    def run(self, runner, tasks):
+        for i, task in enumerate(tasks):
             if i == self.stop_after:
                 raise KeyboardInterrupt
-            self.ran.append(spec["index"])
-            yield i, (spec, {"failures": [], "golden_match": True, "n": spec["index"]}, None)
+            self.ran.append(task.index)
+            yield i, Result(task, {"failures": [], "golden_match": True, "n": task.index})
 
 
 def test_an_interrupted_fan_out_resumes_without_repeating_a_task(tmp_path, capsys):
-    specs = [{"index": i} for i in range(5)]
+    tasks = [Task(i, PRESETS["tiny"], TrainJob(seed=i)) for i in range(5)]
     args = type("Args", (), {"journal": str(tmp_path / "j.jsonl"), "resume": False})()
     with pytest.raises(SystemExit) as stop:
-        campaign.run_tasks("campaign", args, FakeCluster(stop_after=3), specs, lambda r: "")
+        campaign.run_tasks("campaign", args, FakeCluster(stop_after=3), Runner(), tasks,
+                           lambda r: "")
     assert stop.value.code == 130 and "--resume goes on" in capsys.readouterr().err
     args.resume = True
     again = FakeCluster()
-    results, execution = campaign.run_tasks("campaign", args, again, specs, lambda r: "")
+    results, execution = campaign.run_tasks("campaign", args, again, Runner(), tasks,
+                                            lambda r: "")
     assert again.ran == [3, 4] and execution["resumed_tasks"] == 3
-    assert [r[1]["n"] for r in results] == [0, 1, 2, 3, 4]
+    assert [r.record["n"] for r in results] == [0, 1, 2, 3, 4]
+    assert [r.task for r in results] == tasks
+
+
+def test_a_task_crosses_as_json_and_back():
+    task = Task("t1", PRESETS["tiny"], TrainJob(seed=3, failures=({"random": True},)),
+                media_dir="/tmp/m", workers=2)
+    assert Task.from_dict(json.loads(json.dumps(task.to_dict()))) == task
 
 
 # -- the local pool ---------------------------------------------------------------------------
@@ -181,7 +194,7 @@ def test_a_worker_killed_mid_campaign_on_ray_changes_nothing(reference, tmp_path
 @pytest.mark.slow
 @pytest.mark.xdist_group("ray")
 def test_a_resumed_campaign_gives_the_json_of_an_uninterrupted_one(reference, tmp_path, monkeypatch):
-    from trainingcxl.host.tools import journal
+    from trainingcxl.host.runs import journal
     added = []
     real_add = journal.Journal.add
 
@@ -209,7 +222,7 @@ def test_ray_builds_each_device_once_on_every_node(monkeypatch):
     often."""
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
-    from trainingcxl.host.tools.cluster import open_cluster
+    from trainingcxl.host.runs.cluster import open_cluster
     from trainingcxl.spec.presets import PRESETS
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     nodes.add_node(num_cpus=1)

@@ -28,10 +28,8 @@ from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from trainingcxl.host.tools.argtypes import positive
-
 __all__ = ["CLUSTERS", "TASK_RETRIES", "TaskLost", "Cluster", "LocalPool", "RayCluster",
-           "open_cluster", "parse_cluster", "add_cluster_options"]
+           "open_cluster", "parse_cluster"]
 
 #: The ``--cluster`` values besides ``ray://HOST:PORT``.
 CLUSTERS = ("local", "ray", "auto")
@@ -231,14 +229,3 @@ def open_cluster(where="local", jobs=None):
     if where == "local":
         return LocalPool(jobs)
     return RayCluster(None if where == "ray" else where, jobs)
-
-
-def add_cluster_options(sp, *, jobs_default=None):
-    default = "all cores" if jobs_default is None else jobs_default
-    sp.add_argument("--cluster", type=parse_cluster, default="local", metavar="WHERE",
-                    help="where the tasks run: local (a process pool), ray (a "
-                         "private Ray instance on this machine), auto (the Ray cluster this "
-                         "machine joined with `ray start`) or ray://HOST:PORT (Ray Client); "
-                         "every node needs the project installed (docs/usage.md, \"On a cluster\")")
-    sp.add_argument("--jobs", type=positive, default=jobs_default,
-                    help=f"tasks at once on this machine, for local and ray (default: {default})")

@@ -9,7 +9,7 @@ from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.apps.launch import launch
 from trainingcxl.host.cli import main
 from trainingcxl.host.jobs import JobError, TrainJob
-from trainingcxl.host.tools.device_pool import run_pool
+from trainingcxl.host.runs.pool_coordinator import run_pool
 
 SAME = ("loss", "loss_ref", "cycles_per_batch", "cycles", "counters", "checks")
 
@@ -22,7 +22,7 @@ def job(cfg, **kw):
 @pytest.mark.cocotb
 def test_a_pool_of_one_device_is_the_device():
     cfg = PRESETS["tiny"]
-    alone = launch(job(cfg), cfg)
+    alone = launch(job(cfg), cfg).to_dict()
     pooled = run_pool(job(cfg), cfg.replace(pool=PoolShape(devices=1)), workers=1)
     for key in SAME:
         assert pooled[key] == alone[key], key
@@ -34,9 +34,9 @@ def test_a_pool_of_one_device_is_the_device():
 def test_a_pool_trains_the_model_of_one_device_whatever_runs_its_simulators():
     cfg = PRESETS["tiny"]
     two = cfg.replace(pool=PoolShape(devices=2))
-    alone = launch(job(cfg), cfg)
-    parallel = run_pool(job(two), two, workers=2)
-    serial = run_pool(job(two), two, workers=1)
+    alone = launch(job(cfg), cfg).to_dict()
+    parallel = run_pool(job(two), two, workers=2).to_dict()
+    serial = run_pool(job(two), two, workers=1).to_dict()
     assert parallel["golden_match"] and parallel["pooled_mismatches"] == 0
     assert all(c["tables_match"] for c in parallel["checks"])
     # One GPU trains on both devices' tables: the model of one device, bit for bit.
@@ -53,15 +53,15 @@ def test_a_pool_trains_the_model_of_one_device_whatever_runs_its_simulators():
 @pytest.mark.xdist_group("ray")
 def test_a_pool_on_ray_gives_what_it_gives_on_this_machine():
     ray = pytest.importorskip("ray")
-    from trainingcxl.host.tools.cluster import RayCluster
+    from trainingcxl.host.runs.cluster import RayCluster
     two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
-    here = run_pool(job(two), two)
+    here = run_pool(job(two), two).to_dict()
     # One CPU for two devices: each task asks for half of it, so both run at once.
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     try:
         with RayCluster() as cluster:
-            there = run_pool(job(two), two, cluster=cluster)
+            there = run_pool(job(two), two, cluster=cluster).to_dict()
     finally:
         ray.shutdown()
     for key in SAME:
@@ -77,7 +77,7 @@ def test_a_pool_with_split_tables_trains_the_model_of_one_device_and_recovers():
     recovered exactly."""
     cfg = PRESETS["tiny"]
     four = cfg.replace(pool=PoolShape(devices=4, split=True))
-    alone = launch(job(cfg, batches=5, staleness=0), cfg)
+    alone = launch(job(cfg, batches=5, staleness=0), cfg).to_dict()
     rec = run_pool(job(four, batches=5, staleness=0,
                        failures=({"pool_batch": 3, "offset": 200, "devices": [2]},)), four)
     assert rec["golden_match"] and rec["consistent"] and len(rec["failures"]) == 1
@@ -102,8 +102,8 @@ def test_a_pool_recovers_exactly_from_every_kind_of_failure():
     """K = 0: every device rolls back to the pool's durable batch, bit-exact with its golden
     model, and the run ends where one without failures ends."""
     two = PRESETS["tiny"].replace(pool=PoolShape(devices=2))
-    clean = run_pool(job(two, batches=7, staleness=0), two)
-    rec = run_pool(job(two, batches=7, staleness=0, failures=POOL_FAILURES), two)
+    clean = run_pool(job(two, batches=7, staleness=0), two).to_dict()
+    rec = run_pool(job(two, batches=7, staleness=0, failures=POOL_FAILURES), two).to_dict()
     assert rec["golden_match"] and rec["consistent"]
     failures = rec["failures"]
     assert [f["devices_failed"] for f in failures] == [[0, 1], [1], [0]]
