@@ -23,7 +23,7 @@ def job(cfg, **kw):
 def test_a_pool_of_one_device_is_the_device():
     cfg = PRESETS["tiny"]
     alone = launch(job(cfg), cfg).to_dict()
-    pooled = run_pool(job(cfg), cfg.replace(pool=PoolShape(devices=1)), workers=1)
+    pooled = run_pool(job(cfg), cfg.replace(pool=PoolShape(devices=1)), workers=1).to_dict()
     for key in SAME:
         assert pooled[key] == alone[key], key
     assert pooled["golden_match"] and pooled["pool"]["switch_latency"] == 0
@@ -79,7 +79,7 @@ def test_a_pool_with_split_tables_trains_the_model_of_one_device_and_recovers():
     four = cfg.replace(pool=PoolShape(devices=4, split=True))
     alone = launch(job(cfg, batches=5, staleness=0), cfg).to_dict()
     rec = run_pool(job(four, batches=5, staleness=0,
-                       failures=({"pool_batch": 3, "offset": 200, "devices": [2]},)), four)
+                       failures=({"pool_batch": 3, "offset": 200, "devices": [2]},)), four).to_dict()
     assert rec["golden_match"] and rec["consistent"] and len(rec["failures"]) == 1
     assert rec["loss"] == alone["loss"]
     assert sum(len(d["tables"]) for d in rec["devices"]) > cfg.n_tables      # split
