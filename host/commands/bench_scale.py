@@ -174,10 +174,12 @@ def _num(v, fmt, width=10):
 
 def report(result, say):
     """A table per table size (a row per batch size and system: its cycles per batch beside
-    the PMEM bound of the same batches, :mod:`trainingcxl.host.model.bound`), then the
-    recovery runs."""
-    head = (f"  {'batch':>6} {'system':<9} {'cyc/batch':>11} {'ckpt ovh':>9} {'bound':>10} "
-            f"{'of bound':>8} {'fallbk':>6} {'PMEM wr B':>11} "
+    both PMEM bounds of the same batches, the scheme's and the floor of exact recovery,
+    :mod:`trainingcxl.host.model.bound`, and the PMEM lines it wrote per distinct row),
+    then the recovery runs."""
+    head = (f"  {'batch':>6} {'system':<11} {'cyc/batch':>11} {'ckpt ovh':>9} {'bound':>10} "
+            f"{'of bound':>8} {'floor':>10} {'of floor':>8} {'wr/row':>6} {'fallbk':>6} "
+            f"{'PMEM wr B':>11} "
             f"{'link B':>11} {'energy mJ':>10} {'sim s':>7} {'cyc/s':>9}  speedup and energy "
             f"saving over host-pmem, pmem")
     for size in result["sizes"]:
@@ -186,11 +188,13 @@ def report(result, say):
         say(head)
         for r in rows:
             if not r["ok"]:
-                say(f"  {r['batch_size']:>6} {r['system']:<9} FAILED (see the errors below)")
+                say(f"  {r['batch_size']:>6} {r['system']:<11} FAILED (see the errors below)")
                 continue
-            say(f"  {r['batch_size']:>6} {r['system']:<9} {r['cycles_per_batch']:>11,.0f} "
+            say(f"  {r['batch_size']:>6} {r['system']:<11} {r['cycles_per_batch']:>11,.0f} "
                 f"{_num(r.get('checkpoint_overhead'), '.2%', width=9)} "
                 f"{r['bound_cycles']:>10,.0f} {r['fraction_of_bound']:>8.1%} "
+                f"{r['floor_cycles']:>10,.0f} {r['fraction_of_floor']:>8.1%} "
+                f"{_num(r.get('write_lines_per_row'), '.2f', width=6)} "
                 f"{r.get('strict_fallbacks', 0):>6} "
                 f"{r['pmem_bytes_written_per_batch']['total']:>11,.0f} "
                 f"{r['link_bytes_per_batch']:>11,.0f} {1e3 * r['energy_per_batch_j']:>10.3f} "

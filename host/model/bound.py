@@ -1,36 +1,67 @@
-"""The PMEM bound of a batch: the fewest media cycles any system needs for it.
+"""Two PMEM bounds of a batch: this scheme's, and the floor of exact recovery.
 
-Whatever does the embedding work, a batch must read each distinct row it
-touches once, write it back once, write an undo record of its old value
-first (the row's lines and a share of a group line, :data:`GROUP_RECORDS`
-records a group), a commit record, and its share of the MLP snapshots: one
-every ``K + 1`` batches at least, with the staleness bound K. The PMEM
-model reads and writes at independent rates (``Config.pmem.read_rate`` and
-``write_rate``), so no system can finish a batch in fewer cycles than the
-slower of the two streams takes. A system's cycles per batch against this
-bound is how close it comes to the media.
+Both count the media traffic a batch cannot avoid and turn it into cycles at
+the media's rates. The PMEM model reads and writes at independent rates
+(``Config.pmem.read_rate`` and ``write_rate``), so neither bound can be beaten
+by a system that overlaps one stream with the other: a bound is the slower of
+its two streams. Both read each distinct row the batch touches once.
+
+*The scheme's bound* (:attr:`BatchBound.cycles`) is the floor of undo logging
+as the device does it: each distinct row written back once, an undo record of
+its old value first (the row's lines and a share of a group line,
+:data:`GROUP_RECORDS` records a group), a commit record, and the batch's share
+of the MLP snapshots (one every ``K + 1`` batches at least, with the staleness
+bound K). A system's cycles against it say how close it comes to the media
+*with this scheme*.
+
+*The floor of exact recovery* (:attr:`BatchBound.floor_cycles`) is what any
+scheme that recovers every committed batch exactly must write: each distinct
+row once (its new value, somewhere the old one is not overwritten), the least
+bytes that say where each row's new value lives (:data:`ROW_ADDRESS_BYTES` a
+row), one commit line, and the same snapshot share. A scheme that writes the
+new value out of place and redirects reads, or logs redo and applies it
+lazily, could approach it; undo logging writes each row twice and cannot.
 """
 
 from dataclasses import dataclass
 
-from trainingcxl.spec.config import GROUP_RECORDS
+from trainingcxl.spec.config import GROUP_RECORDS, LINE_BYTES
 from .regions import distinct_rows
 
-__all__ = ["BatchBound", "batch_bound", "window_bound"]
+__all__ = ["BatchBound", "WindowBound", "ROW_ADDRESS_BYTES", "batch_bound", "window_bounds",
+           "window_bound"]
+
+#: Bytes that say where one updated row's new value lives: its row number in the
+#: tables, one 32-bit word. 32 bits name every row of every configuration here (the
+#: scale ladder's largest holds 8 x 10^6 rows, 23 bits) with room for tables a
+#: thousand times larger; 3 bytes would name today's and save a quarter of a term that
+#: is 1/16 of a one-line row's own writes, so the floor hardly depends on the choice.
+ROW_ADDRESS_BYTES = 4
 
 
 @dataclass(frozen=True)
 class BatchBound:
-    """The media traffic a batch cannot avoid, and the cycles it takes at the media's rates."""
+    """The media traffic a batch cannot avoid, and the cycles it takes at the media's
+    rates: with this scheme's undo log (``lines_written``, ``write_cycles``,
+    :attr:`cycles`) and at the floor of exact recovery (``floor_lines_written``,
+    ``floor_write_cycles``, :attr:`floor_cycles`). Both read ``lines_read``."""
     rows: int
     lines_read: int
-    lines_written: int
+    lines_written: float
     read_cycles: float
     write_cycles: float
+    floor_lines_written: float = 0.0
+    floor_write_cycles: float = 0.0
 
     @property
     def cycles(self):
+        """The scheme's bound: the slower of its read and write streams."""
         return max(self.read_cycles, self.write_cycles)
+
+    @property
+    def floor_cycles(self):
+        """The floor of exact recovery: the slower of the reads and the floor's writes."""
+        return max(self.read_cycles, self.floor_write_cycles)
 
 
 def batch_bound(config, batch, *, staleness=0):
@@ -38,15 +69,39 @@ def batch_bound(config, batch, *, staleness=0):
     least every ``staleness + 1`` batches."""
     rows = distinct_rows(config, batch)
     lpr = config.lines_per_row
-    undo = rows * lpr + -(-rows // GROUP_RECORDS)
-    written = rows * lpr + undo + 1 + (config.mlp_lines + 1) / (staleness + 1)
-    read = rows * lpr
+    data = rows * lpr
+    snapshot = (config.mlp_lines + 1) / (staleness + 1)     # header + parameters, shared
+    undo = data + -(-rows // GROUP_RECORDS)
+    written = data + undo + 1 + snapshot
+    where = -(-rows * ROW_ADDRESS_BYTES // LINE_BYTES)
+    floor = data + where + 1 + snapshot
     (r_lines, r_cycles), (w_lines, w_cycles) = config.pmem.read_rate, config.pmem.write_rate
-    return BatchBound(rows=rows, lines_read=read, lines_written=written,
-                      read_cycles=read * r_cycles / r_lines, write_cycles=written * w_cycles / w_lines)
+    return BatchBound(rows=rows, lines_read=data, lines_written=written,
+                      read_cycles=data * r_cycles / r_lines,
+                      write_cycles=written * w_cycles / w_lines,
+                      floor_lines_written=floor, floor_write_cycles=floor * w_cycles / w_lines)
+
+
+@dataclass(frozen=True)
+class WindowBound:
+    """Both bounds of a window of batches, as means per batch, and the distinct rows the
+    window's batches update (summed over its batches: a row updated by two batches
+    counts twice, as it is written twice)."""
+    batches: int
+    rows: int
+    cycles: float
+    floor_cycles: float
+
+
+def window_bounds(config, batches, *, staleness=0):
+    """The :class:`WindowBound` of ``batches``."""
+    bounds = [batch_bound(config, b, staleness=staleness) for b in batches]
+    n = max(1, len(bounds))
+    return WindowBound(batches=len(bounds), rows=sum(b.rows for b in bounds),
+                       cycles=sum(b.cycles for b in bounds) / n,
+                       floor_cycles=sum(b.floor_cycles for b in bounds) / n)
 
 
 def window_bound(config, batches, *, staleness=0):
-    """Mean bound cycles per batch over ``batches``."""
-    bounds = [batch_bound(config, b, staleness=staleness) for b in batches]
-    return sum(b.cycles for b in bounds) / max(1, len(bounds))
+    """Mean bound cycles per batch over ``batches`` (the scheme's)."""
+    return window_bounds(config, batches, staleness=staleness).cycles

@@ -27,7 +27,10 @@ gpu_busy_w                 300 W         V100 SXM2 maximum board power [V100]
 gpu_idle_w                 50 W          *est.* V100 board idling with a live context
 device_static_w            22 W          12 W PMEM module [OPT19] + 10 W FPGA CXL
                                          controller board (*est.*)
-host_cpu_w                 125 W         Xeon Gold 6230 thermal design power [XEON19]
+host_cpu_w                 125 W         Xeon Gold 6230 thermal design power [XEON19],
+                                         while the CPU works in software
+host_cpu_idle_w            30 W          *est.* the same socket idling (see below),
+                                         in every system for the whole run
 clock_mhz                  250 MHz       the device clock (``NOMINAL_CLOCK_MHZ``)
 =========================  ============  ===============================================
 
@@ -63,12 +66,15 @@ Sources:
 
 * [XEON19] Intel Xeon Gold 6230 processor (Cascade Lake, 20 cores, 2.1 GHz,
   Optane DC persistent memory support), Intel ARK: thermal design power
-  125 W. Charged for the cycles the host CPU works in software
-  (``host_cpu_cycles``): the ``host-pmem`` system's gathers, pooling,
-  updates and persistent-memory transactions, and the ``pmem`` system's
-  loads and stores over CXL.mem, during which the CPU waits on memory. TDP
-  is the sustained power of a fully loaded socket, an upper bound for a
-  memory-bound one.
+  125 W. Every system has this host CPU, and it draws its idle power
+  (``host_cpu_idle_w``) for the whole run; for the cycles it works in
+  software (``host_cpu_cycles``: the ``host-pmem`` systems' gathers,
+  pooling, updates and persistent-memory transactions, and the ``pmem``
+  system's loads and stores over CXL.mem, during which the CPU waits on
+  memory) it draws TDP, so the idle power plus ``host_cpu_w -
+  host_cpu_idle_w``. TDP is the sustained power of a fully loaded socket,
+  an upper bound for a memory-bound one. The device systems' host issues
+  descriptors and copies in between (charged at idle, as if it slept).
 
 Estimates, and how they were made:
 
@@ -91,9 +97,20 @@ Estimates, and how they were made:
 * the FPGA CXL controller board, 10 W: static (leakage) power of a large
   FPGA at operating temperature, its transceivers and board regulators; no
   source, a round estimate.
+* ``host_cpu_idle_w`` 30 W: package power of a 20-core, 125 W Cascade Lake
+  socket with the operating system idle and a GPU driver polling - a
+  quarter of TDP. Intel publishes no idle figure for the Xeon Gold 6230
+  (ARK lists TDP only), and SPECpower_ssj2008's "active idle" is measured
+  at the wall for a whole server (fans, DRAM, supplies), not per socket, so
+  no published figure separates the socket; a RAPL ``PKG_ENERGY`` reading of
+  the idle part would replace it. Between package C6 (a few watts, rarely
+  reached with PCIe traffic and a polling driver) and C1E (cores halted,
+  uncore and mesh clocked) it sits nearer the latter on purpose: the more
+  idle power every system pays, the smaller every saving, so a high
+  estimate favours the baseline.
 
-Left out: host CPU power outside its software work (idle, and issuing
-descriptors and copies: about the same for every system), host DRAM and GPU HBM
+Left out: the host CPU's power above idle while it issues descriptors and
+copies (about the same for every system), host DRAM and GPU HBM
 background power and refresh (only the per-access HBM energy of host line
 operations is counted), DRAM refresh inside the PMEM module, power supply and
 voltage regulator losses, fans, cooling and the rest of the server, the PMEM
@@ -225,7 +242,9 @@ class EnergyBreakdown:
     ``device_static``
         CXL controller and PMEM background power over the whole run.
     ``host_cpu``
-        the host CPU while it works in software.
+        the host CPU's power above idle while it works in software.
+    ``host_cpu_idle``
+        the host CPU's idle power over the whole run (every system has one).
     """
     pmem_read: float
     pmem_write: float
@@ -236,6 +255,7 @@ class EnergyBreakdown:
     gpu_idle: float
     device_static: float
     host_cpu: float = 0.0
+    host_cpu_idle: float = 0.0
 
     @property
     def total(self) -> float:
@@ -274,7 +294,11 @@ class EnergyModel:
     ``clock_mhz``
         device clock that turns cycles into seconds, MHz.
     ``host_cpu_w``
-        host CPU package power while it works in software, W.
+        host CPU package power while it works in software, W (idle included).
+    ``host_cpu_idle_w``
+        host CPU package power while it idles, W: charged for every cycle of
+        the run, and ``host_cpu_w - host_cpu_idle_w`` more while it works. At
+        most ``host_cpu_w``.
 
     The module docstring lists the defaults of :data:`DEFAULT_ENERGY` with
     their sources. Every field must be finite and non-negative, ``clock_mhz``
@@ -290,6 +314,7 @@ class EnergyModel:
     device_static_w: float
     clock_mhz: float = float(NOMINAL_CLOCK_MHZ)
     host_cpu_w: float = 0.0
+    host_cpu_idle_w: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -299,6 +324,9 @@ class EnergyModel:
             if not ok:
                 need = "positive" if f.name == "clock_mhz" else "non-negative"
                 raise ValueError(f"energy.{f.name} must be a finite {need} number, not {v!r}")
+        if self.host_cpu_idle_w > self.host_cpu_w:
+            raise ValueError(f"energy.host_cpu_idle_w = {self.host_cpu_idle_w} exceeds "
+                             f"energy.host_cpu_w = {self.host_cpu_w}")
 
     @property
     def cycle_s(self) -> float:
@@ -319,7 +347,8 @@ class EnergyModel:
             gpu_busy=a.gpu_busy_cycles * t * self.gpu_busy_w,
             gpu_idle=max(0, a.cycles - a.gpu_busy_cycles) * t * self.gpu_idle_w,
             device_static=a.cycles * t * self.device_static_w,
-            host_cpu=a.host_cpu_cycles * t * self.host_cpu_w,
+            host_cpu=a.host_cpu_cycles * t * (self.host_cpu_w - self.host_cpu_idle_w),
+            host_cpu_idle=a.cycles * t * self.host_cpu_idle_w,
         )
 
 
@@ -354,4 +383,6 @@ DEFAULT_ENERGY = EnergyModel(
     clock_mhz=float(NOMINAL_CLOCK_MHZ),
     # [XEON19] Xeon Gold 6230 thermal design power.
     host_cpu_w=125.0,
+    # Estimate: the same socket idling, a quarter of TDP (module docstring).
+    host_cpu_idle_w=30.0,
 )

@@ -15,17 +15,20 @@ flight, a ``SNAPSHOT_MLP`` not yet waited for) lives here, not in the run:
   fall more than K behind;
 * :class:`SoftwareCheckpoints`: the host writes the commit records and
   stop-and-copy snapshots itself (:mod:`.software_path`);
+* :class:`OverlappedSoftwareCheckpoints`: the host writes them itself, a
+  snapshot every K + 1 batches, persisted while the GPU computes;
 * :class:`Unchecked`: nothing is checkpointed.
 """
 
 from abc import ABC, abstractmethod
 
+from trainingcxl.spec.config import GROUP_RECORDS
 from trainingcxl.spec.descriptors import ErrorCode
 from trainingcxl.host.driver.device import Recovery
 from .run_record import NULL, RunError
 
 __all__ = ["Checkpoints", "Unchecked", "WaitedSnapshots", "QueuedSnapshots",
-           "SoftwareCheckpoints", "device_checkpoints"]
+           "SoftwareCheckpoints", "OverlappedSoftwareCheckpoints", "device_checkpoints"]
 
 #: A snapshot pull the GPU waits for must end within this many cycles (a hang otherwise).
 SNAPSHOT_WAIT_CYCLES = 5_000_000
@@ -263,6 +266,101 @@ class SoftwareCheckpoints(Checkpoints):
 
     async def recover(self, run):
         return await self.soft.recover()
+
+
+class OverlappedSoftwareCheckpoints(SoftwareCheckpoints):
+    """Software checkpoints with the staleness bound ``k`` of the device's relaxed
+    snapshots, written where the CPU would otherwise wait for the GPU (``host-pmem-k``).
+
+    Each commit record carries K, so a recovery finds ``D = min(committed, m + K)``
+    with ``m`` the newest whole snapshot, as the device's does. Every ``k + 1``
+    batches the MLP is copied to host memory at the commit (the GPU must not change
+    it first) and the CPU persists it in the GPU steps after (:meth:`during_gpu`),
+    as many lines as each leaves time for. The host finishes a snapshot on the
+    critical path only when the next one is due (it would fall more than K behind,
+    like the device's held pull), or when the undo log ring needs the room
+    (:meth:`room`): a committed batch stays in the ring until a snapshot covers it.
+    """
+
+    def __init__(self, soft, k):
+        super().__init__(soft)
+        self.k = k
+        soft.staleness = k
+        self.committed = 0
+        self.snapped = 0                # the newest batch whose snapshot is persistent
+        self.started = 0                # the newest batch whose snapshot was taken
+        self.pending = None             # (batch, slot, fenced groups still to write)
+
+    def power_lost(self):
+        self.pending = None
+
+    def _update_durable(self):
+        self.durable = min(self.committed, self.snapped + self.k)
+
+    async def zero(self, run, params):
+        await super().zero(run, params)
+        self.committed = self.snapped = self.started = self.durable = 0
+
+    async def checkpoint(self, run, b):
+        await self.soft.commit(b)
+        self.committed = b
+        run.enter("snapshot", b)
+        if b - self.started > self.k:
+            if self.pending is not None:
+                await self._write(None)         # held: the last one must be whole first
+            self.pending = (b, *await self.soft.stage_snapshot(b, run.gpu.model.parameters()))
+            self.started = b
+        self._update_durable()
+        return ErrorCode.NONE
+
+    async def during_gpu(self, run):
+        """Persist what the rest of the GPU step leaves time for of a pending snapshot."""
+        await self._write(run.gpu_left)
+
+    async def room(self, run, b, rows):
+        """Before batch ``b`` logs ``rows`` records: if they would overwrite a record a
+        recovery may still need (of a batch after the durable one), finish the pending
+        snapshot, which makes every committed batch durable."""
+        soft, cfg = self.soft, run.cfg
+        need = -(-rows // GROUP_RECORDS)
+        oldest = soft.first_group.get(self.durable + 1, soft.groups)
+        if self.pending is not None and soft.groups + need - cfg.log_groups > oldest:
+            await self._write(None)
+
+    async def _write(self, left):
+        """Write the pending snapshot's groups in order: all of them (``left`` None), or
+        as many lines as ``left()`` cycles allow before the GPU step ends."""
+        pmem = self.soft.cfg.pmem
+        num, den = pmem.write_rate
+        while self.pending is not None:
+            b, slot, groups = self.pending
+            lines = list(groups[0].items())
+            n = len(lines)
+            if left is not None:
+                # A fenced group of n lines takes ceil(n * den / num) + write latency.
+                n = min(n, (left() - pmem.write_latency) * num // den)
+                if n < 1:
+                    return
+            await self.soft.persist(dict(lines[:n]))
+            if n < len(lines):
+                groups[0] = dict(lines[n:])
+                continue
+            groups.pop(0)
+            if not groups:
+                self.soft.newest_slot = slot
+                self.snapped, self.pending = b, None
+                self._update_durable()
+
+    async def check_committed(self, run, last):
+        # The run ends durable to its last batch: the snapshot in progress is finished.
+        await self._write(None)
+
+    async def recover(self, run):
+        got = await self.soft.recover()
+        if got.m is not None:
+            self.snapped = self.started = got.m
+            self.committed = got.d
+        return got
 
 
 def _or_null(value):

@@ -78,6 +78,8 @@ class SoftwareEmbeddings:
         self.ring_sel = 0               # the ring header line written next
         self.commit_slot = 0            # where the next commit record goes
         self.newest_slot = None         # the snapshot slot holding the newest snapshot
+        self.staleness = 0              # the bound K the commit records carry
+        self.first_group = {}           # batch -> its first undo group (the count before it)
         self.stats = {"host_line_ops": 0, "gpu_embedding_cycles": 0, "copy_cycles": 0,
                       "gpu_copy_bytes": 0, "host_cpu_cycles": 0}
 
@@ -110,6 +112,11 @@ class SoftwareEmbeddings:
         t0 = self.now()
         await self.dev.write_media(lines)
         self.stats["host_cpu_cycles"] += self.now() - t0
+
+    async def persist(self, lines):
+        """Write ``{media line: data}`` as one fenced group (the CPU waits until it is
+        persistent)."""
+        await self._fenced_write(lines)
 
     async def _read(self, media_addrs):
         """``{media line: data}``; the CPU waits on its loads."""
@@ -161,8 +168,33 @@ class SoftwareEmbeddings:
         await self._copy(rows * cfg.dim * 4)                        # GPU -> host
         self.stats["host_line_ops"] += rows * cfg.lines_per_row
 
-    async def update(self, b, batch, deltas, old):
-        """Apply ``deltas``, log the old rows (if checkpointing), write the new ones."""
+    async def log(self, b, old):
+        """Persist an undo record of each row of ``old`` (``(table, row)`` -> the row read),
+        in groups, then the ring header that points past them."""
+        cfg = self.cfg
+        self.first_group[b] = self.groups
+        if len(self.first_group) > 64:          # a recovery reaches back K + 1 batches at most
+            del self.first_group[next(iter(self.first_group))]
+        records = {}
+        items = list(old.items())
+        for k in range(0, len(items), GROUP_RECORDS):
+            at = cfg.log_base + self.groups % cfg.log_groups * cfg.group_lines
+            chunk = [(self._media_addr(t, r), _row_lines(row))
+                     for (t, r), row in items[k:k + GROUP_RECORDS]]
+            lines = undo_group(gen=self.gen, batch=b, lsn=self.lsn, records=chunk)
+            records.update({at + j: line for j, line in enumerate(lines)})
+            self.lsn += len(chunk)
+            self.groups += 1
+        await self._fenced_write(records)
+        # Only once the records are persistent: recovery walks back from here.
+        nxt = cfg.log_base + self.groups % cfg.log_groups * cfg.group_lines
+        await self._fenced_write({cfg.ring_base + self.ring_sel: ring_header(
+            gen=self.gen, batch=b, next_lsn=self.lsn, next_slot=nxt)})
+        self.ring_sel = (self.ring_sel + 1) % RING_HEADERS
+
+    async def update(self, b, batch, deltas, old, *, logged=False):
+        """Apply ``deltas``, log the old rows (if checkpointing, unless ``logged`` already
+        by :meth:`log`), write the new ones."""
         cfg = self.cfg
         sparse = [np.zeros((n, cfg.dim), dtype=np.int32) for n in cfg.tables]
         for (t, r), row in old.items():
@@ -171,23 +203,8 @@ class SoftwareEmbeddings:
         # never written, so never allocated), and a copy would cost the tables' size.
         new = embedding_update(cfg, sparse, batch.indices, batch.offsets, deltas, inplace=True)
         await self._updated(batch, len(old))
-        if self.checkpointing:
-            records = {}
-            items = list(old.items())
-            for k in range(0, len(items), GROUP_RECORDS):
-                at = cfg.log_base + self.groups % cfg.log_groups * cfg.group_lines
-                chunk = [(self._media_addr(t, r), _row_lines(row))
-                         for (t, r), row in items[k:k + GROUP_RECORDS]]
-                lines = undo_group(gen=self.gen, batch=b, lsn=self.lsn, records=chunk)
-                records.update({at + j: line for j, line in enumerate(lines)})
-                self.lsn += len(chunk)
-                self.groups += 1
-            await self._fenced_write(records)
-            # Only once the records are persistent: recovery walks back from here.
-            nxt = cfg.log_base + self.groups % cfg.log_groups * cfg.group_lines
-            await self._fenced_write({cfg.ring_base + self.ring_sel: ring_header(
-                gen=self.gen, batch=b, next_lsn=self.lsn, next_slot=nxt)})
-            self.ring_sel = (self.ring_sel + 1) % RING_HEADERS
+        if self.checkpointing and not logged:
+            await self.log(b, old)
         rows = {}
         for t, r in old:
             for k, line in enumerate(_row_lines(new[t][r])):
@@ -199,7 +216,7 @@ class SoftwareEmbeddings:
     async def commit(self, b):
         cfg = self.cfg
         await self._fenced_write({cfg.commit_base + self.commit_slot:
-                                  commit_record(gen=self.gen, batch=b, staleness=0)})
+                                  commit_record(gen=self.gen, batch=b, staleness=self.staleness)})
         self.commit_slot = (self.commit_slot + 1) % cfg.commit_lines
 
     async def snapshot(self, b, params):
@@ -213,6 +230,19 @@ class SoftwareEmbeddings:
         await self._fenced_write({base + 1 + k: line for k, line in enumerate(data)})
         await self._fenced_write({base: snapshot_header(gen=self.gen, batch=b, data_lines=data)})
         self.newest_slot = slot
+
+    async def stage_snapshot(self, b, params):
+        """The MLP after batch ``b`` copied to host memory, to persist later: returns the
+        slot and the fenced groups of lines that write it there, in order (its header
+        zeroed, the parameters, the header). :attr:`newest_slot` is the caller's to set
+        once the last group is persistent."""
+        cfg = self.cfg
+        slot = 0 if self.newest_slot is None else 1 - self.newest_slot
+        base = cfg.snapshot_base[slot]
+        await self._copy(cfg.mlp_params * 4)                        # GPU -> host
+        data = _param_lines(cfg, params)
+        return slot, [{base: 0}, {base + 1 + k: line for k, line in enumerate(data)},
+                      {base: snapshot_header(gen=self.gen, batch=b, data_lines=data)}]
 
     async def recover(self):
         """Software recovery; returns ``(error, D, m, rolled_back, cycles)`` like the device's RECOVER."""
@@ -244,6 +274,7 @@ class SoftwareEmbeddings:
             await self._fenced_write(rows)
         await self._fenced_write({seal: result.writes[seal]})
         self.gen, self.lsn, self.groups, self.ring_sel = result.gen, 0, 0, 0
+        self.first_group = {}
         self.commit_slot = (seal - cfg.commit_base + 1) % cfg.commit_lines
         for slot, base in enumerate(cfg.snapshot_base):
             h = valid_header(media[base], SNAPSHOT)

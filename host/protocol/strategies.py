@@ -34,7 +34,8 @@ from trainingcxl.host.model.fixed import wrap32
 from trainingcxl.host.model.golden import (batch_keys, coalesce_update, coalesced_deltas,
                                            coalesced_layout, key_deltas, pool_rows)
 from trainingcxl.host.model.gpu import embedding_cycles
-from .checkpoints import SoftwareCheckpoints, Unchecked, device_checkpoints
+from .checkpoints import (OverlappedSoftwareCheckpoints, SoftwareCheckpoints, Unchecked,
+                          device_checkpoints)
 from .host_pmem import HostPmemEmbeddings
 from .order import RelaxedOrder, StrictOrder
 from .software_path import SoftwareEmbeddings
@@ -321,17 +322,22 @@ class Software(Engines):
     writes the rows back, and checkpoints are software's (:mod:`.software_path`);
     ``host-pmem``: the CPU does it all on its own memory bus (:mod:`.host_pmem`).
     ``soft`` is the host's embeddings; the host has nothing to overlap, so its lookups
-    run in strict order."""
+    run in strict order. With ``early_log`` (``host-pmem-k``, its checkpoints an
+    :class:`~.checkpoints.OverlappedSoftwareCheckpoints`) the CPU persists the batch's
+    undo records and what it can of a pending MLP snapshot while the GPU computes
+    (:class:`WorkDuringGpu`); after the GPU step only the rows and the commit remain."""
 
-    def __init__(self, soft, *, checkpoints):
+    def __init__(self, soft, *, checkpoints, early_log=False):
         super().__init__(path=CxlCache(), logging=Unlogged(), checkpoints=checkpoints)
         self.soft = soft
+        self.early_log = early_log and soft.checkpointing
+        self._old = None                # (batch, its rows as read): logged during its GPU step
 
     def stats(self):
         return dict(self.soft.stats)
 
     def order(self, relaxed, runtime):
-        return StrictOrder()
+        return WorkDuringGpu() if self.early_log else StrictOrder()
 
     async def configure(self, run):
         await self.checkpoints.configure(run)
@@ -340,12 +346,33 @@ class Software(Engines):
         pooled, old = await self.soft.lookup(batch)
         looked = LookupResult(pooled, ErrorCode.NONE, 0)
         looked.old = old
+        self._old = (b, old)
         return looked
+
+    async def during_gpu(self, run, b):
+        """While batch ``b``'s GPU step runs: its undo records (the rows as its lookup read
+        them), then as much of a pending snapshot as the step leaves time for."""
+        logged, old = self._old
+        assert logged == b, (logged, b)
+        await self.checkpoints.room(run, b, len(old))
+        await self.soft.log(b, old)
+        await self.checkpoints.during_gpu(run)
 
     async def update(self, run, b, batch, deltas, looked):
         run.enter("update", b)
-        await self.soft.update(b, batch, deltas, looked.old)
+        await self.soft.update(b, batch, deltas, looked.old, logged=self.early_log)
         return ErrorCode.NONE
+
+
+class WorkDuringGpu(StrictOrder):
+    """Strict order, and the host works while the GPU computes: the GPU step begins when
+    the lookup is done, the strategy's :meth:`Software.during_gpu` runs beside it, and
+    the host waits for whatever of the step is left."""
+
+    async def during_gpu(self, run, b, nxt):
+        run.gpu_begins()
+        await run.strategy.during_gpu(run, b)
+        return await super().during_gpu(run, b, nxt)
 
 
 class LookupOnly(Engines):
@@ -376,9 +403,13 @@ def strategy(system, *, device, runtime, checkpointing, staleness):
     if not system.engines:
         kind = HostPmemEmbeddings if system.host_bus else SoftwareEmbeddings
         soft = kind(device, checkpointing=checkpointing, wait=runtime.wait, now=runtime.now)
-        checkpoints = (SoftwareCheckpoints(soft) if checkpointing else
-                       Unchecked(configure=_nothing, recover=lambda run: soft.recover()))
-        return Software(soft, checkpoints=checkpoints)
+        if not checkpointing:
+            checkpoints = Unchecked(configure=_nothing, recover=lambda run: soft.recover())
+        elif system.early_log:
+            checkpoints = OverlappedSoftwareCheckpoints(soft, staleness)
+        else:
+            checkpoints = SoftwareCheckpoints(soft)
+        return Software(soft, checkpoints=checkpoints, early_log=system.early_log)
     path = CxlCache() if system.coherent else ExplicitCopies()
     if checkpointing:
         checkpoints = device_checkpoints(staleness, path)

@@ -245,6 +245,11 @@ class TrainingRun:
         self.gpu_owed += kernels
         self.gpu_from = self.now()
 
+    def gpu_left(self):
+        """Cycles of the GPU step begun at :meth:`gpu_begins` still to run (negative once
+        it is over)."""
+        return self.gpu_cycles + self.gpu_owed - (self.now() - self.gpu_from)
+
     async def gpu_step(self):
         """Let a batch's GPU step pass: its MLPs and the kernels before them, less what
         has passed since it began (:meth:`gpu_begins`)."""

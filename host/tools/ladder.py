@@ -19,6 +19,7 @@ from trainingcxl.host.runs.task import Task
 from trainingcxl.host.tools.argtypes import with_overrides
 
 __all__ = ["Workload", "WORKLOADS", "BASELINES", "overridden", "baseline_key", "analyse_run",
+           "window_bounds_of", "add_bounds",
            "train_task", "run_key", "run_ladder", "recovery_task", "recovery_row", "summarise",
            "comparison", "table"]
 
@@ -203,25 +204,41 @@ def recovery_row(task, record, error):
             "recovery_lines": f and f.recovery_lines, "consistent": consistent, "error": error}
 
 
-#: The speed runs: ``train --config small`` on Verilator, and a run small enough for Icarus.
-def window_bound_cycles(workload, record, seed, staleness):
-    """The PMEM bound (:mod:`trainingcxl.host.model.bound`) per batch of a run's measured
-    window (the same batches every system of ``workload`` trains), with snapshots at
-    least every ``staleness + 1`` batches."""
-    from trainingcxl.host.model.bound import window_bound
+def window_bounds_of(workload, record, seed, staleness):
+    """Both PMEM bounds (:mod:`trainingcxl.host.model.bound`: the scheme's and the floor
+    of exact recovery) per batch of a run's measured window (the same batches every
+    system of ``workload`` trains), with snapshots at least every ``staleness + 1``
+    batches, and the distinct rows of the window's batches: a
+    :class:`~trainingcxl.host.model.bound.WindowBound`."""
+    from trainingcxl.host.model.bound import window_bounds
     from trainingcxl.host.model.data import SyntheticWorkload
     w = record.window
     data = SyntheticWorkload(workload.config, seed=seed, batch_size=workload.batch_size,
                              min_pooling=workload.min_pooling, zipf_alpha=workload.zipf_alpha)
-    return window_bound(workload.config,
-                        [data.batch(b - 1) for b in range(w.first_batch, w.last_batch + 1)],
-                        staleness=staleness)
+    return window_bounds(workload.config,
+                         [data.batch(b - 1) for b in range(w.first_batch, w.last_batch + 1)],
+                         staleness=staleness)
+
+
+def add_bounds(fig, bound):
+    """``fig`` (a run's :func:`analyse_run` figures) against ``bound`` (its window's
+    :class:`~trainingcxl.host.model.bound.WindowBound`): the scheme's bound and the floor
+    of exact recovery, each as cycles per batch and as the share of the measured cycles
+    they are, and the PMEM lines written per distinct row the window's batches update."""
+    fig["bound_cycles"] = bound.cycles
+    fig["fraction_of_bound"] = bound.cycles / fig["cycles_per_batch"]
+    fig["floor_cycles"] = bound.floor_cycles
+    fig["fraction_of_floor"] = bound.floor_cycles / fig["cycles_per_batch"]
+    written = fig["pmem_bytes_written_per_batch"]["total"] * fig["batches"] / LINE_BYTES
+    fig["write_lines_per_row"] = written / bound.rows if bound.rows else None
+    return fig
 
 
 def summarise(results, workloads, systems):
     """Per workload and system, the figures of the measured window
     (:func:`analyse_run`), its checkpoint overhead, its speedups and energy savings
-    over the baselines, and its cycles against the PMEM bound of the same batches."""
+    over the baselines, and its cycles against both PMEM bounds of the same batches
+    (:func:`add_bounds`)."""
     out = {}
     for w in workloads:
         rows = {}
@@ -241,10 +258,8 @@ def summarise(results, workloads, systems):
             seed, k = on[0].job.seed, on[0].job.staleness or 0
             key = (seed, k, on[1].window.first_batch, on[1].window.last_batch)
             if key not in bounds:
-                bounds[key] = window_bound_cycles(w, on[1], seed, k)
-            bound = bounds[key]
-            fig["bound_cycles"] = bound
-            fig["fraction_of_bound"] = bound / fig["cycles_per_batch"]
+                bounds[key] = window_bounds_of(w, on[1], seed, k)
+            add_bounds(fig, bounds[key])
             # Relaxed lookups that overflowed the deferred list and were redone in strict order.
             fig["strict_fallbacks"] = on[1].fallbacks
             rows[s] = fig
@@ -258,6 +273,11 @@ def summarise(results, workloads, systems):
     return out
 
 
+def _share(value, fmt=".1%"):
+    """A figure that may be missing (``-``)."""
+    return "-" if value is None else format(value, fmt)
+
+
 def comparison(value, kind):
     """A speedup (``"x"``: ``1.34x``) or a saving (``"%"``: ``35.6%``) over a baseline;
     ``-`` when the run has no such baseline (nothing to compare with, not 0)."""
@@ -268,14 +288,17 @@ def comparison(value, kind):
 
 def table(name, rows, say):
     say(f"\n  {name}")
-    say(f"  {'system':<10} {'cyc/batch':>10} {'ckpt ovh':>9} {'PMEM wr B':>10} {'link B':>10} "
+    say(f"  {'system':<11} {'cyc/batch':>10} {'ckpt ovh':>9} {'of bound':>8} {'of floor':>8} "
+        f"{'wr/row':>6} {'PMEM wr B':>10} {'link B':>10} "
         f"{'energy mJ':>10}  {'speedup over':>15}  {'energy saving over':>18}")
-    say(f"  {'':<10} {'':>10} {'':>9} {'':>10} {'':>10} {'':>10}  "
+    say(f"  {'':<11} {'':>10} {'':>9} {'':>8} {'':>8} {'':>6} {'':>10} {'':>10} {'':>10}  "
         f"{'host-pmem':>9} {'pmem':>5}  {'host-pmem':>9} {'pmem':>8}")
     for s, f in rows.items():
         ovh = f.get("checkpoint_overhead")
-        say(f"  {s:<10} {f['cycles_per_batch']:>10,.0f} "
+        say(f"  {s:<11} {f['cycles_per_batch']:>10,.0f} "
             f"{'-' if ovh is None else f'{100 * ovh:.2f}%':>9} "
+            f"{_share(f.get('fraction_of_bound')):>8} {_share(f.get('fraction_of_floor')):>8} "
+            f"{_share(f.get('write_lines_per_row'), '.2f'):>6} "
             f"{f['pmem_bytes_written_per_batch']['total']:>10,.0f} {f['link_bytes_per_batch']:>10,.0f} "
             f"{1e3 * f['energy_per_batch_j']:>10.3f}  "
             f"{comparison(f.get('speedup_vs_host_pmem'), 'x'):>9} "

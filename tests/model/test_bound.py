@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from trainingcxl.host.model.bound import batch_bound
+from trainingcxl.host.model.bound import batch_bound, window_bound, window_bounds
 from trainingcxl.host.model.data import Batch
 from trainingcxl.spec.config import GROUP_RECORDS
 from trainingcxl.spec.presets import PRESETS
@@ -30,3 +30,56 @@ def test_the_bound_counts_distinct_rows_once():
     (wl, wc) = cfg.pmem.write_rate
     assert b.write_cycles == b.lines_written * wc / wl
     assert b.cycles == max(b.read_cycles, b.write_cycles)
+
+
+def test_both_bounds_by_hand_on_tiny():
+    """Three distinct rows on tiny (one line a row, an MLP of 104 lines, reads 3 lines in
+    5 cycles, writes 1 line in 10), by hand:
+
+    * reads: 3 lines, 5 cycles;
+    * the scheme's writes: 3 rows + 3 undo records + 1 group line + 1 commit + 105
+      snapshot lines = 113, 1,130 cycles;
+    * the floor's writes: 3 rows + 1 line of row addresses (12 bytes) + 1 commit + 105
+      snapshot lines = 110, 1,100 cycles;
+    * K = 1 halves the snapshot share: 60.5 and 57.5 lines."""
+    cfg = PRESETS["tiny"]
+    assert (cfg.lines_per_row, cfg.mlp_lines, cfg.pmem.read_rate, cfg.pmem.write_rate) == \
+        (1, 104, (3, 5), (1, 10))
+    batch = _batch([3, 3, 5, 3], [0, 1, 2, 3, 4], cfg.n_tables)
+    b = batch_bound(cfg, batch)
+    assert (b.lines_read, b.read_cycles) == (3, 5)
+    assert (b.lines_written, b.write_cycles, b.cycles) == (113, 1130, 1130)
+    assert (b.floor_lines_written, b.floor_write_cycles, b.floor_cycles) == (110, 1100, 1100)
+    k1 = batch_bound(cfg, batch, staleness=1)
+    assert (k1.lines_written, k1.floor_lines_written) == (60.5, 57.5)
+    assert (k1.cycles, k1.floor_cycles) == (605, 575)
+
+
+def test_the_floor_counts_a_line_of_addresses_per_sixteen_rows():
+    """17 distinct rows of table 0 in one bag each: the scheme writes 17 + 17 + 3 group
+    lines + 1 + 105 = 143 lines, the floor 17 + 2 lines of addresses (68 bytes) + 1 +
+    105 = 125; 17 lines read take 28.33 cycles, so both are write-bound."""
+    cfg = PRESETS["tiny"]
+    n = 17
+    indices = list(range(n))
+    # Bags alternate tables (t0, t1, t0, ...): the rows go to table 0's bags, table 1's are empty.
+    offsets = [0]
+    for i in range(n):
+        offsets += [offsets[-1] + 1, offsets[-1] + 1]
+    b = batch_bound(cfg, _batch(indices, offsets, cfg.n_tables))
+    assert b.rows == n
+    assert b.lines_written == 143 and b.floor_lines_written == 125
+    assert b.cycles == 1430 and b.floor_cycles == 1250
+    assert b.read_cycles == n * 5 / 3
+
+
+def test_window_bounds_average_both_and_sum_the_rows():
+    cfg = PRESETS["tiny"]
+    one = _batch([3, 3, 5, 3], [0, 1, 2, 3, 4], cfg.n_tables)       # 3 rows
+    two = _batch([7], [0, 1, 1], cfg.n_tables)                       # 1 row
+    w = window_bounds(cfg, [one, two])
+    a, b = batch_bound(cfg, one), batch_bound(cfg, two)
+    assert w.batches == 2 and w.rows == 4
+    assert w.cycles == (a.cycles + b.cycles) / 2
+    assert w.floor_cycles == (a.floor_cycles + b.floor_cycles) / 2
+    assert window_bound(cfg, [one, two]) == w.cycles

@@ -22,7 +22,8 @@ PER_COUNT = [
     ("link_bytes", "link", 8 * M.link_pj_per_bit * 1e-12),
     ("engine_line_ops", "engines", M.engine_pj_per_line_op * 1e-12),
     ("host_line_ops", "host_ops", M.host_pj_per_line_op * 1e-12),
-    ("host_cpu_cycles", "host_cpu", M.host_cpu_w * PERIOD),
+    # Above idle only: the idle power is charged for every cycle of the run.
+    ("host_cpu_cycles", "host_cpu", (M.host_cpu_w - M.host_cpu_idle_w) * PERIOD),
 ]
 
 
@@ -46,8 +47,9 @@ def test_time_terms_are_linear_in_cycles():
     assert e.gpu_busy == pytest.approx(300 * PERIOD * M.gpu_busy_w)
     assert e.gpu_idle == pytest.approx(700 * PERIOD * M.gpu_idle_w)
     assert e.device_static == pytest.approx(1000 * PERIOD * M.device_static_w)
+    assert e.host_cpu_idle == pytest.approx(1000 * PERIOD * M.host_cpu_idle_w)
     e2 = M.energy(activity(cycles=2000, gpu_busy_cycles=600))
-    for name in ("gpu_busy", "gpu_idle", "device_static"):
+    for name in ("gpu_busy", "gpu_idle", "device_static", "host_cpu_idle"):
         assert getattr(e2, name) == pytest.approx(2 * getattr(e, name))
 
 
@@ -57,6 +59,25 @@ def test_one_second_at_the_nominal_clock():
     assert e.gpu_busy == pytest.approx(0.25 * M.gpu_busy_w)
     assert e.gpu_idle == pytest.approx(0.75 * M.gpu_idle_w)
     assert e.device_static == pytest.approx(M.device_static_w)
+    assert e.host_cpu_idle == pytest.approx(M.host_cpu_idle_w)
+
+
+def test_the_host_cpu_idles_in_every_system_and_draws_tdp_while_it_works():
+    """One second: idle throughout, a CPU that idles draws its idle power; one that works
+    a quarter of the second draws TDP then and idle power the rest."""
+    cycles = 250_000_000
+    idle = M.energy(activity(cycles=cycles))
+    assert idle.host_cpu == 0 and idle.host_cpu_idle == pytest.approx(M.host_cpu_idle_w)
+    busy = M.energy(activity(cycles=cycles, host_cpu_cycles=cycles // 4))
+    assert busy.host_cpu + busy.host_cpu_idle == pytest.approx(
+        0.25 * M.host_cpu_w + 0.75 * M.host_cpu_idle_w)
+    always = M.energy(activity(cycles=cycles, host_cpu_cycles=cycles))
+    assert always.host_cpu + always.host_cpu_idle == pytest.approx(M.host_cpu_w)
+
+
+def test_an_idle_power_above_the_working_one_is_refused():
+    with pytest.raises(ValueError, match=r"energy\.host_cpu_idle_w = 130.0 exceeds energy\.host_cpu_w = 125.0"):
+        dataclasses.replace(M, host_cpu_idle_w=130.0)
 
 
 def test_gpu_idle_uses_cycles_minus_busy():
@@ -162,6 +183,7 @@ def test_defaults_are_positive_and_match_their_derivations():
     assert M.engine_pj_per_line_op == pytest.approx(163.2)
     assert M.host_pj_per_line_op == pytest.approx(3995.2)
     assert (M.gpu_busy_w, M.gpu_idle_w, M.device_static_w, M.clock_mhz) == (300, 50, 22, 250)
+    assert (M.host_cpu_w, M.host_cpu_idle_w) == (125, 30)
     assert M.pmem_write_nj_per_line > M.pmem_read_nj_per_line
     assert M.host_pj_per_line_op > M.engine_pj_per_line_op
     assert M.gpu_busy_w > M.gpu_idle_w

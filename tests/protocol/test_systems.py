@@ -30,8 +30,10 @@ def test_every_system_trains_and_recovers(name, tmp_path):
     # with a logging pass of its own the update first waits for those records and the
     # ring header to persist (until then no row has changed and nothing is rolled back).
     # The software recovery of host-pmem reads a few lines at the media's latency: the
-    # second failure strikes early enough to be inside it.
-    offset = (1100 if s.host_bus else 2500 if not s.engines else 1200 if s.log_pass else 60)
+    # second failure strikes early enough to be inside it. host-pmem-k persisted its undo
+    # records during the GPU step: its update is the rows alone, over sooner.
+    offset = (200 if s.early_log else 1100 if s.host_bus else 2500 if not s.engines
+              else 1200 if s.log_pass else 60)
     again = 100 if s.host_bus else 250
     rec = train("verilator", tmp_path, name, system=name, relaxed=s.relaxed, staleness=s.staleness,
                 measure_from=2, failures=[{"phase": "update", "batch": 3, "offset": offset},
@@ -101,3 +103,17 @@ def test_host_pmem_costs_follow_its_constants(tmp_path):
     slow, slow_loss = cycles(CONFIG.with_overrides(["host_pmem.cores=1"]), "slow")
     wide, _ = cycles(CONFIG.with_overrides(["host_pmem.cores=1000"]), "wide")
     assert slow > base > wide and slow_loss == loss
+
+
+def test_host_pmem_k_recovers_to_its_snapshot_plus_k(tmp_path):
+    """host-pmem-k's snapshot of batch 2 is persisted during batch 3's GPU step, after
+    batch 3's undo records: a failure in the middle of it finds batch 2 committed but the
+    newest whole snapshot that of batch 0, so D = min(2, 0 + K) = 1 and the committed
+    batch 2 is rolled back with batch 3's records, as the device's relaxed snapshots do."""
+    rec = train("verilator", tmp_path, "host-pmem-k-snapshot", system="host-pmem-k",
+                staleness=1, failures=[{"phase": "gpu", "batch": 3, "offset": 1200}])
+    assert rec["golden_match"] and not rec.get("aborted")
+    (f,) = rec["failures"]
+    assert f["consistent"] and f["durable_before"] == 1
+    assert (f["recovered_batch"], f["recovered_mlp_batch"]) == (1, 0)
+    assert f["rolled_back"] > 0

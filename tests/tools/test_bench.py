@@ -45,6 +45,9 @@ def test_a_window_becomes_figures_per_batch():
     assert fig["energy_per_batch_j"] == pytest.approx(fig["energy_breakdown_per_batch_j"]["total"])
     e = fig["energy_breakdown_per_batch_j"]
     assert e["pmem_write"] == pytest.approx(50 * DEFAULT_ENERGY.pmem_write_nj_per_line * 1e-9)
+    # The device systems' host CPU idles for the whole batch, and does no software work.
+    assert e["host_cpu"] == 0
+    assert e["host_cpu_idle"] == pytest.approx(5000 * 4e-9 * DEFAULT_ENERGY.host_cpu_idle_w)
 
 
 def test_host_pmem_counts_its_media_accesses_and_its_cpu():
@@ -60,7 +63,12 @@ def test_host_pmem_counts_its_media_accesses_and_its_cpu():
                                                    "snapshot": 10 * 32, "total": 100 * 32}
     assert fig["pmem_bytes_read_per_batch"] == 300 * 32
     e = fig["energy_breakdown_per_batch_j"]
-    assert e["host_cpu"] == pytest.approx(1500 * 4e-9 * DEFAULT_ENERGY.host_cpu_w)
+    # Above idle for the 1,500 cycles a batch it works, idle for all 5,000 of the batch.
+    m = DEFAULT_ENERGY
+    assert e["host_cpu"] == pytest.approx(1500 * 4e-9 * (m.host_cpu_w - m.host_cpu_idle_w))
+    assert e["host_cpu_idle"] == pytest.approx(5000 * 4e-9 * m.host_cpu_idle_w)
+    assert e["host_cpu"] + e["host_cpu_idle"] == pytest.approx(
+        1500 * 4e-9 * m.host_cpu_w + 3500 * 4e-9 * m.host_cpu_idle_w)
     assert e["link"] == pytest.approx(320 * 8 * DEFAULT_ENERGY.link_pj_per_bit * 1e-12)
 
 
@@ -79,7 +87,7 @@ def test_near_data_counts_its_copies_not_its_local_cache_traffic():
 
 
 def test_systems_are_named_and_ordered():
-    assert list(SYSTEMS) == ["host-pmem", "pmem", "near-data", "cxl-d", "cxl-b", "cxl"]
+    assert list(SYSTEMS) == ["host-pmem", "host-pmem-k", "pmem", "near-data", "cxl-d", "cxl-b", "cxl"]
     with pytest.raises(ValueError, match="choose one of"):
         system("dram")
 
@@ -135,3 +143,21 @@ def test_the_table_compares_with_each_baseline_it_has():
     row = lines[-1].split()
     # No host-pmem in the run: '-', not 0 or a bare 'x'.
     assert row[-4:] == ["-", "1.50x", "-", "25.0%"]
+    # No bounds in these figures: '-' for each.
+    assert row[3:6] == ["-", "-", "-"]
+
+
+def test_the_ladder_figures_hold_both_bounds_and_the_lines_written_per_row():
+    """A window of 2 batches that wrote 120 lines over 40 distinct rows: 3 lines a row,
+    and each bound as a share of the measured 5,000 cycles a batch."""
+    from trainingcxl.host.model.bound import WindowBound
+    from trainingcxl.host.tools.ladder import add_bounds, table as _table
+    cfg = WORKLOADS["embedding-heavy"].config
+    fig = analyse_run(cfg, "cxl", record(pmem_writes=120, pmem_writes_data=40))
+    add_bounds(fig, WindowBound(batches=2, rows=40, cycles=2000.0, floor_cycles=1500.0))
+    assert (fig["bound_cycles"], fig["fraction_of_bound"]) == (2000.0, 0.4)
+    assert (fig["floor_cycles"], fig["fraction_of_floor"]) == (1500.0, 0.3)
+    assert fig["write_lines_per_row"] == 3.0
+    lines = []
+    _table("w", {"cxl": fig}, lines.append)
+    assert lines[-1].split()[3:6] == ["40.0%", "30.0%", "3.00"]

@@ -10,6 +10,9 @@ from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.runs.task import Result, Task
 from trainingcxl.spec.presets import SCALE_ROWS, scale_ladder
 
+from trainingcxl.host.model.bound import batch_bound
+from trainingcxl.host.model.data import SyntheticWorkload
+from trainingcxl.host.model.regions import distinct_rows
 from trainingcxl.host.protocol.run_record import Failure
 from tests.tools.test_bench import record, train_record
 
@@ -144,6 +147,23 @@ def test_report_json_and_plot_of_a_fake_scale_run(monkeypatch, tmp_path):
     assert row["bound_cycles"] > 0 and row["fraction_of_bound"] == row["bound_cycles"] / (cyc / 2)
     assert len({r["bound_cycles"] for r in out["grid"]
                 if (r["size"], r["batch_size"]) == ("rm-100k", 256)}) == 1      # K alike
+    # The floor of exact recovery beside it, from the same batches (the window's, 2..3,
+    # are data batches 1 and 2), and the lines written per distinct row of them.
+    w = next(w for w in bench_scale.scale_workloads(("rm-100k",), (256,)))
+    data = SyntheticWorkload(w.config, seed=scale_args(tmp_path).seed, batch_size=256,
+                             min_pooling=bench_scale.MIN_POOLING, zipf_alpha=w.zipf_alpha)
+    batches = [data.batch(1), data.batch(2)]
+    bounds = [batch_bound(w.config, b, staleness=0) for b in batches]
+    assert row["floor_cycles"] == pytest.approx(sum(b.floor_cycles for b in bounds) / 2)
+    assert row["bound_cycles"] == pytest.approx(sum(b.cycles for b in bounds) / 2)
+    assert 0 < row["floor_cycles"] < row["bound_cycles"]
+    assert row["fraction_of_floor"] == row["floor_cycles"] / (cyc / 2)
+    rows_updated = sum(distinct_rows(w.config, b) for b in batches)
+    grow = 100 + 256 + 500                  # the fake window's PMEM lines written
+    assert row["write_lines_per_row"] == pytest.approx(grow / rows_updated)
+    printed = next(r for r in rows if r[:2] == ["256", "pmem"] and r[4] == f"{row['bound_cycles']:,.0f}")
+    assert printed[6:9] == [f"{row['floor_cycles']:,.0f}", f"{row['fraction_of_floor']:.1%}",
+                            f"{row['write_lines_per_row']:.2f}"]
     assert {d["hardware_digest"] for d in out["devices"].values()} == {
         w.config.hardware_digest() for w in bench_scale.scale_workloads(("rm-1k", "rm-100k"))}
     assert [(r["size"], r["recovery_cycles"], r["rolled_back"], r["recovery_lines"])
