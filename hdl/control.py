@@ -163,86 +163,10 @@ class ControlWindow(wiring.Component):
         aligned = (d_idx[:6] == 0) & (d_off[:6] == 0) & (d_vec[:6] == 0)
         fits = (size.reserved == 0)
 
-        # The GPU window: every array the staged descriptor names must lie in
-        # it, so that a descriptor cannot make the device read or write host
-        # memory the driver did not give it. Registered: a doorbell comes at
-        # least two cycles after the last write that staged the descriptor.
-        # With register slices (boards) one checker takes the arrays in turn,
-        # one a cycle, in three registered steps (the array, its end and
-        # start compare, its verdict), and every request waits until a write
-        # has passed them (``settling``). Four checks of their own, each an
-        # add and two compares of 58 bits, were the critical path of a 46 MHz
-        # build and most of the routing congestion of two others.
-        gpu_base = Signal(64)
-        gpu_limit = Signal(64, init=cfg.hdm_base * LINE_BYTES)
-        in_window = Signal()
+        gpu_base, gpu_limit, in_window, settling = self._gpu_window(m, op, size, d_idx, d_off, d_vec)
         staged_check = cfg.register_slices and cfg.gpu_window
-        # A write's array is taken up within four cycles, and then passes the
-        # three steps and the pick by the op.
-        settling = Signal(4 + 3 if staged_check else 1)
-        if cfg.gpu_window:
-            n_bags, n_indices = size.n_bags, size.n_indices
-            arrays = ((d_idx[6:], (n_indices + 15) >> 4),          # 16 indices per line
-                      (d_off[6:], (n_bags + 16) >> 4),             # n_bags + 1 offsets
-                      (d_vec[6:], n_bags * cfg.lines_per_row),
-                      (self.mlp_addr[6:], self.mlp_lines))
-            if staged_check:
-                turn = Signal(2)
-                m.d.sync += turn.eq(turn + 1)
-                start = Signal(58)
-                lines = Signal(max(len(Value.cast(n)) for _, n in arrays))
-                which = Signal(2)
-                with m.Switch(turn):
-                    for k, (addr, n) in enumerate(arrays):
-                        with m.Case(k):
-                            m.d.sync += [start.eq(addr), lines.eq(n), which.eq(k)]
-                end = a_cycle_later(m, start + lines, "window_end")
-                after_base = a_cycle_later(m, start >= gpu_base[6:], "window_after_base")
-                judged = a_cycle_later(m, which, "window_judged")
-                inside = Signal(len(arrays))
-                m.d.sync += inside.bit_select(judged, 1).eq(after_base & (end <= gpu_limit[6:]))
-            else:
-                inside = Cat((addr >= gpu_base[6:]) & (addr + n <= gpu_limit[6:])
-                             for addr, n in arrays)
-            idx_in, off_in, vec_in, mlp_in = inside
-            with m.Switch(op.op):
-                with m.Case(Op.LOOKUP, Op.UPDATE):
-                    m.d.sync += in_window.eq(idx_in & off_in & vec_in)
-                with m.Case(Op.FINISH):
-                    m.d.sync += in_window.eq(vec_in)
-                with m.Case(Op.SNAPSHOT_MLP):
-                    m.d.sync += in_window.eq(mlp_in)
-                with m.Default():
-                    m.d.sync += in_window.eq(1)
-        else:
-            m.d.comb += in_window.eq(1)
 
-        # Errors: refusals at the doorbell and completions with an error (both
-        # may happen in one cycle).
-        # A write to ERROR clears it first, so an error of the same cycle counts.
-        door_error = Signal(ErrorCode)
-        done_error = Signal(ErrorCode)
-        clear_errors = Signal()
-        door_seen, done_seen, clear_seen = door_error, done_error, clear_errors
-        if cfg.register_slices:
-            # Registered (boards), errors are recorded a cycle later: the doorbell's
-            # checks and the address decode do not run on into ``ERROR``. A
-            # request after the doorbell is taken two cycles later at the
-            # earliest, so it reads the error.
-            door_seen, done_seen, clear_seen = (
-                a_cycle_later(m, s, f"{name}_r")
-                for s, name in ((door_error, "door_error"), (done_error, "done_error"),
-                                (clear_errors, "clear_errors")))
-        kept_first = Mux(clear_seen, ErrorCode.NONE, first_error)
-        m.d.sync += error_count.eq(Mux(clear_seen, 0, error_count)
-                                   + (door_seen != ErrorCode.NONE)
-                                   + (done_seen != ErrorCode.NONE))
-        with m.If(kept_first != ErrorCode.NONE):
-            m.d.sync += first_error.eq(kept_first)
-        with m.Elif(done_seen != ErrorCode.NONE):
-            m.d.sync += first_error.eq(done_seen)
-        with m.Else():
-            m.d.sync += first_error.eq(door_seen)
+        door_error, done_error, clear_errors = self._errors(m, first_error, error_count)
 
         m.d.comb += self.done.ready.eq(1)
         with m.If(self.done.valid):
@@ -358,6 +282,97 @@ class ControlWindow(wiring.Component):
             with m.If(late[-1]):
                 m.d.sync += [rsp_valid.eq(1), rsp_data.eq(read_value), rsp_err.eq(read_bad)]
         return m
+
+    def _gpu_window(self, m, op, size, d_idx, d_off, d_vec):
+        """The GPU window's registers, and whether the staged descriptor's arrays lie in it
+        (registered); returns them and the cycles a request waits for the check."""
+        cfg = self._config
+        # The GPU window: every array the staged descriptor names must lie in
+        # it, so that a descriptor cannot make the device read or write host
+        # memory the driver did not give it. Registered: a doorbell comes at
+        # least two cycles after the last write that staged the descriptor.
+        # With register slices (boards) one checker takes the arrays in turn,
+        # one a cycle, in three registered steps (the array, its end and
+        # start compare, its verdict), and every request waits until a write
+        # has passed them (``settling``). Four checks of their own, each an
+        # add and two compares of 58 bits, were the critical path of a 46 MHz
+        # build and most of the routing congestion of two others.
+        gpu_base = Signal(64)
+        gpu_limit = Signal(64, init=cfg.hdm_base * LINE_BYTES)
+        in_window = Signal()
+        staged_check = cfg.register_slices and cfg.gpu_window
+        # A write's array is taken up within four cycles, and then passes the
+        # three steps and the pick by the op.
+        settling = Signal(4 + 3 if staged_check else 1)
+        if cfg.gpu_window:
+            n_bags, n_indices = size.n_bags, size.n_indices
+            arrays = ((d_idx[6:], (n_indices + 15) >> 4),          # 16 indices per line
+                      (d_off[6:], (n_bags + 16) >> 4),             # n_bags + 1 offsets
+                      (d_vec[6:], n_bags * cfg.lines_per_row),
+                      (self.mlp_addr[6:], self.mlp_lines))
+            if staged_check:
+                turn = Signal(2)
+                m.d.sync += turn.eq(turn + 1)
+                start = Signal(58)
+                lines = Signal(max(len(Value.cast(n)) for _, n in arrays))
+                which = Signal(2)
+                with m.Switch(turn):
+                    for k, (addr, n) in enumerate(arrays):
+                        with m.Case(k):
+                            m.d.sync += [start.eq(addr), lines.eq(n), which.eq(k)]
+                end = a_cycle_later(m, start + lines, "window_end")
+                after_base = a_cycle_later(m, start >= gpu_base[6:], "window_after_base")
+                judged = a_cycle_later(m, which, "window_judged")
+                inside = Signal(len(arrays))
+                m.d.sync += inside.bit_select(judged, 1).eq(after_base & (end <= gpu_limit[6:]))
+            else:
+                inside = Cat((addr >= gpu_base[6:]) & (addr + n <= gpu_limit[6:])
+                             for addr, n in arrays)
+            idx_in, off_in, vec_in, mlp_in = inside
+            with m.Switch(op.op):
+                with m.Case(Op.LOOKUP, Op.UPDATE):
+                    m.d.sync += in_window.eq(idx_in & off_in & vec_in)
+                with m.Case(Op.FINISH):
+                    m.d.sync += in_window.eq(vec_in)
+                with m.Case(Op.SNAPSHOT_MLP):
+                    m.d.sync += in_window.eq(mlp_in)
+                with m.Default():
+                    m.d.sync += in_window.eq(1)
+        else:
+            m.d.comb += in_window.eq(1)
+        return gpu_base, gpu_limit, in_window, settling
+
+    def _errors(self, m, first_error, error_count):
+        """``ERROR``'s first error and count, from the refusals at the doorbell and the
+        completions with an error; returns their inputs and its clear."""
+        cfg = self._config
+        # Errors: refusals at the doorbell and completions with an error (both
+        # may happen in one cycle).
+        # A write to ERROR clears it first, so an error of the same cycle counts.
+        door_error = Signal(ErrorCode)
+        done_error = Signal(ErrorCode)
+        clear_errors = Signal()
+        door_seen, done_seen, clear_seen = door_error, done_error, clear_errors
+        if cfg.register_slices:
+            # Registered (boards), errors are recorded a cycle later: the doorbell's
+            # checks and the address decode do not run on into ``ERROR``. A
+            # request after the doorbell is taken two cycles later at the
+            # earliest, so it reads the error.
+            door_seen, done_seen, clear_seen = (
+                a_cycle_later(m, s, f"{name}_r")
+                for s, name in ((door_error, "door_error"), (done_error, "done_error"),
+                                (clear_errors, "clear_errors")))
+        kept_first = Mux(clear_seen, ErrorCode.NONE, first_error)
+        m.d.sync += error_count.eq(Mux(clear_seen, 0, error_count)
+                                   + (door_seen != ErrorCode.NONE)
+                                   + (done_seen != ErrorCode.NONE))
+        with m.If(kept_first != ErrorCode.NONE):
+            m.d.sync += first_error.eq(kept_first)
+        with m.Elif(done_seen != ErrorCode.NONE):
+            m.d.sync += first_error.eq(done_seen)
+        with m.Else():
+            m.d.sync += first_error.eq(door_seen)
+        return door_error, done_error, clear_errors
 
     def _read_select(self, m, picked, readable):
         """The value of the register whose bit in ``picked`` (register -> one-hot bit,

@@ -209,77 +209,9 @@ class HostBridge(wiring.Component):
                         with m.Else():
                             m.next = "HOST"
 
-            # Waits for the device: a power failure or the timeout end them too. Both are
-            # registered first, so that no device handshake depends on the wait counter.
-            def waiting(state_body):
-                m.d.sync += wait.eq(wait + 1)
-                with m.If(lost):
-                    respond(Status.POWER_LOST, rsp_len[cmd[:4]])
-                with m.Elif(timed_out):
-                    respond(Status.TIMEOUT, rsp_len[cmd[:4]])
-                with m.Else():
-                    state_body()
-
-            with m.State("REG"):
-                ctl = self.control
-                write = cmd == Command.REG_WRITE
-
-                def body():
-                    m.d.comb += [ctl.req.valid.eq(1), ctl.req.payload.write.eq(write),
-                                 ctl.req.payload.addr.eq(Mux(write,
-                                                             field(REQ_LEN[Command.REG_WRITE], 0, 1),
-                                                             field(REQ_LEN[Command.REG_READ], 0, 1))),
-                                 ctl.req.payload.data.eq(field(REQ_LEN[Command.REG_WRITE], 1, 8))]
-                    with m.If(ctl.req.ready):
-                        m.next = "REG_ANSWER"
-                waiting(body)
-
-            with m.State("REG_ANSWER"):
-                ctl = self.control
-
-                def body():
-                    m.d.comb += ctl.rsp.ready.eq(1)
-                    with m.If(ctl.rsp.valid):
-                        m.d.sync += rbuf.eq(Mux(cmd == Command.REG_READ, ctl.rsp.payload.data, 0))
-                        respond(Mux(ctl.rsp.payload.err, Status.REG_ERROR, Status.OK),
-                                rsp_len[cmd[:4]])
-                waiting(body)
-
-            with m.State("MEM_READ"):
-                req = self.cxl_mem.m2s_req
-
-                def body():
-                    m.d.comb += [req.valid.eq(1), req.payload.opcode.eq(M2SReqOpcode.MemRd),
-                                 req.payload.addr.eq(field(REQ_LEN[Command.MEM_READ], 0, 6))]
-                    with m.If(req.ready):
-                        m.next = "MEM_ANSWER"
-                waiting(body)
-
-            with m.State("MEM_WRITE"):
-                rwd = self.cxl_mem.m2s_rwd
-                n = REQ_LEN[Command.MEM_WRITE]
-
-                def body():
-                    m.d.comb += [rwd.valid.eq(1), rwd.payload.opcode.eq(M2SRwDOpcode.MemWr),
-                                 rwd.payload.addr.eq(field(n, 0, 6)),
-                                 rwd.payload.be.eq(-1), rwd.payload.data.eq(field(n, 6, 64))]
-                    with m.If(rwd.ready):
-                        m.next = "MEM_ANSWER"
-                waiting(body)
-
-            with m.State("MEM_ANSWER"):
-                drs, ndr = self.cxl_mem.s2m_drs, self.cxl_mem.s2m_ndr
-
-                def body():
-                    m.d.comb += [drs.ready.eq(1), ndr.ready.eq(1)]
-                    with m.If(drs.valid):
-                        m.d.sync += mem_line.eq(drs.payload.data)
-                        respond(Mux(drs.payload.poison, Status.MEM_ERROR, Status.OK),
-                                rsp_len[cmd[:4]], Source.MEM)
-                    with m.Elif(ndr.valid):
-                        respond(Mux(ndr.payload.opcode == S2MNdrOpcode.Cmp, Status.OK,
-                                    Status.MEM_ERROR), rsp_len[cmd[:4]])
-                waiting(body)
+            self._device_states(m, cmd=cmd, wait=wait, lost=lost, timed_out=timed_out,
+                                respond=respond, rsp_len=rsp_len, field=field, rbuf=rbuf,
+                                mem_line=mem_line)
 
             with m.State("HOST"):
                 host = self.host
@@ -301,34 +233,115 @@ class HostBridge(wiring.Component):
                     respond(Status.OK, RSP_LEN[Command.HOST_READ], Source.HOST)
 
             # The response: sync, status, rlen bytes of the source (LSB first), CRC.
-            with m.State("SYNC"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(RSP_SYNC)]
-                with m.If(tx.ready):
-                    m.d.sync += crc.eq(crc8_step(Const(0, 8), status))
-                    m.next = "STATUS"
-            with m.State("STATUS"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(status)]
-                with m.If(tx.ready):
-                    m.next = "DATA"
-            with m.State("DATA"):
-                with m.If(rlen == 0):
-                    m.next = "CHECK"
-                with m.Else():
-                    out = Signal(8)
-                    with m.Switch(source):
-                        with m.Case(Source.MEM):
-                            m.d.comb += out.eq(mem_line[:8])
-                        with m.Case(Source.HOST):
-                            m.d.comb += out.eq(host_line[:8])
-                        with m.Default():
-                            m.d.comb += out.eq(rbuf[:8])
-                    m.d.comb += [tx.valid.eq(1), tx.payload.eq(out)]
-                    with m.If(tx.ready):
-                        m.d.sync += [rbuf.eq(rbuf >> 8), mem_line.eq(mem_line >> 8),
-                                     host_line.eq(host_line >> 8), rlen.eq(rlen - 1),
-                                     crc.eq(crc8_step(crc, out))]
-            with m.State("CHECK"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(crc)]
-                with m.If(tx.ready):
-                    m.next = "HUNT"
+            self._response_states(m, crc=crc, status=status, rlen=rlen, source=source,
+                                  rbuf=rbuf, mem_line=mem_line, host_line=host_line)
         return m
+
+    def _device_states(self, m, *, cmd, wait, lost, timed_out, respond, rsp_len, field, rbuf,
+                       mem_line):
+        """The states that wait for the device: a control register, a CXL.mem line."""
+        # Waits for the device: a power failure or the timeout end them too. Both are
+        # registered first, so that no device handshake depends on the wait counter.
+        def waiting(state_body):
+            m.d.sync += wait.eq(wait + 1)
+            with m.If(lost):
+                respond(Status.POWER_LOST, rsp_len[cmd[:4]])
+            with m.Elif(timed_out):
+                respond(Status.TIMEOUT, rsp_len[cmd[:4]])
+            with m.Else():
+                state_body()
+
+        with m.State("REG"):
+            ctl = self.control
+            write = cmd == Command.REG_WRITE
+
+            def body():
+                m.d.comb += [ctl.req.valid.eq(1), ctl.req.payload.write.eq(write),
+                             ctl.req.payload.addr.eq(Mux(write,
+                                                         field(REQ_LEN[Command.REG_WRITE], 0, 1),
+                                                         field(REQ_LEN[Command.REG_READ], 0, 1))),
+                             ctl.req.payload.data.eq(field(REQ_LEN[Command.REG_WRITE], 1, 8))]
+                with m.If(ctl.req.ready):
+                    m.next = "REG_ANSWER"
+            waiting(body)
+
+        with m.State("REG_ANSWER"):
+            ctl = self.control
+
+            def body():
+                m.d.comb += ctl.rsp.ready.eq(1)
+                with m.If(ctl.rsp.valid):
+                    m.d.sync += rbuf.eq(Mux(cmd == Command.REG_READ, ctl.rsp.payload.data, 0))
+                    respond(Mux(ctl.rsp.payload.err, Status.REG_ERROR, Status.OK),
+                            rsp_len[cmd[:4]])
+            waiting(body)
+
+        with m.State("MEM_READ"):
+            req = self.cxl_mem.m2s_req
+
+            def body():
+                m.d.comb += [req.valid.eq(1), req.payload.opcode.eq(M2SReqOpcode.MemRd),
+                             req.payload.addr.eq(field(REQ_LEN[Command.MEM_READ], 0, 6))]
+                with m.If(req.ready):
+                    m.next = "MEM_ANSWER"
+            waiting(body)
+
+        with m.State("MEM_WRITE"):
+            rwd = self.cxl_mem.m2s_rwd
+            n = REQ_LEN[Command.MEM_WRITE]
+
+            def body():
+                m.d.comb += [rwd.valid.eq(1), rwd.payload.opcode.eq(M2SRwDOpcode.MemWr),
+                             rwd.payload.addr.eq(field(n, 0, 6)),
+                             rwd.payload.be.eq(-1), rwd.payload.data.eq(field(n, 6, 64))]
+                with m.If(rwd.ready):
+                    m.next = "MEM_ANSWER"
+            waiting(body)
+
+        with m.State("MEM_ANSWER"):
+            drs, ndr = self.cxl_mem.s2m_drs, self.cxl_mem.s2m_ndr
+
+            def body():
+                m.d.comb += [drs.ready.eq(1), ndr.ready.eq(1)]
+                with m.If(drs.valid):
+                    m.d.sync += mem_line.eq(drs.payload.data)
+                    respond(Mux(drs.payload.poison, Status.MEM_ERROR, Status.OK),
+                            rsp_len[cmd[:4]], Source.MEM)
+                with m.Elif(ndr.valid):
+                    respond(Mux(ndr.payload.opcode == S2MNdrOpcode.Cmp, Status.OK,
+                                Status.MEM_ERROR), rsp_len[cmd[:4]])
+            waiting(body)
+
+    def _response_states(self, m, *, crc, status, rlen, source, rbuf, mem_line, host_line):
+        """The response: sync, status, ``rlen`` bytes of the source (LSB first), CRC."""
+        tx = self.tx
+        with m.State("SYNC"):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq(RSP_SYNC)]
+            with m.If(tx.ready):
+                m.d.sync += crc.eq(crc8_step(Const(0, 8), status))
+                m.next = "STATUS"
+        with m.State("STATUS"):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq(status)]
+            with m.If(tx.ready):
+                m.next = "DATA"
+        with m.State("DATA"):
+            with m.If(rlen == 0):
+                m.next = "CHECK"
+            with m.Else():
+                out = Signal(8)
+                with m.Switch(source):
+                    with m.Case(Source.MEM):
+                        m.d.comb += out.eq(mem_line[:8])
+                    with m.Case(Source.HOST):
+                        m.d.comb += out.eq(host_line[:8])
+                    with m.Default():
+                        m.d.comb += out.eq(rbuf[:8])
+                m.d.comb += [tx.valid.eq(1), tx.payload.eq(out)]
+                with m.If(tx.ready):
+                    m.d.sync += [rbuf.eq(rbuf >> 8), mem_line.eq(mem_line >> 8),
+                                 host_line.eq(host_line >> 8), rlen.eq(rlen - 1),
+                                 crc.eq(crc8_step(crc, out))]
+        with m.State("CHECK"):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq(crc)]
+            with m.If(tx.ready):
+                m.next = "HUNT"

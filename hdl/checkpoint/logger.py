@@ -138,19 +138,7 @@ class UndoLogger(wiring.Component):
         groups = cfg.log_groups
         last_slot = cfg.log_base + (groups - 1) * cfg.group_lines
 
-        # -- stamps: the (generation, batch) that last logged each row (indexed by media line)
-        m.submodules.stamps = stamps = RowStamps(depth=cfg.table_lines,
-                                                 stamp_bits=cfg.stamp_bits,
-                                                 registered=cfg.register_slices,
-                                                 query_latency=cfg.log_query_latency)
-        sbits = len(stamps.peek_addr)
-        m.d.comb += [
-            stamps.gen.eq(self.gen), stamps.batch.eq(self.tap.batch),
-            stamps.peek.eq(self.tap.peek), stamps.peek_addr.eq(self.tap.peek_addr[:sbits]),
-            stamps.write.eq(self.tap.take), stamps.write_addr.eq(self.tap.addr[:sbits]),
-            stamps.query.eq(self.query), stamps.query_addr.eq(self.query_addr[:sbits]),
-            stamps.query_batch.eq(self.query_batch), self.query_logged.eq(stamps.query_hit),
-        ]
+        stamps = self._stamps(m)
 
         # ``first``: the row starts a new group.
         row_layout = data.StructLayout({"addr": abits, "batch": 32, "first": 1})
@@ -159,64 +147,8 @@ class UndoLogger(wiring.Component):
         m.submodules.row_q = ResetInserter(self.restart)(row_q)
         m.submodules.buf = ResetInserter(self.restart)(buf)
 
-        # -- claims: the group of each row, decided as the lookup hands it over
+        c_head, c_open, tail, closing, pop_due, lines = self._claims(m, stamps, row_q, buf)
         tap = self.tap
-        c_open = Signal()               # the newest claimed group may take more rows
-        c_batch = Signal(32)
-        c_fill = Signal(range(GROUP_RECORDS + 1))
-        c_head = Signal(32)             # groups claimed: in the ring, open, or due for queued rows
-        tail = Signal(32)               # the oldest live group
-        closing = Signal()              # the writer closes the open group now
-        at_cap = (c_head - tail) >= groups
-        pop_due = Signal()
-        if cfg.register_slices:
-            # The answers to the lookup start at registers. ``c_batch ==
-            # tap.batch`` is compared a cycle ahead (the claim of a new group
-            # makes it true); ``room`` and ``full`` say what held a cycle
-            # before, so neither is given in the cycle after a take (the
-            # lookup's stage takes a row every other cycle at most) nor in the
-            # first cycle of a lookup (its batch has just changed). A group
-            # closes only while no lookup runs, when no row is taken.
-            c_same = Signal()
-            m.d.sync += c_same.eq(Mux(tap.take, 1, c_batch == tap.batch))
-            joins = c_open & c_same & (c_fill != GROUP_RECORDS)
-            ran = Signal()              # a lookup ran in the cycle before
-            room, full = Signal(), Signal()
-            steady = ran & ~self.flush & ~tap.take & ~self.restart
-            m.d.sync += [ran.eq(~self.flush),
-                         room.eq(steady & row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold),
-                         full.eq(steady & ~joins & at_cap & ~pop_due)]
-        else:
-            joins = c_open & (c_batch == tap.batch) & (c_fill != GROUP_RECORDS) & ~closing
-            room = row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold
-            full = ~joins & at_cap & ~pop_due
-        # Registered (boards), the lines pass a register, whose ``ready`` is one
-        # too: the lookup's read path and the buffer's count do not meet in one
-        # path. Half rate, far above PMEM's.
-        if cfg.register_slices:
-            lines = through_slice(m, "lines_slice", wiring.flipped(tap.lines), cut_ready=True,
-                                  reset=self.restart)
-        else:
-            lines = wiring.flipped(tap.lines)
-        m.d.comb += [
-            tap.need.eq(self.enable & stamps.need), tap.known.eq(stamps.known),
-            tap.room.eq(room), tap.full.eq(full),
-            row_q.w_data.eq(Cat(tap.addr, tap.batch, ~joins)),
-            row_q.w_en.eq(tap.take),
-            buf.w_data.eq(lines.payload),
-            buf.w_en.eq(lines.valid),
-            lines.ready.eq(buf.w_rdy),
-        ]
-        with m.If(tap.take):
-            with m.If(joins):
-                m.d.sync += c_fill.eq(c_fill + 1)
-            with m.Else():
-                m.d.sync += [c_open.eq(1), c_batch.eq(tap.batch), c_fill.eq(1),
-                             c_head.eq(c_head + 1)]
-        with m.Elif(closing):
-            m.d.sync += c_open.eq(0)
-        with m.If(tap.offer & tap.need & ~joins & at_cap):
-            m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
 
         # -- the ring
         head = Signal(32)               # LSN of the next record
@@ -370,8 +302,114 @@ class UndoLogger(wiring.Component):
         m.d.comb += closing.eq(fsm.ongoing("IDLE") & ~self.restart & w_open & self.flush
                                & (row_q.level == 0))
 
-        # -- reclaim: the oldest batch's groups are free once it is durable. The open
-        # group stays pinned: its slot is written again when it closes.
+        self._reclaim(m, bnd_batch, bnd_group, bnd_lsn, bnd_n, bnd_last, pop_due, idle, tail,
+                      tail_lsn, g_head, w_open, w_group, head, push, row)
+        # ``drained`` is registered: it says what held a cycle ago, so it does not
+        # hang on the stamp read behind ``take`` (the 85F's longest path). A row
+        # taken in the cycle it is high belongs to a later lookup than any UPDATE
+        # the dispatcher may start then (it starts only after its clean LOOKUP).
+        m.d.sync += self.drained.eq(quiet & ~w_open & (hdr_end == head))
+        m.d.comb += self.busy.eq(~quiet | (~w_open & (hdr_end != head)))
+        # Busy cycles, counted a cycle late from a register: ``busy`` hangs on the
+        # lookup's take, and an adder at its end is a path of its own.
+        busy_late = Signal()
+        m.d.sync += [busy_late.eq(self.busy), self.busy_cycles.eq(self.busy_cycles + busy_late)]
+
+        with m.If(self.restart):
+            m.d.sync += [head.eq(0), tail.eq(0), tail_lsn.eq(0), g_head.eq(0), c_head.eq(0),
+                         c_open.eq(0), w_open.eq(0), bnd_n.eq(0), g_slot.eq(cfg.log_base),
+                         hdr_end.eq(0), hdr_sel.eq(0)]
+        return m
+
+    def _stamps(self, m):
+        """The stamps: the (generation, batch) that last logged each row (indexed by media line)."""
+        cfg = self._config
+        m.submodules.stamps = stamps = RowStamps(depth=cfg.table_lines,
+                                                 stamp_bits=cfg.stamp_bits,
+                                                 registered=cfg.register_slices,
+                                                 query_latency=cfg.log_query_latency)
+        sbits = len(stamps.peek_addr)
+        m.d.comb += [
+            stamps.gen.eq(self.gen), stamps.batch.eq(self.tap.batch),
+            stamps.peek.eq(self.tap.peek), stamps.peek_addr.eq(self.tap.peek_addr[:sbits]),
+            stamps.write.eq(self.tap.take), stamps.write_addr.eq(self.tap.addr[:sbits]),
+            stamps.query.eq(self.query), stamps.query_addr.eq(self.query_addr[:sbits]),
+            stamps.query_batch.eq(self.query_batch), self.query_logged.eq(stamps.query_hit),
+        ]
+        return stamps
+
+    def _claims(self, m, stamps, row_q, buf):
+        """Claims: the group of each row, decided as the lookup hands it over; the lines
+        into the buffer. Returns the groups claimed and whether one is open, the oldest
+        live group, whether the open group closes now, whether the oldest batch is
+        found durable, and the lines' stream."""
+        cfg = self._config
+        groups = cfg.log_groups
+        tap = self.tap
+        c_open = Signal()               # the newest claimed group may take more rows
+        c_batch = Signal(32)
+        c_fill = Signal(range(GROUP_RECORDS + 1))
+        c_head = Signal(32)             # groups claimed: in the ring, open, or due for queued rows
+        tail = Signal(32)               # the oldest live group
+        closing = Signal()              # the writer closes the open group now
+        at_cap = (c_head - tail) >= groups
+        pop_due = Signal()
+        if cfg.register_slices:
+            # The answers to the lookup start at registers. ``c_batch ==
+            # tap.batch`` is compared a cycle ahead (the claim of a new group
+            # makes it true); ``room`` and ``full`` say what held a cycle
+            # before, so neither is given in the cycle after a take (the
+            # lookup's stage takes a row every other cycle at most) nor in the
+            # first cycle of a lookup (its batch has just changed). A group
+            # closes only while no lookup runs, when no row is taken.
+            c_same = Signal()
+            m.d.sync += c_same.eq(Mux(tap.take, 1, c_batch == tap.batch))
+            joins = c_open & c_same & (c_fill != GROUP_RECORDS)
+            ran = Signal()              # a lookup ran in the cycle before
+            room, full = Signal(), Signal()
+            steady = ran & ~self.flush & ~tap.take & ~self.restart
+            m.d.sync += [ran.eq(~self.flush),
+                         room.eq(steady & row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold),
+                         full.eq(steady & ~joins & at_cap & ~pop_due)]
+        else:
+            joins = c_open & (c_batch == tap.batch) & (c_fill != GROUP_RECORDS) & ~closing
+            room = row_q.w_rdy & (joins | ~at_cap) & ~stamps.hold
+            full = ~joins & at_cap & ~pop_due
+        # Registered (boards), the lines pass a register, whose ``ready`` is one
+        # too: the lookup's read path and the buffer's count do not meet in one
+        # path. Half rate, far above PMEM's.
+        if cfg.register_slices:
+            lines = through_slice(m, "lines_slice", wiring.flipped(tap.lines), cut_ready=True,
+                                  reset=self.restart)
+        else:
+            lines = wiring.flipped(tap.lines)
+        m.d.comb += [
+            tap.need.eq(self.enable & stamps.need), tap.known.eq(stamps.known),
+            tap.room.eq(room), tap.full.eq(full),
+            row_q.w_data.eq(Cat(tap.addr, tap.batch, ~joins)),
+            row_q.w_en.eq(tap.take),
+            buf.w_data.eq(lines.payload),
+            buf.w_en.eq(lines.valid),
+            lines.ready.eq(buf.w_rdy),
+        ]
+        with m.If(tap.take):
+            with m.If(joins):
+                m.d.sync += c_fill.eq(c_fill + 1)
+            with m.Else():
+                m.d.sync += [c_open.eq(1), c_batch.eq(tap.batch), c_fill.eq(1),
+                             c_head.eq(c_head + 1)]
+        with m.Elif(closing):
+            m.d.sync += c_open.eq(0)
+        with m.If(tap.offer & tap.need & ~joins & at_cap):
+            m.d.sync += self.full_cycles.eq(self.full_cycles + 1)
+        return c_head, c_open, tail, closing, pop_due, lines
+
+    def _reclaim(self, m, bnd_batch, bnd_group, bnd_lsn, bnd_n, bnd_last, pop_due, idle, tail,
+                 tail_lsn, g_head, w_open, w_group, head, push, row):
+        """Reclaim: the oldest batch's groups are free once it is durable; the batches'
+        boundaries in the ring, pushed as rows open them, popped as they are reclaimed."""
+        cfg = self._config
+        # The open group stays pinned: its slot is written again when it closes.
         pop = Signal()
         m.d.comb += pop_due.eq((bnd_n != 0) & self.durable_valid & (bnd_batch[0] <= self.durable))
         if cfg.register_slices:
@@ -411,20 +449,3 @@ class UndoLogger(wiring.Component):
         m.d.sync += bnd_n.eq(n_after_pop + pushed)
         with m.If(pushed):
             m.d.sync += bnd_last.eq(p_batch)
-
-        # ``drained`` is registered: it says what held a cycle ago, so it does not
-        # hang on the stamp read behind ``take`` (the 85F's longest path). A row
-        # taken in the cycle it is high belongs to a later lookup than any UPDATE
-        # the dispatcher may start then (it starts only after its clean LOOKUP).
-        m.d.sync += self.drained.eq(quiet & ~w_open & (hdr_end == head))
-        m.d.comb += self.busy.eq(~quiet | (~w_open & (hdr_end != head)))
-        # Busy cycles, counted a cycle late from a register: ``busy`` hangs on the
-        # lookup's take, and an adder at its end is a path of its own.
-        busy_late = Signal()
-        m.d.sync += [busy_late.eq(self.busy), self.busy_cycles.eq(self.busy_cycles + busy_late)]
-
-        with m.If(self.restart):
-            m.d.sync += [head.eq(0), tail.eq(0), tail_lsn.eq(0), g_head.eq(0), c_head.eq(0),
-                         c_open.eq(0), w_open.eq(0), bnd_n.eq(0), g_slot.eq(cfg.log_base),
-                         hdr_end.eq(0), hdr_sel.eq(0)]
-        return m

@@ -150,6 +150,7 @@ class LookupEngine(wiring.Component):
             clients = ((dp.gather.pmem, dp.writer.mem, ~finishing),
                        (fin.pmem, fin.host, finishing))
         else:
+            fin = None
             clients = ((dp.gather.pmem, dp.writer.mem, Const(1)),)
 
         desc = Signal(descriptor_layout(cfg))
@@ -174,75 +175,9 @@ class LookupEngine(wiring.Component):
                     src_host.wack.payload.eq(self.out_mem.wack.payload),
                     self.out_mem.wack.ready.eq(src_host.wack.ready),
                 ]
-        # Undo logging: the first line of each row offered to PMEM asks the
-        # logger whether the row needs a record in this batch; if it does and
-        # the logger has no room, the read waits. Reads of logged rows carry
-        # tag bit 15, and their data goes to the logger as well as the pooler.
-        # Requests pass a stage register, so that the logger reads the row's
-        # stamp (block RAM) while the request waits there.
-        log = self.log
-        stage_valid = Signal()
-        stage = Signal.like(pre)
-        stage_fire = self.pmem.req.valid & self.pmem.req.ready
-        # With register slices the stage takes a request only once empty (a
-        # request every other cycle, more than the boards' PMEM reads): the
-        # logger's answer and PMEM's ready then stop at the stage, instead of
-        # running on into the gather.
-        m.d.comb += [pre_ready.eq(~stage_valid if cfg.register_slices
-                                  else ~stage_valid | stage_fire),
-                     log.peek.eq(pre_valid & pre_ready), log.peek_addr.eq(pre.addr)]
-        with m.If(pre_valid & pre_ready):
-            m.d.sync += [stage_valid.eq(1), stage.eq(pre)]
-        with m.Elif(stage_fire):
-            m.d.sync += stage_valid.eq(0)
-        first = stage.tag[:3] == 0
-        cur_log = Signal()
-        # With the ring full of records nothing running can free, a row is read
-        # unlogged rather than waited for in vain, and the descriptor fails.
-        want = log.need & ~desc.nolog
-        need = want & ~log.full
-        hold = first & ((need & ~log.room) | (~desc.nolog & ~log.known))
-        log_short = Signal()
-        log_bit = Mux(first, need, cur_log)
-        m.d.comb += [
-            log.offer.eq(stage_valid & first & ~desc.nolog),
-            log.addr.eq(stage.addr), log.batch.eq(desc.batch),
-            self.pmem.req.valid.eq(stage_valid & ~hold),
-            self.pmem.req.payload.eq(stage),
-            self.pmem.req.payload.tag[15].eq(log_bit),
-        ]
-        req_fire = stage_fire
-        m.d.comb += log.take.eq(req_fire & first & need)
-        with m.If(req_fire & first):
-            m.d.sync += cur_log.eq(need)
-        with m.If(req_fire & first & want & log.full):
-            m.d.sync += log_short.eq(1)
-        with m.If(stage_valid & hold):
-            m.d.sync += self.log_holds.eq(self.log_holds + 1)
+        stage_valid, log_short = self._log_stage(m, pre, pre_valid, pre_ready, desc)
 
-        # PMEM read data goes to the pooler of whichever is running (and to the logger).
-        logged = self.pmem.rdata.payload.tag[15]
-        gate = ~logged | log.lines.ready
-        if has_relaxed:
-            rd_sink = Mux(finishing, fin.pmem.rdata.ready, dp.pool.rdata.ready)
-            m.d.comb += [
-                fin.pmem.rdata.valid.eq(self.pmem.rdata.valid & finishing & gate),
-                fin.pmem.rdata.payload.eq(self.pmem.rdata.payload),
-            ]
-        else:
-            rd_sink = dp.pool.rdata.ready
-        m.d.comb += [
-            dp.pool.rdata.valid.eq(self.pmem.rdata.valid & ~finishing & gate),
-            dp.pool.rdata.payload.eq(self.pmem.rdata.payload),
-            self.pmem.rdata.ready.eq(rd_sink & gate),
-            log.lines.valid.eq(self.pmem.rdata.valid & logged & rd_sink),
-            log.lines.payload.eq(self.pmem.rdata.payload.data),
-            self.pmem.wack.ready.eq(1),
-        ]
-        pmem_in_flight = Signal(16)
-        m.d.sync += pmem_in_flight.eq(pmem_in_flight
-                                      + (self.pmem.req.valid & self.pmem.req.ready)
-                                      - (self.pmem.rdata.valid & self.pmem.rdata.ready))
+        pmem_in_flight = self._read_data(m, dp, fin, finishing)
 
         error = Signal(ErrorCode)
         # The batch whose clean relaxed lookup filled the deferred list.
@@ -288,17 +223,7 @@ class LookupEngine(wiring.Component):
         # While aborting, the pooler keeps draining the reads in flight (the
         # writer discards what it pools), so PMEM's shared read queue never blocks.
 
-        found = Signal(ErrorCode)
-        with m.If(bags.error != ErrorCode.NONE):
-            m.d.comb += found.eq(bags.error)
-        with m.Elif(dp.gather.range_error):
-            m.d.comb += found.eq(ErrorCode.ROW_RANGE)
-        with m.Elif(dp.off_reader.error | dp.idx_reader.error):
-            m.d.comb += found.eq(ErrorCode.HOST_POISON)
-        with m.Elif(dp.writer.error):
-            m.d.comb += found.eq(ErrorCode.HOST_WRITE)
-        with m.Elif(dp.gather.defer_overflow):
-            m.d.comb += found.eq(ErrorCode.DEFER_OVERFLOW)
+        found = self._first_error(m, dp, bags)
 
         with m.FSM():
             with m.State("IDLE"):
@@ -373,7 +298,108 @@ class LookupEngine(wiring.Component):
                         m.d.sync += [owner.eq(desc.batch), owner_valid.eq(1)]
                     m.next = "IDLE"
 
-        # Counters over the engine's life (the datapath's own restart per descriptor).
+        self._count(m, dp, abort)
+        return m
+
+    def _log_stage(self, m, pre, pre_valid, pre_ready, desc):
+        """The stage every PMEM request passes, where the undo logger is asked about its row.
+        Returns whether the stage holds a request, and whether a row was read unlogged
+        for want of room in the log."""
+        cfg = self._config
+        # Undo logging: the first line of each row offered to PMEM asks the
+        # logger whether the row needs a record in this batch; if it does and
+        # the logger has no room, the read waits. Reads of logged rows carry
+        # tag bit 15, and their data goes to the logger as well as the pooler.
+        # Requests pass a stage register, so that the logger reads the row's
+        # stamp (block RAM) while the request waits there.
+        log = self.log
+        stage_valid = Signal()
+        stage = Signal.like(pre)
+        stage_fire = self.pmem.req.valid & self.pmem.req.ready
+        # With register slices the stage takes a request only once empty (a
+        # request every other cycle, more than the boards' PMEM reads): the
+        # logger's answer and PMEM's ready then stop at the stage, instead of
+        # running on into the gather.
+        m.d.comb += [pre_ready.eq(~stage_valid if cfg.register_slices
+                                  else ~stage_valid | stage_fire),
+                     log.peek.eq(pre_valid & pre_ready), log.peek_addr.eq(pre.addr)]
+        with m.If(pre_valid & pre_ready):
+            m.d.sync += [stage_valid.eq(1), stage.eq(pre)]
+        with m.Elif(stage_fire):
+            m.d.sync += stage_valid.eq(0)
+        first = stage.tag[:3] == 0
+        cur_log = Signal()
+        # With the ring full of records nothing running can free, a row is read
+        # unlogged rather than waited for in vain, and the descriptor fails.
+        want = log.need & ~desc.nolog
+        need = want & ~log.full
+        hold = first & ((need & ~log.room) | (~desc.nolog & ~log.known))
+        log_short = Signal()
+        log_bit = Mux(first, need, cur_log)
+        m.d.comb += [
+            log.offer.eq(stage_valid & first & ~desc.nolog),
+            log.addr.eq(stage.addr), log.batch.eq(desc.batch),
+            self.pmem.req.valid.eq(stage_valid & ~hold),
+            self.pmem.req.payload.eq(stage),
+            self.pmem.req.payload.tag[15].eq(log_bit),
+        ]
+        req_fire = stage_fire
+        m.d.comb += log.take.eq(req_fire & first & need)
+        with m.If(req_fire & first):
+            m.d.sync += cur_log.eq(need)
+        with m.If(req_fire & first & want & log.full):
+            m.d.sync += log_short.eq(1)
+        with m.If(stage_valid & hold):
+            m.d.sync += self.log_holds.eq(self.log_holds + 1)
+        return stage_valid, log_short
+
+    def _read_data(self, m, dp, fin, finishing):
+        """PMEM read data to the pooler of whichever is running (the datapath or FINISH, ``fin``)
+        and to the logger; returns the count of PMEM reads in flight."""
+        log = self.log
+        has_relaxed = fin is not None
+        # PMEM read data goes to the pooler of whichever is running (and to the logger).
+        logged = self.pmem.rdata.payload.tag[15]
+        gate = ~logged | log.lines.ready
+        if has_relaxed:
+            rd_sink = Mux(finishing, fin.pmem.rdata.ready, dp.pool.rdata.ready)
+            m.d.comb += [
+                fin.pmem.rdata.valid.eq(self.pmem.rdata.valid & finishing & gate),
+                fin.pmem.rdata.payload.eq(self.pmem.rdata.payload),
+            ]
+        else:
+            rd_sink = dp.pool.rdata.ready
+        m.d.comb += [
+            dp.pool.rdata.valid.eq(self.pmem.rdata.valid & ~finishing & gate),
+            dp.pool.rdata.payload.eq(self.pmem.rdata.payload),
+            self.pmem.rdata.ready.eq(rd_sink & gate),
+            log.lines.valid.eq(self.pmem.rdata.valid & logged & rd_sink),
+            log.lines.payload.eq(self.pmem.rdata.payload.data),
+            self.pmem.wack.ready.eq(1),
+        ]
+        pmem_in_flight = Signal(16)
+        m.d.sync += pmem_in_flight.eq(pmem_in_flight
+                                      + (self.pmem.req.valid & self.pmem.req.ready)
+                                      - (self.pmem.rdata.valid & self.pmem.rdata.ready))
+        return pmem_in_flight
+
+    def _first_error(self, m, dp, bags):
+        """The first error the datapath reports, by priority (``NONE`` while there is none)."""
+        found = Signal(ErrorCode)
+        with m.If(bags.error != ErrorCode.NONE):
+            m.d.comb += found.eq(bags.error)
+        with m.Elif(dp.gather.range_error):
+            m.d.comb += found.eq(ErrorCode.ROW_RANGE)
+        with m.Elif(dp.off_reader.error | dp.idx_reader.error):
+            m.d.comb += found.eq(ErrorCode.HOST_POISON)
+        with m.Elif(dp.writer.error):
+            m.d.comb += found.eq(ErrorCode.HOST_WRITE)
+        with m.Elif(dp.gather.defer_overflow):
+            m.d.comb += found.eq(ErrorCode.DEFER_OVERFLOW)
+        return found
+
+    def _count(self, m, dp, abort):
+        """Counters over the engine's life (the datapath's own restart per descriptor)."""
         pooled = dp.pool.pooled
         pooled_fire = pooled.valid & pooled.ready & ~abort
         m.d.sync += [
@@ -385,4 +411,3 @@ class LookupEngine(wiring.Component):
             self.bags.eq(self.bags + pooled_fire),
             self.overflows.eq(self.overflows + (pooled_fire & pooled.payload.overflow)),
         ]
-        return m

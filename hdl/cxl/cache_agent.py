@@ -216,6 +216,54 @@ class CacheAgent(wiring.Component):
         with m.Elif(~to_read & exp_read & ~cache.h2d_data.valid):
             m.d.sync += [to_read.eq(1), to_cqid.eq(exp_read_id)]
 
+        wr_done, wp_timeout, wp_cqid, rsp, rsp_stray = self._write_pull(m, info, wbuf_r, known,
+                                                                        exp_write, exp_write_id)
+
+        # -- CQID bookkeeping
+        set_mask = Mux(take, 1 << free_id, 0)
+        clr_rd = Mux(rd_done, 1 << rd_cqid[:id_bits], 0)
+        clr_wr = Mux(wr_done & ~wp_timeout, 1 << wp_cqid, 0)
+        # Timed out: dead until a late answer (a stray) or a second timeout frees it.
+        kill = Mux(to_rd_done, 1 << to_cqid, 0) | Mux(wr_done & wp_timeout, 1 << wp_cqid, 0)
+        stray_id = Signal(range(q))
+        stray_dead = Signal()
+        with m.If(rd_stray):
+            m.d.comb += [stray_id.eq(rd_cqid[:id_bits]),
+                         stray_dead.eq((rd_cqid < q) & dead.bit_select(rd_cqid[:id_bits], 1))]
+        with m.Elif(rsp_stray):
+            m.d.comb += [stray_id.eq(rsp.cqid[:id_bits]),
+                         stray_dead.eq((rsp.cqid < q) & dead.bit_select(rsp.cqid[:id_bits], 1))]
+        revive = Mux(stray_dead, 1 << stray_id, 0) | (expired & dead)
+        m.d.sync += [
+            busy.eq((busy & ~clr_rd & ~clr_wr & ~revive) | set_mask),
+            dead.eq((dead | kill) & ~revive),
+        ]
+        for k in range(q):
+            with m.If(set_mask[k] | kill[k]):
+                m.d.sync += age[k].eq(0)
+            with m.Elif(tick & busy[k] & ~age[k][4]):
+                m.d.sync += age[k].eq(age[k] + 1)
+        m.d.sync += self.timeouts.eq(self.timeouts + to_rd_done + (wr_done & wp_timeout))
+        m.d.comb += self.outstanding.eq(sum(busy[k] for k in range(q)))
+        events = Cat(rd_done, wr_done, rd_stray, rsp_stray)
+        if self._config.register_slices:
+            # On a board the counters count a cycle late, from registers.
+            counted = Signal.like(events)
+            m.d.sync += counted.eq(events)
+            events = counted
+        m.d.sync += [
+            self.lines_read.eq(self.lines_read + events[0]),
+            self.lines_written.eq(self.lines_written + events[1]),
+            self.strays.eq(self.strays + events[2] + events[3]),
+        ]
+        return m
+
+    def _write_pull(self, m, info, wbuf_r, known, exp_write, exp_write_id):
+        """Write pulls: on the host's pull, the line from the buffer as D2H data, then the
+        client's acknowledgement (or ``err`` for a timed-out write). Returns the
+        acknowledgement, whether it is a timeout's, its CQID, the host's response and
+        whether that response is a stray."""
+        cache, ports, q = self.cache, self.ports, self._config.cache_ids
         # -- write pull: read the buffer, send D2H data, then acknowledge the client
         # On a board the host's responses pass a register slice first, so the
         # window's state does not run into the CQID lookup.
@@ -274,42 +322,4 @@ class CacheAgent(wiring.Component):
         wr_done = wp_busy & ~wp_data_pending & wp_ack_pending & ack_ready
         with m.If(wr_done):
             m.d.sync += [wp_busy.eq(0), wp_ack_pending.eq(0)]
-
-        # -- CQID bookkeeping
-        set_mask = Mux(take, 1 << free_id, 0)
-        clr_rd = Mux(rd_done, 1 << rd_cqid[:id_bits], 0)
-        clr_wr = Mux(wr_done & ~wp_timeout, 1 << wp_cqid, 0)
-        # Timed out: dead until a late answer (a stray) or a second timeout frees it.
-        kill = Mux(to_rd_done, 1 << to_cqid, 0) | Mux(wr_done & wp_timeout, 1 << wp_cqid, 0)
-        stray_id = Signal(range(q))
-        stray_dead = Signal()
-        with m.If(rd_stray):
-            m.d.comb += [stray_id.eq(rd_cqid[:id_bits]),
-                         stray_dead.eq((rd_cqid < q) & dead.bit_select(rd_cqid[:id_bits], 1))]
-        with m.Elif(rsp_stray):
-            m.d.comb += [stray_id.eq(rsp.cqid[:id_bits]),
-                         stray_dead.eq((rsp.cqid < q) & dead.bit_select(rsp.cqid[:id_bits], 1))]
-        revive = Mux(stray_dead, 1 << stray_id, 0) | (expired & dead)
-        m.d.sync += [
-            busy.eq((busy & ~clr_rd & ~clr_wr & ~revive) | set_mask),
-            dead.eq((dead | kill) & ~revive),
-        ]
-        for k in range(q):
-            with m.If(set_mask[k] | kill[k]):
-                m.d.sync += age[k].eq(0)
-            with m.Elif(tick & busy[k] & ~age[k][4]):
-                m.d.sync += age[k].eq(age[k] + 1)
-        m.d.sync += self.timeouts.eq(self.timeouts + to_rd_done + (wr_done & wp_timeout))
-        m.d.comb += self.outstanding.eq(sum(busy[k] for k in range(q)))
-        events = Cat(rd_done, wr_done, rd_stray, rsp_stray)
-        if self._config.register_slices:
-            # On a board the counters count a cycle late, from registers.
-            counted = Signal.like(events)
-            m.d.sync += counted.eq(events)
-            events = counted
-        m.d.sync += [
-            self.lines_read.eq(self.lines_read + events[0]),
-            self.lines_written.eq(self.lines_written + events[1]),
-            self.strays.eq(self.strays + events[2] + events[3]),
-        ]
-        return m
+        return wr_done, wp_timeout, wp_cqid, rsp, rsp_stray

@@ -194,6 +194,7 @@ class PmemController(wiring.Component):
             rd, wr, late = self._media_queue(outside, m, client_bits)
         else:
             m.submodules.media = media = self.media
+            late = None                 # said only of an outside media's queue
             rd = media.read_port()
             wr = media.write_port(granularity=8)
 
@@ -272,8 +273,80 @@ class PmemController(wiring.Component):
                 m.d.sync += quiet.eq(~lane[1:-2].any())
                 can_write &= quiet
         else:
+            wrote = None
             can_write = wpq.w_rdy
         m.submodules.arb = arb = RoundRobin(n, late_mask=registered)
+        self._request_arbiter(m, ports, arb, hazard, can_read, can_write, wrote)
+
+        # The granted request, an OR of the requests masked by the one-hot grant:
+        # a level or two shorter than decoding the binary grant into a multiplexer.
+        payloads = [p.req.payload for p in ports]
+        m.d.comb += arb.advance.eq(arb.valid)
+        for i, p in enumerate(ports):
+            m.d.comb += p.req.ready.eq(arb.onehot[i])
+        reads = [p.req.ready & (p.req.payload.op == LineOp.READ) for p in ports]
+        writes = [p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports]
+        m.d.comb += issue_write.eq(Cat(writes).any())
+        taken = Signal.like(ports[0].req.payload)
+        if registered:
+            # The request taken is selected in the next cycle, from its slice (which
+            # still holds it), by a register of the one-hot grant: the arbitration
+            # ends at that register, and neither runs on into the read's issue nor
+            # the WPQ, nor decodes a binary grant into a wide multiplexer (next to
+            # the SDRAM pins, where router2 found the fewest free wires:
+            # docs/boards.md, "When routing does not converge").
+            client = Signal.like(arb.grant)
+            enqueue = Signal()              # the write taken in the cycle before
+            m.d.comb += taken.eq(one_hot_select(a_cycle_later(m, arb.onehot, "w_onehot"),
+                                                payloads))
+            m.d.sync += [iss.valid.eq(Cat(reads).any()), client.eq(arb.grant),
+                         enqueue.eq(issue_write), wrote.eq(issue_write | enqueue)]
+        else:
+            client = arb.grant
+            enqueue = issue_write
+            m.d.comb += [taken.eq(one_hot_select(arb.onehot, payloads)),
+                         iss.valid.eq(Cat(reads).any())]
+        m.d.comb += [iss.addr.eq(taken.addr[:abits]), iss.tag.eq(taken.tag), iss.client.eq(client)]
+        m.d.comb += [
+            read_rate.take.eq(issue_read),
+            rd.addr.eq(iss.addr),
+            rd.en.eq(issue_read),
+        ]
+
+        read_aged = self._return_reads(m, ports, rd, rq, rq_head, rsp_layout, iss, issue_read,
+                                       inflight, read_room, client_bits)
+
+        # Enqueue writes: registered, in the cycle after the take, from the
+        # request selected for the read's issue.
+        m.d.comb += [
+            wpq_in.addr.eq(taken.addr[:abits]), wpq_in.tag.eq(taken.tag),
+            wpq_in.client.eq(client), wpq.w_en.eq(enqueue),
+        ]
+        if in_beats:
+            head_data, head_be = self._lines_in_beats(m, ports, writes, lane, rp)
+        else:
+            m.d.comb += [wpq_in.data.eq(taken.data), wpq_in.be.eq(taken.be)]
+            head_data, head_be = wpq_head.data, wpq_head.be
+        with m.If(enqueue):
+            m.d.sync += [pend_addr[wp].eq(taken.addr[:abits]), wp.eq(wp + 1)]
+
+        drain = self._drain_writes(m, ports, wpq, wpq_head, head_data, head_be, enqueue, wp, rp,
+                                   pend_valid, write_rate, wr, late, read_aged, rq)
+
+        self._count(m, iss, wpq_head, issue_read, drain)
+
+        # Power failure clears every register and FIFO pointer of the
+        # controller; the media is a memory and keeps its contents.
+        if not self._media_port:
+            return ResetInserter(self.power_fail)(m)
+        outside.submodules.core = ResetInserter(self.power_fail)(m)
+        return outside
+
+    def _request_arbiter(self, m, ports, arb, hazard, can_read, can_write, wrote):
+        """The arbiter's requests: the ports whose request can be served now, the
+        background ports only while no other is."""
+        abits = self._config.media_addr_bits
+        registered = self._config.register_slices
         eligible = []
         for i, p in enumerate(ports):
             is_rd = p.req.payload.op == LineOp.READ
@@ -312,41 +385,12 @@ class PmemController(wiring.Component):
             m.d.comb += arb.requests[i].eq(eligible[i] & ~busier)
             busier = busier | eligible[i]
 
-        # The granted request, an OR of the requests masked by the one-hot grant:
-        # a level or two shorter than decoding the binary grant into a multiplexer.
-        payloads = [p.req.payload for p in ports]
-        m.d.comb += arb.advance.eq(arb.valid)
-        for i, p in enumerate(ports):
-            m.d.comb += p.req.ready.eq(arb.onehot[i])
-        reads = [p.req.ready & (p.req.payload.op == LineOp.READ) for p in ports]
-        writes = [p.req.ready & (p.req.payload.op == LineOp.WRITE) for p in ports]
-        m.d.comb += issue_write.eq(Cat(writes).any())
-        taken = Signal.like(ports[0].req.payload)
-        if registered:
-            # The request taken is selected in the next cycle, from its slice (which
-            # still holds it), by a register of the one-hot grant: the arbitration
-            # ends at that register, and neither runs on into the read's issue nor
-            # the WPQ, nor decodes a binary grant into a wide multiplexer (next to
-            # the SDRAM pins, where router2 found the fewest free wires:
-            # docs/boards.md, "When routing does not converge").
-            client = Signal.like(arb.grant)
-            enqueue = Signal()              # the write taken in the cycle before
-            m.d.comb += taken.eq(one_hot_select(a_cycle_later(m, arb.onehot, "w_onehot"),
-                                                payloads))
-            m.d.sync += [iss.valid.eq(Cat(reads).any()), client.eq(arb.grant),
-                         enqueue.eq(issue_write), wrote.eq(issue_write | enqueue)]
-        else:
-            client = arb.grant
-            enqueue = issue_write
-            m.d.comb += [taken.eq(one_hot_select(arb.onehot, payloads)),
-                         iss.valid.eq(Cat(reads).any())]
-        m.d.comb += [iss.addr.eq(taken.addr[:abits]), iss.tag.eq(taken.tag), iss.client.eq(client)]
-        m.d.comb += [
-            read_rate.take.eq(issue_read),
-            rd.addr.eq(iss.addr),
-            rd.en.eq(issue_read),
-        ]
-
+    def _return_reads(self, m, ports, rd, rq, rq_head, rsp_layout, iss, issue_read, inflight,
+                      read_room, client_bits):
+        """Reads from the media into the read queue, released to their ports in order once
+        their latency has passed; returns whether the head's has."""
+        cfg = self._config.pmem
+        registered = self._config.register_slices
         rq_in = Signal(rsp_layout)
         m.d.comb += rq.w_data.eq(rq_in)
         if self._media_port:
@@ -402,21 +446,14 @@ class PmemController(wiring.Component):
         m.d.comb += rq.r_en.eq(rq_pop)
         inflight_next = inflight + issue_read - rq_pop
         m.d.sync += [inflight.eq(inflight_next), read_room.eq(inflight_next < cfg.read_depth)]
+        return read_aged
 
-        # Enqueue writes: registered, in the cycle after the take, from the
-        # request selected for the read's issue.
-        m.d.comb += [
-            wpq_in.addr.eq(taken.addr[:abits]), wpq_in.tag.eq(taken.tag),
-            wpq_in.client.eq(client), wpq.w_en.eq(enqueue),
-        ]
-        if in_beats:
-            head_data, head_be = self._lines_in_beats(m, ports, writes, lane, rp)
-        else:
-            m.d.comb += [wpq_in.data.eq(taken.data), wpq_in.be.eq(taken.be)]
-            head_data, head_be = wpq_head.data, wpq_head.be
-        with m.If(enqueue):
-            m.d.sync += [pend_addr[wp].eq(taken.addr[:abits]), wp.eq(wp + 1)]
-
+    def _drain_writes(self, m, ports, wpq, wpq_head, head_data, head_be, enqueue, wp, rp,
+                      pend_valid, write_rate, wr, late, read_aged, rq):
+        """The WPQ's oldest write to the media once due and its client can take the ack
+        (torn by a power failure in that cycle); returns the drain."""
+        cfg = self._config.pmem
+        registered = self._config.register_slices
         # Drain the oldest write to the media when due and its client can take the ack.
         wack_ready = Signal()
         with m.Switch(wpq_head.client):
@@ -465,7 +502,10 @@ class PmemController(wiring.Component):
         set_mask = Mux(enqueue, 1 << wp, 0)
         clr_mask = Mux(drain, 1 << rp, 0)
         m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
+        return drain
 
+    def _count(self, m, iss, wpq_head, issue_read, drain):
+        """Lines read and written, in all and by region."""
         def region(addr):
             # data < log (with the commit records) < snapshot slots
             return Mux(addr < self._config.table_lines, 0,
@@ -488,13 +528,6 @@ class PmemController(wiring.Component):
                 self.reads_by_region[k].eq(self.reads_by_region[k] + read_by[k]),
                 self.writes_by_region[k].eq(self.writes_by_region[k] + write_by[k]),
             ]
-
-        # Power failure clears every register and FIFO pointer of the
-        # controller; the media is a memory and keeps its contents.
-        if not self._media_port:
-            return ResetInserter(self.power_fail)(m)
-        outside.submodules.core = ResetInserter(self.power_fail)(m)
-        return outside
 
     def _request_in_beats(self, m, i, req):
         """Port ``i``'s requests, taken in beats next to the engine: a read in one
