@@ -171,6 +171,16 @@ class PmemTiming:
 
     ``write_latency`` is the time a write spends in the volatile write-pending
     queue before it reaches the media (and becomes persistent).
+
+    ``buffer_lines`` above 0 puts an energy-backed write buffer in front of the
+    media (docs/design.md, "Failure model"), as CXL memory modules with power-loss
+    protection and eADR platforms do: a write is persistent once the buffer has
+    taken it (``buffer_latency`` cycles after its take), and the buffer drains to
+    the media at ``write_rate``, holding at most ``buffer_lines`` lines on their way
+    there; the checkpoint region (the undo log ring, the commit slots and the ring
+    headers) lives in the buffer itself and never drains. On a power failure the
+    buffer's stored energy writes what it holds to the media. Internal media only
+    (``media="bram"``), without register slices: the boards keep the volatile queue.
     """
     read_latency: int = _DEFAULT_TIMING["read_latency"]
     write_latency: int = _DEFAULT_TIMING["write_latency"]
@@ -178,6 +188,8 @@ class PmemTiming:
     write_rate: tuple[int, int] = _DEFAULT_TIMING["write_rate"]
     wpq_depth: int = 16
     read_depth: int = 64
+    buffer_lines: int = 0
+    buffer_latency: int = 16
 
     def __post_init__(self):
         # The read path is a media read plus a buffered FIFO: 4 cycles at least.
@@ -191,6 +203,12 @@ class PmemTiming:
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 4 and (v & (v - 1)) == 0 and v <= 1024,
                    f"pmem.{name} must be a power of two in [4, 1024], not {v!r}")
+        v = self.buffer_lines
+        _check(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1 << 24,
+               f"pmem.buffer_lines must be an integer in [0, {1 << 24}] (0: no buffer), not {v!r}")
+        v = self.buffer_latency
+        _check(isinstance(v, int) and 4 <= v <= 4096,
+               f"pmem.buffer_latency must be an integer number of cycles in [4, 4096], not {v!r}")
 
 
 @dataclass(frozen=True)
@@ -665,6 +683,9 @@ class Config:
                f"line_beats must be 1, 2, 4 or 8 (beats a line moves in), not {self.line_beats!r}")
         _check(self.line_beats == 1 or self.register_slices,
                "line_beats above 1 needs register_slices (the beats replace the port slices)")
+        _check(not self.pmem.buffer_lines or (self.media == "bram" and not self.register_slices),
+               "pmem.buffer_lines (the energy-backed write buffer) needs the media inside the "
+               "device (media = bram) and no register slices; set pmem.buffer_lines=0")
         for kind in ("read", "write"):
             have, floor = getattr(self.pmem, f"{kind}_latency"), getattr(self, f"min_{kind}_latency")
             _check(have >= floor,

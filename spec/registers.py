@@ -275,6 +275,9 @@ REGISTERS = (
        "a device of a pool (Config.pool.member): the newest batch the host has seen durable "
        "on every device; the undo logger keeps every record of a later batch (after a "
        "reset: all ones, no limit; absent on a device of its own)"),
+    _counter("PMEM_WRITES_BUFFERED", 0x5A,
+             "lines written to the checkpoint region kept in the energy-backed buffer "
+             "(pmem.buffer_lines above 0): persistent, never drained to the media"),
 )
 
 #: Registers by name: ``REG.DESC_OP.encode(op=1, batch=7)``.

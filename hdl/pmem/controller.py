@@ -1,4 +1,5 @@
-"""PMEM controller model: media, timing, a volatile write-pending queue, power failure."""
+"""PMEM controller model: media, timing, a volatile write-pending queue or an energy-backed
+write buffer, power failure."""
 
 from types import SimpleNamespace
 
@@ -71,6 +72,15 @@ class PmemController(wiring.Component):
       timing state); the media keeps what reached it. The media is atomic per
       8 bytes only: a line leaving the queue in the very cycle the power fails
       is torn (a pseudo-random subset of its 8-byte words lands).
+    * With ``pmem.buffer_lines`` the persistence domain is an energy-backed write
+      buffer instead of the media (``Config.pmem``): a write taken is in the media
+      (and every read sees it) at once, and persistent, acknowledged
+      ``buffer_latency`` cycles after its take; the buffer then drains it to the
+      media at ``write_rate``, and takes a write for the media only while fewer than
+      ``buffer_lines`` wait to drain. A write to the checkpoint region (the undo log
+      ring, the commit slots, the ring headers) stays in the buffer and never
+      drains: it is counted in ``lines_buffered``, not as a media write. A power
+      failure loses nothing taken: the buffer's energy writes it to the media.
 
     The media is a backdoor RAM inside (``media``), or, with ``media_port``,
     whatever memory a board puts behind the ``media_port`` line port (an SDRAM
@@ -102,12 +112,14 @@ class PmemController(wiring.Component):
         Client ports, addressed in media lines.
     power_fail : In(1)
     wpq_level : Out
-        Writes accepted and not yet persistent.
+        Writes accepted and not yet persistent (with the buffer: not yet acknowledged).
     lines_read, lines_written : Out(32)
         Media lines read and written since the last power failure.
     reads_by_region, writes_by_region : Out(ArrayLayout(32, 3))
         The same, by the region of the line: the tables, the undo log and
         commit records, the MLP snapshot slots (:data:`REGIONS`).
+    lines_buffered : Out(32)
+        With the buffer: checkpoint-region lines written, kept in the buffer.
     media_port : Out(LinePortSignature), media_late : Out(32)
         With ``media_port`` only.
     """
@@ -131,6 +143,7 @@ class PmemController(wiring.Component):
             "lines_written": Out(32),
             "reads_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
             "writes_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
+            "lines_buffered": Out(32),
         })
         if media_port:
             members.update({
@@ -161,6 +174,7 @@ class PmemController(wiring.Component):
                for k, r in enumerate(REGIONS)},
             # With the media in block RAM the model's timing always holds.
             Reg.MEDIA_LATE: self.media_late if self._media_port else C(0),
+            Reg.PMEM_WRITES_BUFFERED: self.lines_buffered,
         }
 
     def elaborate(self, platform):
@@ -275,6 +289,15 @@ class PmemController(wiring.Component):
         else:
             wrote = None
             can_write = wpq.w_rdy
+        buffered = cfg.buffer_lines > 0
+        if buffered:
+            # The buffer takes a write for the checkpoint region whenever an ack slot is
+            # free, one for the media only while it has room for it to wait to drain.
+            backlog = Signal(range(cfg.buffer_lines + 1))
+            room = Signal()
+            m.d.comb += room.eq(backlog < cfg.buffer_lines)
+            acks_free = can_write
+            can_write = lambda addr: acks_free & (self._kept(addr) | room)      # noqa: E731
         m.submodules.arb = arb = RoundRobin(n, late_mask=registered)
         self._request_arbiter(m, ports, arb, hazard, can_read, can_write, wrote)
 
@@ -327,13 +350,15 @@ class PmemController(wiring.Component):
         else:
             m.d.comb += [wpq_in.data.eq(taken.data), wpq_in.be.eq(taken.be)]
             head_data, head_be = wpq_head.data, wpq_head.be
-        with m.If(enqueue):
-            m.d.sync += [pend_addr[wp].eq(taken.addr[:abits]), wp.eq(wp + 1)]
-
-        drain = self._drain_writes(m, ports, wpq, wpq_head, head_data, head_be, enqueue, wp, rp,
-                                   pend_valid, write_rate, wr, late, read_aged, rq)
-
-        self._count(m, iss, wpq_head, issue_read, drain)
+        if buffered:
+            self._buffer_writes(m, ports, wpq, wpq_head, taken, enqueue, backlog, write_rate, wr)
+            self._count(m, iss, issue_read, taken.addr[:abits], enqueue)
+        else:
+            with m.If(enqueue):
+                m.d.sync += [pend_addr[wp].eq(taken.addr[:abits]), wp.eq(wp + 1)]
+            drain = self._drain_writes(m, ports, wpq, wpq_head, head_data, head_be, enqueue, wp,
+                                       rp, pend_valid, write_rate, wr, late, read_aged, rq)
+            self._count(m, iss, issue_read, wpq_head.addr, drain)
 
         # Power failure clears every register and FIFO pointer of the
         # controller; the media is a memory and keeps its contents.
@@ -367,7 +392,8 @@ class PmemController(wiring.Component):
             else:
                 clear = ~hazard(addr)
             ok = Signal(name=f"eligible{i}")
-            m.d.comb += ok.eq(p.req.valid & Mux(is_rd, can_read & clear, can_write))
+            writable = can_write(addr) if callable(can_write) else can_write
+            m.d.comb += ok.eq(p.req.valid & Mux(is_rd, can_read & clear, writable))
             eligible.append(ok)
         busier = Cat(ok for i, ok in enumerate(eligible) if i not in self._background).any()
         if registered:
@@ -504,8 +530,41 @@ class PmemController(wiring.Component):
         m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
         return drain
 
-    def _count(self, m, iss, wpq_head, issue_read, drain):
-        """Lines read and written, in all and by region."""
+    def _kept(self, addr):
+        """Whether a line is in the checkpoint region, which the energy-backed buffer
+        keeps (the undo log ring, the commit slots, the ring headers)."""
+        return (addr >= self._config.table_lines) & (addr < self._config.snapshot_base[0])
+
+    def _buffer_writes(self, m, ports, wpq, wpq_head, taken, enqueue, backlog, write_rate, wr):
+        """The energy-backed buffer: a write taken goes into the media at once (so every
+        read sees it) and is acknowledged ``buffer_latency`` cycles later, in order (the
+        WPQ holds the acks); the lines for the media wait in ``backlog`` and drain at the
+        write rate, those of the checkpoint region stay in the buffer."""
+        cfg = self._config.pmem
+        abits = self._config.media_addr_bits
+        m.d.comb += [wr.addr.eq(taken.addr[:abits]), wr.data.eq(taken.data),
+                     wr.en.eq(Mux(enqueue, taken.be, 0))]
+        wack_ready = Signal()
+        with m.Switch(wpq_head.client):
+            for i, p in enumerate(ports):
+                with m.Case(i):
+                    m.d.comb += wack_ready.eq(p.wack.ready)
+        acked = Signal()
+        due = wpq.r_rdy & _aged(m, "ack", enqueue, acked, cfg.buffer_latency, cfg.wpq_depth)
+        m.d.comb += [acked.eq(due & wack_ready), wpq.r_en.eq(acked)]
+        for i, p in enumerate(ports):
+            m.d.comb += [p.wack.payload.tag.eq(wpq_head.tag),
+                         p.wack.valid.eq(due & (wpq_head.client == i))]
+        # The media's write bandwidth: the buffer drains a line whenever the rate allows.
+        drained = Signal()
+        m.d.comb += [drained.eq((backlog != 0) & write_rate.ok), write_rate.take.eq(drained)]
+        bound = enqueue & ~self._kept(taken.addr[:abits])
+        m.d.sync += backlog.eq(backlog + bound - drained)
+
+    def _count(self, m, iss, issue_read, write_addr, written):
+        """Lines read and written, in all and by region; ``written``: a write of
+        ``write_addr`` reached the media, or with the buffer, the buffer (whose
+        checkpoint-region lines are counted apart, in ``lines_buffered``)."""
         def region(addr):
             # data < log (with the commit records) < snapshot slots
             return Mux(addr < self._config.table_lines, 0,
@@ -516,10 +575,15 @@ class PmemController(wiring.Component):
         read_by = Signal(len(REGIONS))
         write_by = Signal(len(REGIONS))
         read_region = region(iss.addr)
-        write_region = region(wpq_head.addr)
+        write_region = region(write_addr)
+        if self._config.pmem.buffer_lines:
+            kept = Signal()
+            m.d.sync += [kept.eq(written & self._kept(write_addr)),
+                         self.lines_buffered.eq(self.lines_buffered + kept)]
+            written = written & ~self._kept(write_addr)
         m.d.sync += [
             read_by.eq(Cat(issue_read & (read_region == k) for k in range(len(REGIONS)))),
-            write_by.eq(Cat(drain & (write_region == k) for k in range(len(REGIONS)))),
+            write_by.eq(Cat(written & (write_region == k) for k in range(len(REGIONS)))),
             self.lines_read.eq(self.lines_read + read_by.any()),
             self.lines_written.eq(self.lines_written + write_by.any()),
         ]

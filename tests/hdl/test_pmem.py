@@ -313,3 +313,88 @@ def test_background_port_takes_only_what_the_foreground_leaves():
     run(dut, fg, bg, counts)
     first_bg = order.index(("bg", 0))
     assert all(kind == "fg" for kind, _ in order[:first_bg]) and first_bg >= 10, order
+
+
+# -- the energy-backed write buffer (pmem.buffer_lines) -------------------------------------
+
+def buffered_config(**timing):
+    return small_config(**{"write_latency": 40, "write_rate": (1, 8), "buffer_lines": 4,
+                           "buffer_latency": 6, **timing})
+
+
+def test_a_buffered_write_is_persistent_and_seen_at_once_and_survives_a_power_failure():
+    """With the buffer the persistence domain is the buffer: a write is acknowledged
+    ``buffer_latency`` cycles after its take (not after the media's write latency),
+    a read right after it sees it, and a power failure loses nothing taken."""
+    cfg = buffered_config()
+    dut = PmemController(cfg, n_ports=1)
+
+    async def tb(ctx):
+        p = dut.port0
+        ctx.set(p.wack.ready, 1)
+        await stream_put(ctx, p.req, req(LineOp.WRITE, 3, tag=7, data=0x3333))
+        t = 0
+        while not ctx.get(p.wack.valid):
+            await ctx.tick()
+            t += 1
+        assert t < cfg.pmem.write_latency // 2       # the buffer's latency, not the media's
+        assert await read(ctx, p, 3) == 0x3333
+        # Taken but not yet acknowledged: still persistent once the buffer has it.
+        await stream_put(ctx, p.req, req(LineOp.WRITE, 4, data=0x4444))
+        ctx.set(dut.power_fail, 1)
+        await ctx.tick()
+        ctx.set(dut.power_fail, 0)
+        assert await read(ctx, p, 3) == 0x3333
+        assert await read(ctx, p, 4) == 0x4444
+
+    run(dut, tb)
+
+
+def test_the_buffer_holds_at_most_buffer_lines_for_the_media_and_keeps_the_checkpoint_region():
+    """Lines for the media wait in the buffer until the write rate drains them: no more
+    than ``buffer_lines`` are taken ahead of the media, while the checkpoint region's
+    lines are taken at once, even with the buffer full, counted as buffered and never
+    as media writes."""
+    cfg = buffered_config(write_rate=(1, 50))
+    dut = PmemController(cfg, n_ports=2)
+    log = cfg.log_base
+    kept_at = []
+
+    async def tables(ctx):
+        for i in range(8):                       # table lines, faster than the media drains
+            await stream_put(ctx, dut.port0.req, req(LineOp.WRITE, i, tag=i, data=i))
+
+    async def checkpoint(ctx):
+        await ctx.tick().repeat(20)              # the buffer is full of table lines by now
+        for i in range(4):
+            await stream_put(ctx, dut.port1.req, req(LineOp.WRITE, log + i, tag=i, data=i))
+            kept_at.append(ctx.get(dut.lines_written))
+
+    async def acks(ctx):
+        ctx.set(dut.port0.wack.ready, 1)
+        ctx.set(dut.port1.wack.ready, 1)
+        first = None
+        n = t = 0
+        while n < 8:
+            if ctx.get(dut.port0.wack.valid):
+                n += 1
+                first = t if first is None else first
+            await ctx.tick()
+            t += 1
+        # Four writes beyond the buffer's four: the last was taken once the fourth line
+        # had drained (the first drains at once, then one every 50 cycles).
+        assert 3 * 50 - 10 <= t - first <= 3 * 50 + 20
+        await ctx.tick().repeat(4)
+        assert ctx.get(dut.lines_buffered) == 4
+        assert ctx.get(dut.lines_written) == 8
+        assert ctx.get(dut.writes_by_region[1]) == 0
+
+    run(dut, tables, checkpoint, acks)
+    # The checkpoint lines went in while table lines still waited for room (5 of 8 taken).
+    assert kept_at and max(kept_at) <= 5
+
+
+def test_buffer_mode_is_refused_for_the_boards_media():
+    from trainingcxl.spec.config import ConfigError
+    with pytest.raises(ConfigError, match="buffer_lines"):
+        small_config(registered=True, buffer_lines=4)
