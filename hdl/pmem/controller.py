@@ -481,11 +481,7 @@ class PmemController(wiring.Component):
         cfg = self._config.pmem
         registered = self._config.register_slices
         # Drain the oldest write to the media when due and its client can take the ack.
-        wack_ready = Signal()
-        with m.Switch(wpq_head.client):
-            for i, p in enumerate(ports):
-                with m.Case(i):
-                    m.d.comb += wack_ready.eq(p.wack.ready)
+        wack_ready = self._wack_ready(m, ports, wpq_head.client)
         # The ack's valid must not depend on its ready: offer it whenever the
         # head is due and a write slot is free, drain when it is taken.
         drain = Signal()
@@ -530,6 +526,16 @@ class PmemController(wiring.Component):
         m.d.sync += pend_valid.eq((pend_valid & ~clr_mask) | set_mask)
         return drain
 
+    @staticmethod
+    def _wack_ready(m, ports, client):
+        """Whether the port of ``client`` can take an acknowledgement now."""
+        ready = Signal()
+        with m.Switch(client):
+            for i, p in enumerate(ports):
+                with m.Case(i):
+                    m.d.comb += ready.eq(p.wack.ready)
+        return ready
+
     def _kept(self, addr):
         """Whether a line is in the checkpoint region, which the energy-backed buffer
         keeps (the undo log ring, the commit slots, the ring headers)."""
@@ -544,11 +550,7 @@ class PmemController(wiring.Component):
         abits = self._config.media_addr_bits
         m.d.comb += [wr.addr.eq(taken.addr[:abits]), wr.data.eq(taken.data),
                      wr.en.eq(Mux(enqueue, taken.be, 0))]
-        wack_ready = Signal()
-        with m.Switch(wpq_head.client):
-            for i, p in enumerate(ports):
-                with m.Case(i):
-                    m.d.comb += wack_ready.eq(p.wack.ready)
+        wack_ready = self._wack_ready(m, ports, wpq_head.client)
         acked = Signal()
         due = wpq.r_rdy & _aged(m, "ack", enqueue, acked, cfg.buffer_latency, cfg.wpq_depth)
         m.d.comb += [acked.eq(due & wack_ready), wpq.r_en.eq(acked)]
