@@ -128,15 +128,15 @@ class SimulatedBoard(BoardTarget):
         return f"simulated {b.name} top at {self.clock(args, b):g} MHz on {args.sim}"
 
     def run(self, args, b, job):
-        from trainingcxl.host.apps.launch import launch
-        from trainingcxl.sim.runner import BenchFailure, board_top
-        try:
-            return launch(job, b.config, sim=args.sim, top=board_top(self.clock(args, b)),
-                          name=f"board-{args.sim}")
-        except BenchFailure as e:
-            if e.record is None:
-                report.error(e)
-            return e.record
+        from trainingcxl.host.runs.choice import runner_for
+        from trainingcxl.host.runs.task import Task
+        from trainingcxl.sim.runner import board_top
+        task = Task(f"board-{args.sim}", b.config, job, sim=args.sim,
+                    top=board_top(self.clock(args, b)))
+        _, record, error = runner_for(b.config, job, live=True)(task)
+        if record is None:
+            report.error(error)
+        return record
 
 
 class Board(BoardTarget):

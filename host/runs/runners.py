@@ -55,8 +55,8 @@ class DeviceRunner(Runner):
         if task.media_dir:
             job = _with_media_file(job, task)
         try:
-            record = launch(job, task.config, sim=task.sim, capture=not self.live,
-                            waves=task.waves_to, name=None if self.live else f"run{task.index}")
+            record = launch(job, task.config, sim=task.sim, top=task.top, capture=not self.live,
+                            waves=task.waves_to, name=f"{task.index}" if self.live else f"run{task.index}")
             return Result(task, record)
         except BenchFailure as e:
             return Result(task, e.record, str(e))

@@ -26,7 +26,9 @@ class Task:
 
     ``index`` orders the results and names the run (its journal entry, its media
     file, its reproducer); ``label`` is what the command groups runs by (a
-    workload's name). ``media_dir``: the run keeps its PMEM media in
+    workload's name); ``top``: what the simulator builds around the device (the
+    device's own ports, or a board's top, :func:`~trainingcxl.sim.runner.board_top`).
+    ``media_dir``: the run keeps its PMEM media in
     ``media_dir/<index>.pmem``, made anew; ``waves_to``: a path for a waveform;
     ``workers``: a pool's simulators at once; ``kills``: for a killed-and-resumed
     run, how many times its process is killed."""
@@ -34,6 +36,7 @@ class Task:
     config: Config
     job: Job
     sim: str = "verilator"
+    top: str = "device"
     label: str = ""
     media_dir: str = None
     waves_to: str = None
