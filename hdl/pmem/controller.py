@@ -120,6 +120,8 @@ class PmemController(wiring.Component):
         commit records, the MLP snapshot slots (:data:`REGIONS`).
     lines_buffered : Out(32)
         With the buffer: checkpoint-region lines written, kept in the buffer.
+    backlog : Out(32)
+        With the buffer: lines it holds for the media, not yet drained.
     media_port : Out(LinePortSignature), media_late : Out(32)
         With ``media_port`` only.
     """
@@ -144,6 +146,7 @@ class PmemController(wiring.Component):
             "reads_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
             "writes_by_region": Out(data.ArrayLayout(32, len(REGIONS))),
             "lines_buffered": Out(32),
+            "backlog": Out(32),
         })
         if media_port:
             members.update({
@@ -175,6 +178,7 @@ class PmemController(wiring.Component):
             # With the media in block RAM the model's timing always holds.
             Reg.MEDIA_LATE: self.media_late if self._media_port else C(0),
             Reg.PMEM_WRITES_BUFFERED: self.lines_buffered,
+            Reg.PMEM_BACKLOG: self.backlog,
         }
 
     def elaborate(self, platform):
@@ -562,6 +566,7 @@ class PmemController(wiring.Component):
         m.d.comb += [drained.eq((backlog != 0) & write_rate.ok), write_rate.take.eq(drained)]
         bound = enqueue & ~self._kept(taken.addr[:abits])
         m.d.sync += backlog.eq(backlog + bound - drained)
+        m.d.comb += self.backlog.eq(backlog)
 
     def _count(self, m, iss, issue_read, write_addr, written):
         """Lines read and written, in all and by region; ``written``: a write of

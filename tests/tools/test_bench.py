@@ -50,6 +50,20 @@ def test_a_window_becomes_figures_per_batch():
     assert e["host_cpu_idle"] == pytest.approx(5000 * 4e-9 * DEFAULT_ENERGY.host_cpu_idle_w)
 
 
+def test_a_window_pays_for_the_writes_the_buffer_had_not_drained():
+    """Behind the energy-backed buffer a window that ends with more lines waiting for the
+    media than it began with is charged the media's time for them (and one that drained
+    lines taken before it is credited them): the buffer moves writes, it does not hide
+    them."""
+    cfg = WORKLOADS["embedding-heavy"].config
+    lines, per = cfg.pmem.write_rate
+    assert analyse_run(cfg, "cxl", record(pmem_backlog=300))["cycles_per_batch"] == \
+        pytest.approx((10_000 + 300 * per / lines) / 2)
+    assert analyse_run(cfg, "cxl", record(pmem_backlog=-100))["cycles_per_batch"] == \
+        pytest.approx((10_000 - 100 * per / lines) / 2)
+    assert analyse_run(cfg, "cxl", record())["cycles_per_batch"] == 5000
+
+
 def test_host_pmem_counts_its_media_accesses_and_its_cpu():
     """host-pmem's CPU reaches the media on its own bus: the device's counters see nothing,
     the host's counts are its PMEM traffic, and the CPU's working cycles cost its power."""
