@@ -51,7 +51,7 @@ def fan_out(runner, tasks, cluster, progress_note=lambda result: "", *, journal=
     for task in tasks:
         if task.index in done:
             record, error = done[task.index]
-            result = Result(task, runner.revive(record), error)
+            result = Result(task, runner.revive(task, record), error)
             bar.step(progress_note(result))
             yield result
     bar.restart_clock()

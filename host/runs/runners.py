@@ -25,16 +25,16 @@ __all__ = ["Runner", "DeviceRunner"]
 class Runner:
     """Runs one task where it is called; :meth:`revive` turns a record kept as JSON (a
     journal's) back into the record the runner returns."""
-    #: What the runner's records are: a class with ``from_dict``, or ``None`` for JSON data.
+    #: What the runner's records are: a class with ``from_dict``; ``None``: the task's
+    #: job says (its ``record_class``), else they are JSON data.
     record_class = None
 
     def __call__(self, task):
         raise NotImplementedError
 
-    def revive(self, data):
-        if data is None or self.record_class is None:
-            return data
-        return self.record_class.from_dict(data)
+    def revive(self, task, data):
+        cls = self.record_class or getattr(task.job, "record_class", None)
+        return data if data is None or cls is None else cls.from_dict(data)
 
 
 class DeviceRunner(Runner):
@@ -56,7 +56,8 @@ class DeviceRunner(Runner):
             job = _with_media_file(job, task)
         try:
             record = launch(job, task.config, sim=task.sim, top=task.top, capture=not self.live,
-                            waves=task.waves_to, name=f"{task.index}" if self.live else f"run{task.index}")
+                            waves=task.waves_to,
+                            name=f"{task.index}" if self.live else f"run{task.index}")
             return Result(task, record)
         except BenchFailure as e:
             return Result(task, e.record, str(e))

@@ -14,6 +14,7 @@ import pytest
 from trainingcxl.host.cli import main
 from trainingcxl.host.commands import campaign
 from trainingcxl.host.jobs import TrainJob
+from trainingcxl.host.protocol.run_record import TrainRecord
 from trainingcxl.host.runs.runners import Runner
 from trainingcxl.host.runs.task import Result, Task
 from trainingcxl.spec.presets import PRESETS
@@ -63,7 +64,9 @@ class FakeCluster:
             if i == self.stop_after:
                 raise KeyboardInterrupt
             self.ran.append(task.index)
-            yield i, Result(task, {"failures": [], "golden_match": True, "n": task.index})
+            yield i, Result(task, TrainRecord(batches=task.index, system="cxl", staleness=1,
+                                              relaxed=False, checkpointing=True,
+                                              gpu_cycles_per_batch=0, golden_match=True))
 
 
 def test_an_interrupted_fan_out_resumes_without_repeating_a_task(tmp_path, capsys):
@@ -78,7 +81,9 @@ def test_an_interrupted_fan_out_resumes_without_repeating_a_task(tmp_path, capsy
     results, execution = campaign.run_tasks("campaign", args, again, Runner(), tasks,
                                             lambda r: "")
     assert again.ran == [3, 4] and execution["resumed_tasks"] == 3
-    assert [r.record["n"] for r in results] == [0, 1, 2, 3, 4]
+    # The journal's records come back typed, as the runs return them.
+    assert all(isinstance(r.record, TrainRecord) for r in results)
+    assert [r.record.batches for r in results] == [0, 1, 2, 3, 4]
     assert [r.task for r in results] == tasks
 
 
