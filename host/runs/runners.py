@@ -15,6 +15,7 @@ cross to workers by pickling) and returns a :class:`~.task.Result`:
 on a cluster.
 """
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from .task import Result
@@ -22,15 +23,16 @@ from .task import Result
 __all__ = ["Runner", "DeviceRunner"]
 
 
-class Runner:
+class Runner(ABC):
     """Runs one task where it is called; :meth:`revive` turns a record kept as JSON (a
     journal's) back into the record the runner returns."""
     #: What the runner's records are: a class with ``from_dict``; ``None``: the task's
     #: job says (its ``record_class``), else they are JSON data.
     record_class = None
 
+    @abstractmethod
     def __call__(self, task):
-        raise NotImplementedError
+        """Run ``task`` here; returns its :class:`~.task.Result`."""
 
     def revive(self, task, data):
         cls = self.record_class or getattr(task.job, "record_class", None)

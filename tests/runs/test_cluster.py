@@ -15,7 +15,7 @@ from trainingcxl.host.cli import main
 from trainingcxl.host.commands import campaign
 from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.protocol.run_record import TrainRecord
-from trainingcxl.host.runs.runners import Runner
+from trainingcxl.host.runs.runners import DeviceRunner
 from trainingcxl.host.runs.task import Result, Task
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.runs.cluster import LocalPool, TaskLost, parse_cluster
@@ -73,12 +73,12 @@ def test_an_interrupted_fan_out_resumes_without_repeating_a_task(tmp_path, capsy
     tasks = [Task(i, PRESETS["tiny"], TrainJob(seed=i)) for i in range(5)]
     args = type("Args", (), {"journal": str(tmp_path / "j.jsonl"), "resume": False})()
     with pytest.raises(SystemExit) as stop:
-        campaign.run_tasks("campaign", args, FakeCluster(stop_after=3), Runner(), tasks,
+        campaign.run_tasks("campaign", args, FakeCluster(stop_after=3), DeviceRunner(), tasks,
                            lambda r: "")
     assert stop.value.code == 130 and "--resume goes on" in capsys.readouterr().err
     args.resume = True
     again = FakeCluster()
-    results, execution = campaign.run_tasks("campaign", args, again, Runner(), tasks,
+    results, execution = campaign.run_tasks("campaign", args, again, DeviceRunner(), tasks,
                                             lambda r: "")
     assert again.ran == [3, 4] and execution["resumed_tasks"] == 3
     # The journal's records come back typed, as the runs return them.
