@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "NOMINAL_CLOCK_MHZ", "BOARD_CLOCK_MHZ", "BLOCKS", "LINE_BYTES", "LINE_BITS", "ADDR_BITS", "RING_HEADERS",
-    "GROUP_RECORDS",
+    "GROUP_RECORDS", "BUFFER_CAP",
     "ConfigError", "MediaProfile", "MEDIA_PROFILES", "DEFAULT_MEDIA",
     "FixedPoint", "PmemTiming", "LinkTiming", "PoolShape", "CopyTiming", "HostPmemTiming", "SdramTiming", "ModelShape", "GpuTiming", "Config",
 ]
@@ -45,6 +45,12 @@ RING_HEADERS = 2
 #: Undo records an undo group (one slot of the log ring) holds at most: their
 #: (addr, csum) entries share the group line (spec/records.py).
 GROUP_RECORDS = 6
+#: Most lines the energy-backed write buffer holds for the media when sized
+#: automatically (``Config.buffer_size``): 8 MiB, the order of the last-level cache
+#: an eADR platform flushes on power loss, or a CXL memory module's write cache
+#: behind its hold-up capacitors; flushing it at the ``emulated`` media's 1.6 GB/s
+#: takes 5.2 ms.
+BUFFER_CAP = 1 << 17
 
 
 class ConfigError(ValueError):
@@ -172,14 +178,16 @@ class PmemTiming:
     ``write_latency`` is the time a write spends in the volatile write-pending
     queue before it reaches the media (and becomes persistent).
 
-    ``buffer_lines`` above 0 puts an energy-backed write buffer in front of the
-    media (docs/design.md, "Failure model"), as CXL memory modules with power-loss
-    protection and eADR platforms do: a write is persistent once the buffer has
-    taken it (``buffer_latency`` cycles after its take), and the buffer drains to
-    the media at ``write_rate``, holding at most ``buffer_lines`` lines on their way
-    there; the checkpoint region (the undo log ring, the commit slots and the ring
-    headers) lives in the buffer itself and never drains. On a power failure the
-    buffer's stored energy writes what it holds to the media. Internal media only
+    The energy-backed write buffer (docs/design.md, "Failure model") sits in front
+    of the media, as in CXL memory modules with power-loss protection and eADR
+    platforms: a write is persistent once the buffer has taken it (``buffer_latency``
+    cycles after its take), and the buffer drains to the media at ``write_rate``,
+    holding at most ``buffer_lines`` lines on their way there; the checkpoint region
+    (the undo log ring, the commit slots and the ring headers) lives in the buffer
+    itself and never drains. On a power failure the buffer's stored energy writes
+    what it holds to the media. ``buffer_lines`` None (the default) sizes it
+    automatically (:attr:`Config.buffer_size`), 0 leaves it out (the volatile
+    write-pending queue is then the media's front). Internal media only
     (``media="bram"``), without register slices: the boards keep the volatile queue.
     """
     read_latency: int = _DEFAULT_TIMING["read_latency"]
@@ -188,7 +196,7 @@ class PmemTiming:
     write_rate: tuple[int, int] = _DEFAULT_TIMING["write_rate"]
     wpq_depth: int = 16
     read_depth: int = 64
-    buffer_lines: int = 0
+    buffer_lines: int | None = None
     buffer_latency: int = 16
 
     def __post_init__(self):
@@ -204,8 +212,9 @@ class PmemTiming:
             _check(isinstance(v, int) and v >= 4 and (v & (v - 1)) == 0 and v <= 1024,
                    f"pmem.{name} must be a power of two in [4, 1024], not {v!r}")
         v = self.buffer_lines
-        _check(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1 << 24,
-               f"pmem.buffer_lines must be an integer in [0, {1 << 24}] (0: no buffer), not {v!r}")
+        _check(v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1 << 24),
+               f"pmem.buffer_lines must be an integer in [0, {1 << 24}] (0: no buffer) or null "
+               f"(sized automatically), not {v!r}")
         v = self.buffer_latency
         _check(isinstance(v, int) and 4 <= v <= 4096,
                f"pmem.buffer_latency must be an integer number of cycles in [4, 4096], not {v!r}")
@@ -683,7 +692,7 @@ class Config:
                f"line_beats must be 1, 2, 4 or 8 (beats a line moves in), not {self.line_beats!r}")
         _check(self.line_beats == 1 or self.register_slices,
                "line_beats above 1 needs register_slices (the beats replace the port slices)")
-        _check(not self.pmem.buffer_lines or (self.media == "bram" and not self.register_slices),
+        _check(not self.pmem.buffer_lines or self._buffer_possible,
                "pmem.buffer_lines (the energy-backed write buffer) needs the media inside the "
                "device (media = bram) and no register slices; set pmem.buffer_lines=0")
         for kind in ("read", "write"):
@@ -776,6 +785,29 @@ class Config:
         more for a group an ``UPDATE`` closes early (one of a batch looked up while the
         one before it updates, in relaxed order)."""
         return -(-records // GROUP_RECORDS) + 1 if records else 0
+
+    @property
+    def _buffer_possible(self):
+        # The buffer writes the internal media; the boards' media is outside, behind
+        # register slices, and keeps the volatile queue.
+        return self.media == "bram" and not self.register_slices
+
+    @property
+    def buffer_size(self):
+        """Lines the energy-backed write buffer holds for the media (``pmem.buffer_lines``;
+        0: no buffer). Automatic (None): the lines a batch of ``max_bags`` bags can write
+        at most (every index a distinct row, no more than the tables hold), rounded up to
+        a power of two and capped at :data:`BUFFER_CAP`: a batch's writes drain while the
+        next batch is looked up and trained, and the buffer is sized by the batch, not by
+        the tables (docs/design.md, "Failure model")."""
+        if self.pmem.buffer_lines is not None:
+            return self.pmem.buffer_lines
+        # It is the checkpoint scheme's persistence domain: a device without the
+        # checkpoint engine (the 12F's pooling device) keeps the volatile queue.
+        if not self._buffer_possible or "checkpoint" not in self.blocks:
+            return 0
+        batch = min(self.max_bags * self.max_pooling, sum(self.tables)) * self.lines_per_row
+        return min(BUFFER_CAP, 1 << max(0, (batch - 1).bit_length()))
 
     @property
     def log_size(self):

@@ -277,7 +277,7 @@ REGISTERS = (
        "reset: all ones, no limit; absent on a device of its own)"),
     _counter("PMEM_WRITES_BUFFERED", 0x5A,
              "lines written to the checkpoint region kept in the energy-backed buffer "
-             "(pmem.buffer_lines above 0): persistent, never drained to the media"),
+             "(Config.buffer_size above 0): persistent, never drained to the media"),
     _counter("PMEM_BACKLOG", 0x5B,
              "lines the energy-backed buffer holds for the media, not yet drained: a level, "
              "not a count, read with the counters so that a measured window's change in it "

@@ -72,12 +72,12 @@ class PmemController(wiring.Component):
       timing state); the media keeps what reached it. The media is atomic per
       8 bytes only: a line leaving the queue in the very cycle the power fails
       is torn (a pseudo-random subset of its 8-byte words lands).
-    * With ``pmem.buffer_lines`` the persistence domain is an energy-backed write
-      buffer instead of the media (``Config.pmem``): a write taken is in the media
-      (and every read sees it) at once, and persistent, acknowledged
-      ``buffer_latency`` cycles after its take; the buffer then drains it to the
-      media at ``write_rate``, and takes a write for the media only while fewer than
-      ``buffer_lines`` wait to drain. A write to the checkpoint region (the undo log
+    * With the buffer (``Config.buffer_size`` above 0) the persistence domain is an
+      energy-backed write buffer instead of the media (``Config.pmem``): a write
+      taken is in the media (and every read sees it) at once, and persistent,
+      acknowledged ``buffer_latency`` cycles after its take; the buffer then drains
+      it to the media at ``write_rate``, and takes a write for the media only while
+      fewer than ``buffer_size`` wait to drain. A write to the checkpoint region (the undo log
       ring, the commit slots, the ring headers) stays in the buffer and never
       drains: it is counted in ``lines_buffered``, not as a media write. A power
       failure loses nothing taken: the buffer's energy writes it to the media.
@@ -129,6 +129,9 @@ class PmemController(wiring.Component):
     def __init__(self, config, *, n_ports, tag_bits=16, background=(), media_port=False):
         if n_ports < 1:
             raise ValueError(f"n_ports must be at least 1, not {n_ports}")
+        if media_port and config.buffer_size:
+            raise ValueError("the energy-backed buffer writes the media inside the controller; "
+                             "with a media port the configuration needs pmem.buffer_lines=0")
         if not set(background) <= set(range(n_ports)):
             raise ValueError(f"background ports {sorted(background)} are not all in 0..{n_ports - 1}")
         self._config = config
@@ -293,13 +296,14 @@ class PmemController(wiring.Component):
         else:
             wrote = None
             can_write = wpq.w_rdy
-        buffered = cfg.buffer_lines > 0
+        size = self._config.buffer_size
+        buffered = size > 0
         if buffered:
             # The buffer takes a write for the checkpoint region whenever an ack slot is
             # free, one for the media only while it has room for it to wait to drain.
-            backlog = Signal(range(cfg.buffer_lines + 1))
+            backlog = Signal(range(size + 1))
             room = Signal()
-            m.d.comb += room.eq(backlog < cfg.buffer_lines)
+            m.d.comb += room.eq(backlog < size)
             acks_free = can_write
             can_write = lambda addr: acks_free & (self._kept(addr) | room)      # noqa: E731
         m.submodules.arb = arb = RoundRobin(n, late_mask=registered)
@@ -583,7 +587,7 @@ class PmemController(wiring.Component):
         write_by = Signal(len(REGIONS))
         read_region = region(iss.addr)
         write_region = region(write_addr)
-        if self._config.pmem.buffer_lines:
+        if self._config.buffer_size:
             kept = Signal()
             m.d.sync += [kept.eq(written & self._kept(write_addr)),
                          self.lines_buffered.eq(self.lines_buffered + kept)]

@@ -272,15 +272,20 @@ class Device:
         seq = await self._submit(op, batch_id, n_bags, n_indices, vec_line, **flags)
         if after_submit is not None:
             await after_submit()
+        error = await self.settle(seq, batch_id)
+        return error, await self.cycles() - t0
+
+    async def settle(self, seq, batch_id):
+        """Wait for descriptor number ``seq`` (of ``batch_id``), the last submitted, to
+        complete; returns its error."""
         done = await self.wait_completed(seq)
-        cycles = await self.cycles() - t0
         # Descriptors complete in order; nothing was submitted after this one.
         if done != seq:
             raise DeviceError(f"{done} descriptors completed while waiting for number {seq}")
         last = REG.LAST_DONE.decode(await self.read(Reg.LAST_DONE))
         if last["batch"] != batch_id & 0xFFFFFFFF:
             raise DeviceError(f"completion for batch {last['batch']}, expected {batch_id}")
-        return ErrorCode(last["error"]), cycles
+        return ErrorCode(last["error"])
 
     async def _stage_batch(self, batch_id, indices, offsets):
         k = batch_id % 2
@@ -312,13 +317,21 @@ class Device:
         return await self._run(Op.FINISH, batch_id, n_bags, 0, self.out_lines[batch_id % 2])
 
     async def update(self, batch_id, indices, offsets, deltas, *, coalesced=False,
-                     after_submit=None):
-        """``UPDATE`` with ``deltas`` (n_bags, dim) int32; returns ``(error, cycles)``.
+                     after_submit=None, wait=True):
+        """``UPDATE`` with ``deltas`` (n_bags, dim) int32; returns ``(error, cycles)``, or
+        without ``wait`` its sequence number at once (:meth:`settle` collects it; the
+        arrays must stay in place until then, so nothing else is staged before).
 
         ``coalesced``: the arrays come from
         :func:`~trainingcxl.host.model.golden.coalesce_update` (each row once)."""
         await self._stage_batch(batch_id, indices, offsets)
         await self.transport.write_host(self.delta_line, np.asarray(deltas, np.int32))
+        if not wait:
+            seq = await self._submit(Op.UPDATE, batch_id, len(offsets) - 1, len(indices),
+                                     self.delta_line, coalesced=coalesced)
+            if after_submit is not None:
+                await after_submit()
+            return seq
         return await self._run(Op.UPDATE, batch_id, len(offsets) - 1, len(indices),
                                self.delta_line, coalesced=coalesced, after_submit=after_submit)
 

@@ -36,7 +36,10 @@ __all__ = ["MAGIC", "VERSION", "JOURNAL_AT", "MEDIA_AT", "MediaFileError", "Medi
            "RUN_FIELDS", "create"]
 
 MAGIC = b"TCXLPMEM"
-VERSION = 1
+#: 2: the persistence domain is the energy-backed buffer in front of the media (undo
+#: records of the checkpoint region never drain, MLP snapshots every K batches); a
+#: file of version 1 was written behind the volatile queue, by other rules.
+VERSION = 2
 _FIXED = struct.Struct("<8sIIQ")            # magic, version, description bytes, journal entries
 _ENTRY = struct.Struct("<qq")               # D, m
 #: Where the journal starts, and where the media's first line does.

@@ -177,7 +177,7 @@ class _DeviceCheckpoints(Checkpoints, ABC):
         # energy-backed buffer a pull is persistent within the batch after it starts, so
         # it starts a batch earlier, every K batches, and the next lookup never waits for
         # it (without the buffer that would add a pull's media writes for nothing).
-        lead = int(bool(run.cfg.pmem.buffer_lines) and self.k > 1)
+        lead = int(bool(run.cfg.buffer_size) and self.k > 1)
         due = self.pulling is None or b - self.pulling > self.k - lead
         if due and not st["snapshot_busy"]:
             await self.path.copy(run, run.cfg.mlp_params * 4, hops=2)    # GPU -> host -> device

@@ -178,6 +178,9 @@ class Engines:
         # The GPU's copy of the rows it gathered for a batch, as that batch's update
         # leaves them: ``(batch, keys, rows)`` (relaxed order, rows gathered).
         self._carry = None
+        # An UPDATE submitted and not waited for: ``(batch, sequence number)``, and
+        # once waited for, ``(batch, error)``.
+        self._pending = self._settled = None
 
     def stats(self):
         """What the host did beside the device, to add to the run's ``host`` figures."""
@@ -194,7 +197,7 @@ class Engines:
 
     async def configure(self, run):
         # At power-up the GPU's memory is empty: nothing carries over.
-        self._carry = None
+        self._carry = self._pending = self._settled = None
         await self.checkpoints.configure(run)
         await self.path.configure(run)
 
@@ -280,6 +283,9 @@ class Engines:
                 looked.pending[which] = False
                 await self._pool(run, looked, now=False)
                 run.gpu_begins()
+                # The update of ``b - 1`` runs on beside the GPU's step; the rows it
+                # leaves are read once it is done.
+                await self.settle_update(run)
                 if not self.logging.nolog:      # a logging pass or no log: nothing to read
                     carried = looked.rows[which]
                     await self._gather(run, b, looked, which)
@@ -287,9 +293,11 @@ class Engines:
                             looked.rows[which], carried):
                         run.record.pooled_mismatches += 1    # the GPU's copy is not the media's
                 return
+            await self.settle_update(run)
             await self._gather(run, b, looked, which)
             await self._pool(run, looked)
             return
+        await self.settle_update(run)
         fin, _ = await run.device.finish(b, n_bags)
         looked.pooled = await run.device.pooled(b, n_bags)
         if fin != ErrorCode.NONE:
@@ -305,16 +313,47 @@ class Engines:
         error = ErrorCode.NONE
         keys, sums = key_deltas(run.cfg, batch.indices, batch.offsets, deltas)
         self._carry = None
-        for k, (indices, offsets, rows_deltas) in enumerate(update_chunks(run.cfg, keys, sums)):
+        # In relaxed order the GPU has the rows as this update leaves them (it gathered
+        # them and computed the deltas): the next batch's step need not wait for the
+        # device, so the last descriptor of the update is left running beside it
+        # (:meth:`settle_update` collects it before the next descriptor).
+        carry = run.relaxed and isinstance(looked, RowsLookup)
+        chunks = list(update_chunks(run.cfg, keys, sums))
+        for k, (indices, offsets, rows_deltas) in enumerate(chunks):
             # GPU -> host -> device
             await self.path.copy(run, (len(offsets) - 1) * run.cfg.dim * 4, hops=2)
+            hook = run.hook("update", b) if k == 0 else None
+            if carry and k == len(chunks) - 1:
+                seq = await run.device.update(b, indices, offsets, rows_deltas, coalesced=True,
+                                              after_submit=hook, wait=False)
+                self._pending = (b, seq)
+                break
             error, _ = await run.device.update(b, indices, offsets, rows_deltas, coalesced=True,
-                                               after_submit=run.hook("update", b) if k == 0 else None)
+                                               after_submit=hook)
             if error != ErrorCode.NONE:
                 return error
-        if run.relaxed and isinstance(looked, RowsLookup):
+        if carry:
             self._carry = (b, keys, wrap32(looked.rows.astype(np.int64) - sums))
         return error
+
+    async def settle_update(self, run):
+        """Wait for an ``UPDATE`` left running (:meth:`update`), if one is; its outcome is
+        kept for :meth:`update_error`."""
+        if self._pending is None:
+            return
+        batch, seq = self._pending
+        self._pending = None
+        error = await run.device.settle(seq, batch)
+        if error != ErrorCode.NONE:
+            self._carry = None          # the rows are not as the GPU has them
+        self._settled = (batch, error)
+
+    async def update_error(self, run, b, error):
+        """The outcome of batch ``b``'s update, ``error`` as :meth:`update` returned it
+        unless its last descriptor was left running (then waited for now if need be)."""
+        await self.settle_update(run)
+        settled, self._settled = self._settled, None
+        return settled[1] if settled is not None and settled[0] == b else error
 
 
 class Software(Engines):

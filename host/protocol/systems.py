@@ -77,8 +77,11 @@ class System:
 
 
 #: ``cxl``'s staleness bound K: the relaxed MLP snapshots of the device, and the K the
-#: stronger software baseline ``host-pmem-k`` is given so that both keep the same.
-RELAXED_K = 1
+#: stronger software baseline ``host-pmem-k`` is given so that both keep the same. 4:
+#: a snapshot every 5 batches at most, its pull spread behind the energy-backed buffer
+#: (docs/checkpointing.md); the held-out AUC study (docs/results.md) measured K = 4
+#: within the seeds' spread of K = 0 (-0.018 +- 0.019%), K = 8 and 16 beyond it.
+RELAXED_K = 4
 
 SYSTEMS = {s.name: s for s in (
     System("host-pmem", engines=False, coherent=False, log_pass=False, relaxed=False, staleness=0,

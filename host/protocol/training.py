@@ -448,6 +448,7 @@ class TrainingRun:
             early = await self.order.during_gpu(self, b, nxt)
             error = await sysm.update(self, b, batch, deltas, looked)
             early = await self.order.after_update(self, b, early, nxt)
+            error = await sysm.update_error(self, b, error)
             self.enter("commit", b)
             self._remember(b)               # the golden state a recovery to b must find
             rec.loss[b], rec.loss_ref[b] = loss, loss_ref

@@ -1,5 +1,7 @@
 """Control window in amaranth.sim: registers, doorbell, errors, interrupt."""
 
+import dataclasses
+
 import pytest
 from amaranth.sim import Simulator
 
@@ -57,7 +59,9 @@ def device_read_groups(config):
     from trainingcxl.hdl.pmem.controller import PmemController
     from trainingcxl.hdl.top import read_groups
     blocks = {"lookup": LookupEngine(config),
-              "pmem": PmemController(config, n_ports=1, media_port=True),
+              # With a media port (and so no energy-backed buffer): every counter there is.
+              "pmem": PmemController(config.replace(pmem=dataclasses.replace(
+                  config.pmem, buffer_lines=0)), n_ports=1, media_port=True),
               "cache_agent": CacheAgent(config, n_ports=1), "mem_target": CxlMemTarget(config),
               "update": UpdateEngine(config), "ckpt": CheckpointEngine(config),
               "logger": UndoLogger(config), "dispatch": Dispatcher(config), "link": CxlLink(config)}

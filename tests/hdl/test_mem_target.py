@@ -15,7 +15,9 @@ from trainingcxl.spec.config import Config, PmemTiming
 from trainingcxl.sim.amaranth_streams import stream_get, stream_put
 
 CFG = Config(tables=(24, 8), log_lines=14, commit_lines=2, snapshot_lines=2,
-             pmem=PmemTiming(read_latency=12, write_latency=30, wpq_depth=8, read_depth=16))
+             # The volatile queue: a write is persistent (and completed) write_latency after.
+             pmem=PmemTiming(read_latency=12, write_latency=30, wpq_depth=8, read_depth=16,
+                             buffer_lines=0))
 FULL = (1 << 64) - 1
 #: Without and with the boards' register slices (the decode then registered as a
 #: request enters the target).

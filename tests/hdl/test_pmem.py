@@ -15,8 +15,9 @@ FULL = (1 << 64) - 1
 def small_config(registered=False, beats=1, **timing):
     """``registered``: the boards' register slices, which register the read hazard check;
     ``beats``: the read data moves in that many beats (``Config.line_beats``)."""
+    # The volatile write-pending queue unless a test asks for the energy-backed buffer.
     t = dict(read_latency=8 + 2 * (beats - 1), write_latency=12, read_rate=(3, 5), write_rate=(1, 4),
-             wpq_depth=4, read_depth=8)
+             wpq_depth=4, read_depth=8, buffer_lines=0)
     t.update(timing)
     return Config(tables=(16, 16), pmem=PmemTiming(**t), log_lines=14, commit_lines=2,
                   snapshot_lines=2, register_slices=registered, line_beats=beats)

@@ -21,8 +21,9 @@ from trainingcxl.spec.presets import PRESETS
 MHZ = 50
 CHIP = SdramTiming(rows=16, cols=64, init_us=2.0, trefi_ns=4000.0)
 #: Slower than the SDRAM's ~37 cycles a line, reads and writes together.
+#: The volatile queue, as on the boards (the energy-backed buffer writes media inside).
 SLOW = PmemTiming(read_latency=96, write_latency=96, read_rate=(1, 80), write_rate=(1, 80),
-                  read_depth=4, wpq_depth=4)
+                  read_depth=4, wpq_depth=4, buffer_lines=0)
 FULL = (1 << 64) - 1
 
 

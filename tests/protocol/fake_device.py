@@ -310,10 +310,21 @@ class FakeDevice(Device):
         return np.zeros((n_bags, self.config.dim), np.int32) if out is None else out.copy()
 
     async def update(self, batch_id, indices, offsets, deltas, *, coalesced=False,
-                     after_submit=None):
+                     after_submit=None, wait=True):
         arrays = (np.array(indices), np.array(offsets), np.array(deltas, dtype=np.int32))
+        if not wait:
+            seq = self._submit(Op.UPDATE, batch_id, arrays=arrays, coalesced=coalesced)
+            if after_submit is not None:
+                await after_submit()
+            return seq
         return await self._run(Op.UPDATE, batch_id, after_submit, arrays=arrays,
                                coalesced=coalesced), COST[Op.UPDATE]
+
+    async def settle(self, seq, batch_id):
+        self._alive()
+        assert seq == self.submitted, "a descriptor was submitted after the one settled"
+        self._drain()
+        return self._last
 
     def _do_update(self, b, *, arrays, coalesced):
         indices, offsets, deltas = arrays

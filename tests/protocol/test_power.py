@@ -76,7 +76,7 @@ def test_a_failure_during_recovery_recovers_the_same(fake_training):
 
 def test_relaxed_snapshots_recover_within_k(fake_training):
     """K = 1 with a pull slower than a batch: m may trail D by one, never more."""
-    t = fake_training("cxl", batches=6, pull_cycles=30_000,
+    t = fake_training("cxl", batches=6, pull_cycles=30_000, staleness=1,
                       failures=[{"phase": "gpu", "batch": 4, "offset": 3}])
     failure = _one_failure(t)
     assert failure.recovered_batch - failure.recovered_mlp_batch <= 1

@@ -14,7 +14,8 @@ import pytest
 
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host import pmem
-from trainingcxl.host.pmem.media_file import MEDIA_AT, MediaFile, MediaFileError, create
+from trainingcxl.host.pmem.media_file import (MAGIC, MEDIA_AT, VERSION, MediaFile, MediaFileError,
+                                              create)
 
 RUN = {"seed": 0, "data": "synthetic", "batch_size": 16, "min_pooling": 0, "zipf_alpha": 1.05,
        "system": "cxl-b", "staleness": 0, "relaxed": False, "checkpointing": True}
@@ -45,8 +46,14 @@ def test_bad_files_are_refused_in_one_line(tmp_path):
     assert not pmem.open(path, config=cfg).found
     (tmp_path / "short.pmem").write_bytes(path.read_bytes()[:MEDIA_AT + 100])
     (tmp_path / "text.pmem").write_text("hello\n")
+    # A file of the format before the energy-backed buffer (version 1).
+    old = bytearray(path.read_bytes())
+    old[len(MAGIC):len(MAGIC) + 4] = (VERSION - 1).to_bytes(4, "little")
+    (tmp_path / "old.pmem").write_bytes(old)
     for name, why in (("short.pmem", "truncated"), ("text.pmem", "not a trainingcxl media"),
-                      ("absent.pmem", "no such media file")):
+                      ("absent.pmem", "no such media file"),
+                      ("old.pmem", f"format version {VERSION - 1}; this trainingcxl reads "
+                                   f"version {VERSION}")):
         with pytest.raises(MediaFileError, match=why) as e:
             pmem.open(tmp_path / name)
         assert "\n" not in str(e.value)
