@@ -527,7 +527,11 @@ class Config:
         power of two. 65,536 cycles is 262 us at 250 MHz, far beyond any
         answer a working host gives.
     host_window : int
-        Lines in flight for each stream the lookup engine reads from host memory.
+        Lines in flight for each stream an engine reads from host memory (indices,
+        offsets, deltas, the MLP's staged copy). 32 covers a read's round trip over the
+        link and host memory (about 60 cycles) at the link's rate with the streams of a
+        coalesced update sharing it (8 left the update waiting for its deltas: 9.7
+        cycles a row at 10^5 rows and batches of 2048, 7 with 32).
     desc_depth : int
         Descriptors the control window queues.
     log_lines, commit_lines, snapshot_lines : int
@@ -630,7 +634,7 @@ class Config:
     link: LinkTiming = field(default_factory=LinkTiming)
     cache_ids: int = 32
     cache_timeout: int = 1 << 16
-    host_window: int = 8
+    host_window: int = 32
     desc_depth: int = 4
     log_lines: int = 0
     commit_lines: int = 4
@@ -808,6 +812,13 @@ class Config:
             return 0
         batch = min(self.max_bags * self.max_pooling, sum(self.tables)) * self.lines_per_row
         return min(BUFFER_CAP, 1 << max(0, (batch - 1).bit_length()))
+
+    def snapshot_period(self, staleness):
+        """Batches between the starts of two MLP snapshot pulls with staleness bound
+        ``staleness`` (K): K + 1, the fewest the bound allows; behind the energy-backed
+        buffer with K of 2 or more, K: a pull is persistent within the batch after it
+        starts, so starting it a batch early keeps every lookup from waiting for it."""
+        return staleness + 1 - int(bool(self.buffer_size) and staleness > 1)
 
     @property
     def log_size(self):

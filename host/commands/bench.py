@@ -23,6 +23,7 @@ from trainingcxl.host.runs.cluster import open_cluster
 from trainingcxl.spec.config import DEFAULT_MEDIA, MEDIA_PROFILES
 from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS
 from trainingcxl.host.protocol.systems import DEFAULT_SYSTEM, SYSTEMS
+from . import bench_scale
 from trainingcxl.host.jobs import LookupJob, TrainJob, UpdateJob
 from trainingcxl.host.runs.fanout import fan_out
 from trainingcxl.host.runs.runners import DeviceRunner
@@ -237,7 +238,6 @@ def cmd_bench(args):
         return bench_pool.cmd_pool(args, say)
     scale_only = [o for o, v in (("--sizes", args.sizes), ("--batch-sizes", args.batch_sizes)) if v]
     if args.scale:
-        from trainingcxl.host.commands import bench_scale
         args.systems = tuple((args.systems or ",".join(bench_scale.DEFAULT_SYSTEMS)).split(","))
         args.sizes = args.sizes or tuple(SCALE_ROWS)
         args.batch_sizes = args.batch_sizes or SCALE_BATCHES
@@ -315,7 +315,6 @@ def _media(workloads):
 
 
 def register(sub):
-    from trainingcxl.host.commands import bench_scale     # it builds on this module
     from trainingcxl.host.commands import bench_pool
     sp = sub.add_parser(
         "bench", help="run the configuration ladder (host-pmem ... cxl) and report speed, "
@@ -338,7 +337,8 @@ def register(sub):
                          f"--scale: cxl)")
     workload_options(sp, names=("batches", "seed"), defaults={"batches": None},
                      helps={"batches": "batches per run; the window measured is batches 2..N, "
-                                       "with --scale 3..N (default: 8)"},
+                                       f"with --scale 3..N (default: 8, with --scale "
+                                       f"{bench_scale.DEFAULT_BATCHES})"},
                      batches={"type": _at_least(3)})
     staleness_option(sp, help="staleness bound K for every system")
     cluster_options(sp, jobs_default=2)

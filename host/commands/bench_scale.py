@@ -17,7 +17,7 @@ from trainingcxl.host.tools.ladder import (
     Workload, comparison, overridden, recovery_row, recovery_task, run_key, run_ladder, summarise)
 from trainingcxl.host.runs.fanout import fan_out
 from trainingcxl.host.runs.runners import DeviceRunner
-from trainingcxl.host.protocol.systems import DEFAULT_SYSTEM, SYSTEMS
+from trainingcxl.host.protocol.systems import DEFAULT_SYSTEM, RELAXED_K, SYSTEMS
 from trainingcxl.spec.presets import SCALE_BATCHES, SCALE_ROWS, scale_ladder
 
 from .report import json_out
@@ -29,12 +29,14 @@ __all__ = ["DEFAULT_SYSTEMS", "DEFAULT_BATCHES", "parse_sizes", "parse_batch_siz
 #: and without checkpointing (``pmem``'s CXL.mem traffic runs in gateware, see
 #: ``sim/rtl/mem_bulk.py``, so it simulates about as fast as the others).
 DEFAULT_SYSTEMS = tuple(SYSTEMS)
-#: Batches of a scale run: the window measured is batches 3..8.
-DEFAULT_BATCHES = 8
 #: Batches before the measured window: the first fills the device's state (its marks,
 #: the log ring, the first snapshot), the second is the first to overlap a batch before
-#: it; the window is a steady state of 6 batches.
+#: it.
 WARMUP_BATCHES = 2
+#: Batches of a scale run: the window measured is batches 3..10, a steady state of 8
+#: batches, two whole periods of ``cxl``'s MLP snapshots (a pull every K batches
+#: behind the energy-backed buffer), so that the window pays its share of them.
+DEFAULT_BATCHES = WARMUP_BATCHES + 2 * RELAXED_K
 #: Shortest bag of the scale workloads (``rm_config``'s bags hold 16 to 32 rows).
 MIN_POOLING = 16
 

@@ -10,17 +10,21 @@ its two streams. Both read each distinct row the batch touches once.
 as the device does it: each distinct row written back once, an undo record of
 its old value first (the row's lines and a share of a group line,
 :data:`GROUP_RECORDS` records a group), a commit record, and the batch's share
-of the MLP snapshots (one every ``K + 1`` batches at least, with the staleness
-bound K). A system's cycles against it say how close it comes to the media
-*with this scheme*.
+of the MLP snapshots (one every ``Config.snapshot_period(K)`` batches, with the
+staleness bound K). Behind an energy-backed write buffer (``Config.buffer_size``)
+the undo records and commit records live in the buffer and never reach the media:
+the bound is then the rows and the snapshot share. A system's cycles against it
+say how close it comes to the media *with this scheme*.
 
 *The floor of exact recovery* (:attr:`BatchBound.floor_cycles`) is what any
-scheme that recovers every committed batch exactly must write: each distinct
-row once (its new value, somewhere the old one is not overwritten), the least
-bytes that say where each row's new value lives (:data:`ROW_ADDRESS_BYTES` a
-row), one commit line, and the same snapshot share. A scheme that writes the
-new value out of place and redirects reads, or logs redo and applies it
-lazily, could approach it; undo logging writes each row twice and cannot.
+scheme that recovers every committed batch exactly must write to the media: each
+distinct row once (its new value, somewhere the old one is not overwritten), and
+the snapshot share at the fewest snapshots K allows (one every K + 1 batches);
+with the media as the persistence domain also the least bytes that say where each
+row's new value lives (:data:`ROW_ADDRESS_BYTES` a row) and one commit line, which
+a persistent buffer may keep instead. A scheme that writes the new value out of
+place and redirects reads, or logs redo and applies it lazily, could approach it;
+undo logging to the media writes each row twice and cannot.
 """
 
 from dataclasses import dataclass
@@ -65,16 +69,18 @@ class BatchBound:
 
 
 def batch_bound(config, batch, *, staleness=0):
-    """The :class:`BatchBound` of ``batch`` on ``config``'s media, with snapshots at
-    least every ``staleness + 1`` batches."""
+    """The :class:`BatchBound` of ``batch`` on ``config``'s media, with staleness bound
+    ``staleness`` for the snapshots."""
     rows = distinct_rows(config, batch)
     lpr = config.lines_per_row
     data = rows * lpr
-    snapshot = (config.mlp_lines + 1) / (staleness + 1)     # header + parameters, shared
-    undo = data + -(-rows // GROUP_RECORDS)
-    written = data + undo + 1 + snapshot
-    where = -(-rows * ROW_ADDRESS_BYTES // LINE_BYTES)
-    floor = data + where + 1 + snapshot
+    pull = config.mlp_lines + 1                             # header + parameters
+    # Behind the energy-backed buffer the records of a batch (undo, commit) stay there.
+    media = not config.buffer_size
+    undo = (data + -(-rows // GROUP_RECORDS)) * media
+    written = data + undo + media + pull / config.snapshot_period(staleness)
+    where = -(-rows * ROW_ADDRESS_BYTES // LINE_BYTES) * media
+    floor = data + where + media + pull / (staleness + 1)
     (r_lines, r_cycles), (w_lines, w_cycles) = config.pmem.read_rate, config.pmem.write_rate
     return BatchBound(rows=rows, lines_read=data, lines_written=written,
                       read_cycles=data * r_cycles / r_lines,

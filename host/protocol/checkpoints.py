@@ -174,11 +174,10 @@ class _DeviceCheckpoints(Checkpoints, ABC):
             self.durable = max(self.durable, st["durable"])
         # One snapshot every K + 1 batches is all the bound needs; more would only add
         # media writes (at small batches a pull takes about a batch). Behind an
-        # energy-backed buffer a pull is persistent within the batch after it starts, so
-        # it starts a batch earlier, every K batches, and the next lookup never waits for
-        # it (without the buffer that would add a pull's media writes for nothing).
-        lead = int(bool(run.cfg.buffer_size) and self.k > 1)
-        due = self.pulling is None or b - self.pulling > self.k - lead
+        # energy-backed buffer it starts a batch earlier (Config.snapshot_period), and
+        # the next lookup never waits for it (without the buffer that would add a pull's
+        # media writes for nothing).
+        due = self.pulling is None or b - self.pulling >= run.cfg.snapshot_period(self.k)
         if due and not st["snapshot_busy"]:
             await self.path.copy(run, run.cfg.mlp_params * 4, hops=2)    # GPU -> host -> device
             await dev.stage_mlp(run.gpu.model.parameters())

@@ -1,11 +1,17 @@
 """The PMEM bound of a batch (host/model/bound.py)."""
 
+import dataclasses
+
 import numpy as np
 
 from trainingcxl.host.model.bound import batch_bound, window_bound, window_bounds
 from trainingcxl.host.model.data import Batch
 from trainingcxl.spec.config import GROUP_RECORDS
 from trainingcxl.spec.presets import PRESETS
+
+
+#: tiny with the media as the persistence domain (no energy-backed buffer).
+TINY = PRESETS["tiny"].replace(pmem=dataclasses.replace(PRESETS["tiny"].pmem, buffer_lines=0))
 
 
 def _batch(indices, offsets, n_tables):
@@ -17,7 +23,7 @@ def _batch(indices, offsets, n_tables):
 def test_the_bound_counts_distinct_rows_once():
     """Rows 3 and 5 of table 0, and row 3 of table 1 in two bags: three distinct rows,
     each read once and written once, with their undo records, a commit and a snapshot."""
-    cfg = PRESETS["tiny"]
+    cfg = TINY
     batch = _batch([3, 3, 5, 3], [0, 1, 2, 3, 4], cfg.n_tables)   # bags: t0, t1, t0, t1
     b = batch_bound(cfg, batch)
     assert b.rows == 3
@@ -42,7 +48,7 @@ def test_both_bounds_by_hand_on_tiny():
     * the floor's writes: 3 rows + 1 line of row addresses (12 bytes) + 1 commit + 105
       snapshot lines = 110, 1,100 cycles;
     * K = 1 halves the snapshot share: 60.5 and 57.5 lines."""
-    cfg = PRESETS["tiny"]
+    cfg = TINY
     assert (cfg.lines_per_row, cfg.mlp_lines, cfg.pmem.read_rate, cfg.pmem.write_rate) == \
         (1, 104, (3, 5), (1, 10))
     batch = _batch([3, 3, 5, 3], [0, 1, 2, 3, 4], cfg.n_tables)
@@ -59,7 +65,7 @@ def test_the_floor_counts_a_line_of_addresses_per_sixteen_rows():
     """17 distinct rows of table 0 in one bag each: the scheme writes 17 + 17 + 3 group
     lines + 1 + 105 = 143 lines, the floor 17 + 2 lines of addresses (68 bytes) + 1 +
     105 = 125; 17 lines read take 28.33 cycles, so both are write-bound."""
-    cfg = PRESETS["tiny"]
+    cfg = TINY
     n = 17
     indices = list(range(n))
     # Bags alternate tables (t0, t1, t0, ...): the rows go to table 0's bags, table 1's are empty.
@@ -74,7 +80,7 @@ def test_the_floor_counts_a_line_of_addresses_per_sixteen_rows():
 
 
 def test_window_bounds_average_both_and_sum_the_rows():
-    cfg = PRESETS["tiny"]
+    cfg = TINY
     one = _batch([3, 3, 5, 3], [0, 1, 2, 3, 4], cfg.n_tables)       # 3 rows
     two = _batch([7], [0, 1, 1], cfg.n_tables)                       # 1 row
     w = window_bounds(cfg, [one, two])
@@ -83,3 +89,16 @@ def test_window_bounds_average_both_and_sum_the_rows():
     assert w.cycles == (a.cycles + b.cycles) / 2
     assert w.floor_cycles == (a.floor_cycles + b.floor_cycles) / 2
     assert window_bound(cfg, [one, two]) == w.cycles
+
+
+def test_behind_the_buffer_only_rows_and_snapshots_reach_the_media():
+    """tiny as preset (its energy-backed buffer): the undo records, the commit and the row
+    addresses stay in the buffer; the scheme's snapshots come every K batches with K of
+    2 or more (a pull a batch early), the floor's every K + 1."""
+    cfg = PRESETS["tiny"]
+    assert cfg.buffer_size and cfg.snapshot_period(4) == 4 and cfg.snapshot_period(1) == 2
+    batch = _batch([3, 3, 5, 3], [0, 1, 2, 3, 4], cfg.n_tables)      # 3 rows
+    k4 = batch_bound(cfg, batch, staleness=4)
+    assert k4.lines_written == 3 + 105 / 4 and k4.floor_lines_written == 3 + 105 / 5
+    k1 = batch_bound(cfg, batch, staleness=1)
+    assert k1.lines_written == k1.floor_lines_written == 3 + 105 / 2

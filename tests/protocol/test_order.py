@@ -92,8 +92,8 @@ def test_snapshots_follow_their_commit_and_stay_within_k(fake_training, name, st
     pulled = [b for b in range(1, BATCHES + 1) if t.at("SNAPSHOT_MLP", b) is not None]
     # Behind the energy-backed buffer a pull starts a batch early (every K batches),
     # so that no lookup waits for it.
-    lead = int(bool(t.run.cfg.buffer_size) and k > 1)
-    every = k + 1 - lead
+    every = t.run.cfg.snapshot_period(k)
+    lead = every == k
     assert all(b - a >= every for a, b in zip(pulled, pulled[1:])), \
         f"snapshots of {pulled}: more than one every {every} batches"
     for b in range(1, BATCHES + 1):
