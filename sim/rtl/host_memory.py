@@ -16,10 +16,9 @@ __all__ = ["HostMemoryModel", "PIPELINE"]
 #: Cycles the model adds to every answer's delay (its RAM read and answer queue).
 PIPELINE = 2
 
-#: Write pulls the model tracks at once (by UQID modulo this); far more than the
-#: device's outstanding requests, so an entry is free again long before reuse.
+#: Fewest write pulls the model tracks at once (by UQID modulo their number, at least
+#: twice the device's ``cache_ids``, so an entry is free again long before reuse).
 _PULLS = 64
-_SLOT = _PULLS.bit_length() - 1
 #: Width of the model's clock and due times (compared modulo this width).
 _TIME_BITS = 16
 
@@ -164,8 +163,10 @@ class HostMemoryModel(wiring.Component):
         m.submodules.rsp_q = rsp_q = fifo.SyncFIFOBuffered(width=Shape.cast(H2DRsp).width,
                                                            depth=n + 1)
         uqid = Signal(UQID_BITS)
-        pending = Signal(_PULLS)
-        m.submodules.pulls = pulls = Ram(shape=_Pull(lbits), depth=_PULLS)
+        n_pulls = max(_PULLS, 2 * n)
+        slot_bits = (n_pulls - 1).bit_length()
+        pending = Signal(n_pulls)
+        m.submodules.pulls = pulls = Ram(shape=_Pull(lbits), depth=n_pulls)
         pull_w = pulls.write_port()
         pull_r = pulls.read_port(domain="comb")
         out_rsp = Signal(H2DRsp)
@@ -178,11 +179,11 @@ class HostMemoryModel(wiring.Component):
             rsp_q.r_en.eq(c.h2d_rsp.ready),
         ]
         pulled = answer_w & slot_wr.inside
-        m.d.comb += [pull_w.addr.eq(uqid[:_SLOT]), pull_w.en.eq(pulled),
+        m.d.comb += [pull_w.addr.eq(uqid[:slot_bits]), pull_w.en.eq(pulled),
                      pull_w.data.eq(Cat(uqid, slot_wr.line))]
         with m.If(answer_w):
             m.d.sync += uqid.eq(uqid + 1)
-        error.append(pulled & pending.bit_select(uqid[:_SLOT], 1))
+        error.append(pulled & pending.bit_select(uqid[:slot_bits], 1))
 
         clr_mask = (Mux(answer_r, 1 << pick_r, 0) | Mux(answer_w, 1 << pick_w, 0))
         m.d.sync += waiting.eq((waiting & ~clr_mask) | set_mask)
@@ -200,14 +201,14 @@ class HostMemoryModel(wiring.Component):
         m.d.comb += c.d2h_data.ready.eq(1)
         got = c.d2h_data.valid
         entry = Signal(_Pull(lbits))
-        m.d.comb += [pull_r.addr.eq(d.uqid[:_SLOT]), entry.eq(pull_r.data)]
-        known = pending.bit_select(d.uqid[:_SLOT], 1) & (entry.uqid == d.uqid)
+        m.d.comb += [pull_r.addr.eq(d.uqid[:slot_bits]), entry.eq(pull_r.data)]
+        known = pending.bit_select(d.uqid[:slot_bits], 1) & (entry.uqid == d.uqid)
         error.append(got & ~known)
         m.d.comb += [wr.addr.eq(entry.line), wr.data.eq(d.data), wr.en.eq(got & known)]
         with m.If(got & known):
             m.d.sync += self.writes.eq(self.writes + 1)
-        m.d.sync += pending.eq((pending & ~Mux(got & known, 1 << d.uqid[:_SLOT], 0))
-                               | Mux(pulled, 1 << uqid[:_SLOT], 0))
+        m.d.sync += pending.eq((pending & ~Mux(got & known, 1 << d.uqid[:slot_bits], 0))
+                               | Mux(pulled, 1 << uqid[:slot_bits], 0))
 
         # The error count survives power failures; the rest starts over.
         top = Module()

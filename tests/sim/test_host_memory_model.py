@@ -125,3 +125,33 @@ def test_protocol_errors_are_counted():
         assert got == [] and ctx.get(dut.errors) == 3
 
     simulate(dut, tb)
+
+
+def test_every_write_of_a_full_set_of_cqids_is_pulled_and_lands():
+    """As many writes outstanding as the device has CQIDs (128: more than the model's
+    fewest pull entries), all answered before any data comes: each pull names its own
+    UQID and every line lands where its request said."""
+    cfg = PRESETS["tiny"].replace(cache_ids=128)
+    n = cfg.cache_ids
+    dut = HostMemoryModel(cfg, base=BASE, lines=n)
+    cache = dut.cache
+
+    async def tb(ctx):
+        ctx.set(dut.enable, 1)
+        ctx.set(dut.delay_lo, 2)
+        ctx.set(dut.delay_span, 1)
+        for cqid in range(n):
+            await stream_put(ctx, cache.d2h_req, {"opcode": D2HReqOpcode.ItoMWr, "cqid": cqid,
+                                                  "addr": BASE + n - 1 - cqid})
+        got = []
+        await _collect(ctx, cache, 2 * n + 20, got)
+        pulls = {p.cqid: p.uqid for _, kind, p in got if kind == "h2d_rsp"}
+        assert len(pulls) == n and len(set(pulls.values())) == n
+        for cqid, uqid in pulls.items():
+            await stream_put(ctx, cache.d2h_data, {"uqid": uqid, "poison": 0, "data": cqid + 1})
+        await ctx.tick()
+        assert [ctx.get(dut.ram.data[n - 1 - cqid]) for cqid in range(n)] == \
+            [cqid + 1 for cqid in range(n)]
+        assert ctx.get(dut.writes) == n and ctx.get(dut.errors) == 0
+
+    simulate(dut, tb)
