@@ -183,7 +183,8 @@ class PmemTiming:
     platforms: a write is persistent once the buffer has taken it (``buffer_latency``
     cycles after its take), and the buffer drains to the media at ``write_rate``,
     holding at most ``buffer_lines`` lines on their way there; the checkpoint region
-    (the undo log ring, the commit slots and the ring headers) lives in the buffer
+    (every region after the tables: the undo log ring, the commit slots, the ring
+    headers and the MLP snapshot slots) lives in the buffer
     itself and never drains. On a power failure the buffer's stored energy writes
     what it holds to the media. ``buffer_lines`` None (the default) sizes it
     automatically (:attr:`Config.buffer_size`), 0 leaves it out (the volatile

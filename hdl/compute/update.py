@@ -74,16 +74,27 @@ class RowScatter(wiring.Component):
         j = Signal(range(lpr))
         offered = Signal()
 
-        # Bags, then their delta lines.
-        m.d.comb += self.bags.ready.eq(~have_bag & ~self.stop)
-        with m.If(self.bags.valid & self.bags.ready):
-            m.d.sync += [have_bag.eq(1), table.eq(self.bags.payload.table),
+        # Bags, then their delta lines. Without register slices the next bag and its
+        # first delta line are taken in the cycle the bag before ends (its last line
+        # is being sent from ``dbuf[lpr - 1]``): two cycles a row of one-row bags (a
+        # coalesced update's), not four. The boards keep the plain handshake, whose
+        # paths do not run from the RMW unit's ``ready`` into the readers.
+        overlap = not cfg.register_slices
+        bag_end = Signal()
+        free = (~have_bag | bag_end) if overlap else ~have_bag
+        m.d.comb += self.bags.ready.eq(free & ~self.stop)
+        taking = self.bags.valid & self.bags.ready
+        with m.If(taking):
+            m.d.sync += [*([] if overlap else [have_bag.eq(1)]), table.eq(self.bags.payload.table),
                          left.eq(self.bags.payload.length), loaded.eq(0)]
-        m.d.comb += self.deltas.ready.eq(have_bag & (loaded != lpr) & ~self.validate)
+        load_at = Mux(taking, 0, loaded) if overlap else loaded
+        loading = have_bag & (loaded != lpr)
+        m.d.comb += self.deltas.ready.eq(((loading | taking) if overlap else loading)
+                                         & ~self.validate)
         with m.If(self.deltas.valid & self.deltas.ready):
-            m.d.sync += loaded.eq(loaded + 1)
+            m.d.sync += loaded.eq(load_at + 1)
             for k in range(lpr):
-                with m.If(loaded == k):
+                with m.If(load_at == k):
                     m.d.sync += dbuf[k].eq(self.deltas.payload)
         ready_rows = have_bag & ((loaded == lpr) | self.validate)
 
@@ -117,9 +128,14 @@ class RowScatter(wiring.Component):
             with m.Else():
                 m.d.sync += self.range_error.eq(1)
         # A bag ends when its last row has been sent (or at once when empty).
-        bag_end = ready_rows & (left == 0) & (~row_valid | row_done)
-        with m.If(bag_end):
+        ended = ready_rows & (left == 0) & (~row_valid | row_done)
+        if overlap:
+            m.d.comb += bag_end.eq(ended)
+        with m.If(ended):
             m.d.sync += [have_bag.eq(0), self.bags_done.eq(self.bags_done + 1)]
+        if overlap:
+            with m.If(taking):          # after the end above: the next bag wins
+                m.d.sync += have_bag.eq(1)
         return m
 
 

@@ -77,9 +77,9 @@ class PmemController(wiring.Component):
       taken is in the media (and every read sees it) at once, and persistent,
       acknowledged ``buffer_latency`` cycles after its take; the buffer then drains
       it to the media at ``write_rate``, and takes a write for the media only while
-      fewer than ``buffer_size`` wait to drain. A write to the checkpoint region (the undo log
-      ring, the commit slots, the ring headers) stays in the buffer and never
-      drains: it is counted in ``lines_buffered``, not as a media write. A power
+      fewer than ``buffer_size`` wait to drain. A write to the checkpoint region (every region after
+      the tables: the undo log ring, the commit slots, the ring headers, the MLP
+      snapshot slots) stays in the buffer and never drains: it is counted in ``lines_buffered``, not as a media write. A power
       failure loses nothing taken: the buffer's energy writes it to the media.
 
     The media is a backdoor RAM inside (``media``), or, with ``media_port``,
@@ -546,8 +546,9 @@ class PmemController(wiring.Component):
 
     def _kept(self, addr):
         """Whether a line is in the checkpoint region, which the energy-backed buffer
-        keeps (the undo log ring, the commit slots, the ring headers)."""
-        return (addr >= self._config.table_lines) & (addr < self._config.snapshot_base[0])
+        keeps: every region after the tables (the undo log ring, the commit slots, the
+        ring headers, the two MLP snapshot slots), a size fixed by the configuration."""
+        return addr >= self._config.table_lines
 
     def _buffer_writes(self, m, ports, wpq, wpq_head, taken, enqueue, backlog, write_rate, wr):
         """The energy-backed buffer: a write taken goes into the media at once (so every

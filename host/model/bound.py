@@ -13,16 +13,16 @@ its old value first (the row's lines and a share of a group line,
 of the MLP snapshots (one every ``Config.snapshot_period(K)`` batches, with the
 staleness bound K). Behind an energy-backed write buffer (``Config.buffer_size``)
 the undo records and commit records live in the buffer and never reach the media:
-the bound is then the rows and the snapshot share. A system's cycles against it
+the bound is then the rows alone, written once. A system's cycles against it
 say how close it comes to the media *with this scheme*.
 
 *The floor of exact recovery* (:attr:`BatchBound.floor_cycles`) is what any
 scheme that recovers every committed batch exactly must write to the media: each
 distinct row once (its new value, somewhere the old one is not overwritten), and
-the snapshot share at the fewest snapshots K allows (one every K + 1 batches);
 with the media as the persistence domain also the least bytes that say where each
-row's new value lives (:data:`ROW_ADDRESS_BYTES` a row) and one commit line, which
-a persistent buffer may keep instead. A scheme that writes the new value out of
+row's new value lives (:data:`ROW_ADDRESS_BYTES` a row), one commit line and the
+snapshot share at the fewest snapshots K allows (one every K + 1 batches), which
+a persistent buffer of their fixed size keeps instead. A scheme that writes the new value out of
 place and redirects reads, or logs redo and applies it lazily, could approach it;
 undo logging to the media writes each row twice and cannot.
 """
@@ -74,9 +74,10 @@ def batch_bound(config, batch, *, staleness=0):
     rows = distinct_rows(config, batch)
     lpr = config.lines_per_row
     data = rows * lpr
-    pull = config.mlp_lines + 1                             # header + parameters
-    # Behind the energy-backed buffer the records of a batch (undo, commit) stay there.
+    # Behind the energy-backed buffer the checkpoint region (undo and commit records,
+    # the MLP snapshot slots) stays there: only the rows reach the media.
     media = not config.buffer_size
+    pull = (config.mlp_lines + 1) * media                   # header + parameters
     undo = (data + -(-rows // GROUP_RECORDS)) * media
     written = data + undo + media + pull / config.snapshot_period(staleness)
     where = -(-rows * ROW_ADDRESS_BYTES // LINE_BYTES) * media

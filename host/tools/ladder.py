@@ -122,6 +122,10 @@ def analyse_run(cfg, system_name, record, energy=DEFAULT_ENERGY):
             "log": _per_batch(c["pmem_writes_log"] * LINE_BYTES, n),
             "snapshot": _per_batch(c["pmem_writes_snapshot"] * LINE_BYTES, n),
             "total": _per_batch(c["pmem_writes"] * LINE_BYTES, n)},
+        # Lines the energy-backed buffer kept (the checkpoint region): persistent, never
+        # written to the media.
+        "pmem_bytes_buffered_per_batch": _per_batch(c.get("pmem_writes_buffered", 0)
+                                                    * LINE_BYTES, n),
         "pmem_bytes_read_per_batch": _per_batch(c["pmem_reads"] * LINE_BYTES, n),
         "link_bytes_per_batch": _per_batch(link, n),
         "gpu_copy_bytes_per_batch": _per_batch(host.get("gpu_copy_bytes", 0), n),

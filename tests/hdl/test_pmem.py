@@ -354,11 +354,11 @@ def test_a_buffered_write_is_persistent_and_seen_at_once_and_survives_a_power_fa
 def test_the_buffer_holds_at_most_buffer_lines_for_the_media_and_keeps_the_checkpoint_region():
     """Lines for the media wait in the buffer until the write rate drains them: no more
     than ``buffer_lines`` are taken ahead of the media, while the checkpoint region's
-    lines are taken at once, even with the buffer full, counted as buffered and never
-    as media writes."""
+    lines (the log ring's, the MLP snapshot slots') are taken at once, even with the
+    buffer full, counted as buffered and never as media writes."""
     cfg = buffered_config(write_rate=(1, 50))
     dut = PmemController(cfg, n_ports=2)
-    log = cfg.log_base
+    kept = [cfg.log_base, cfg.log_base + 1, cfg.snapshot_base[0], cfg.media_lines - 1]
     kept_at = []
 
     async def tables(ctx):
@@ -367,8 +367,8 @@ def test_the_buffer_holds_at_most_buffer_lines_for_the_media_and_keeps_the_check
 
     async def checkpoint(ctx):
         await ctx.tick().repeat(20)              # the buffer is full of table lines by now
-        for i in range(4):
-            await stream_put(ctx, dut.port1.req, req(LineOp.WRITE, log + i, tag=i, data=i))
+        for i, addr in enumerate(kept):
+            await stream_put(ctx, dut.port1.req, req(LineOp.WRITE, addr, tag=i, data=i))
             kept_at.append(ctx.get(dut.lines_written))
 
     async def acks(ctx):
@@ -388,7 +388,7 @@ def test_the_buffer_holds_at_most_buffer_lines_for_the_media_and_keeps_the_check
         await ctx.tick().repeat(4)
         assert ctx.get(dut.lines_buffered) == 4
         assert ctx.get(dut.lines_written) == 8
-        assert ctx.get(dut.writes_by_region[1]) == 0
+        assert ctx.get(dut.writes_by_region[1]) == ctx.get(dut.writes_by_region[2]) == 0
 
     run(dut, tables, checkpoint, acks)
     # The checkpoint lines went in while table lines still waited for room (5 of 8 taken).
