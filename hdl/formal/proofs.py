@@ -21,11 +21,13 @@ def formal_config(registered=False):
     """A configuration small enough to prove over: one table of 4 rows, short
     PMEM latencies and queues, so that a few dozen cycles reach every state.
     ``registered``: the boards' register slices, whose read path is a cycle
-    longer (``Config.min_read_latency``)."""
+    longer (``Config.min_read_latency``). The PMEM controller keeps the volatile
+    write-pending queue, the boards' persistence domain (the energy-backed buffer is
+    tested in simulation, tests/hdl/test_pmem.py)."""
     return Config(tables=(4,), max_pooling=2, max_bags=4, log_buffer=4, defer_depth=4,
                   cache_ids=4, host_window=2, desc_depth=2, register_slices=registered,
                   pmem=PmemTiming(read_latency=4 + registered, write_latency=4, read_rate=(1, 1),
-                                  write_rate=(1, 1), read_depth=4, wpq_depth=4),
+                                  write_rate=(1, 1), read_depth=4, wpq_depth=4, buffer_lines=0),
                   model=ModelShape(bottom_hidden=(2,), top_hidden=(2,), batch_size=2))
 
 

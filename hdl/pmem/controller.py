@@ -77,10 +77,11 @@ class PmemController(wiring.Component):
       taken is in the media (and every read sees it) at once, and persistent,
       acknowledged ``buffer_latency`` cycles after its take; the buffer then drains
       it to the media at ``write_rate``, and takes a write for the media only while
-      fewer than ``buffer_size`` wait to drain. A write to the checkpoint region (every region after
-      the tables: the undo log ring, the commit slots, the ring headers, the MLP
-      snapshot slots) stays in the buffer and never drains: it is counted in ``lines_buffered``, not as a media write. A power
-      failure loses nothing taken: the buffer's energy writes it to the media.
+      fewer than ``buffer_size`` wait to drain. A write to the checkpoint region
+      (every region after the tables: the undo log ring, the commit slots, the ring
+      headers, the MLP snapshot slots) stays in the buffer and never drains: it is
+      counted in ``lines_buffered``, not as a media write. A power failure loses
+      nothing taken: the buffer's energy writes it to the media.
 
     The media is a backdoor RAM inside (``media``), or, with ``media_port``,
     whatever memory a board puts behind the ``media_port`` line port (an SDRAM
