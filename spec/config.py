@@ -46,10 +46,10 @@ RING_HEADERS = 2
 #: (addr, csum) entries share the group line (spec/records.py).
 GROUP_RECORDS = 6
 #: Most lines the energy-backed write buffer holds for the media when sized
-#: automatically (``Config.buffer_size``): 8 MiB, the order of the last-level cache
-#: an eADR platform flushes on power loss, or a CXL memory module's write cache
-#: behind its hold-up capacitors; flushing it at the ``emulated`` media's 1.6 GB/s
-#: takes 5.2 ms.
+#: automatically (``Config.buffer_size``): 8 MiB, a CXL memory module's write cache
+#: behind its hold-up capacitors (the order of the last-level cache an eADR platform
+#: flushes on power loss); flushing it at the ``emulated`` media's 1.6 GB/s takes
+#: 5.2 ms.
 BUFFER_CAP = 1 << 17
 
 
@@ -184,8 +184,7 @@ class PmemTiming:
     cycles after its take), and the buffer drains to the media at ``write_rate``,
     holding at most ``buffer_lines`` lines on their way there; the checkpoint region
     (every region after the tables: the undo log ring, the commit slots, the ring
-    headers and the MLP snapshot slots) lives in the buffer
-    itself and never drains. On a power failure the buffer's stored energy writes
+    headers and the MLP snapshot slots) lives in the buffer itself and never drains. On a power failure the buffer's stored energy writes
     what it holds to the media. ``buffer_lines`` None (the default) sizes it
     automatically (:attr:`Config.buffer_size`), 0 leaves it out (the volatile
     write-pending queue is then the media's front). Internal media only
