@@ -196,8 +196,12 @@ def test_a_tiny_scale_run_end_to_end(tmp_path, capsys):
     res = json.loads(out.read_text())
     (row,) = res["grid"]
     assert row["ok"] and row["golden_match"] and (row["size"], row["batch_size"]) == ("rm-1k", 32)
-    assert row["cycles_per_batch"] > row["cycles_per_batch_no_checkpoint"] > 0
-    assert row["pmem_bytes_written_per_batch"]["log"] > 0 and row["energy_per_batch_j"] > 0
+    # Behind the energy-backed buffer the undo records and snapshots stay in it: the
+    # media writes the rows alone, and checkpointing is off the critical path.
+    assert row["cycles_per_batch"] > 0 and row["cycles_per_batch_no_checkpoint"] > 0
+    assert abs(row["checkpoint_overhead"]) < 0.05
+    assert row["pmem_bytes_buffered_per_batch"] > 0 == row["pmem_bytes_written_per_batch"]["log"]
+    assert row["write_lines_per_row"] == pytest.approx(1) and row["energy_per_batch_j"] > 0
     assert row["sim_wall_s"] > 0
     (rec,) = res["recovery"]
     assert rec["consistent"] and rec["rolled_back"] > 0 and rec["recovery_cycles"] > 0
