@@ -22,9 +22,9 @@ distinct row once (its new value, somewhere the old one is not overwritten), and
 with the media as the persistence domain also the least bytes that say where each
 row's new value lives (:data:`ROW_ADDRESS_BYTES` a row), one commit line and the
 snapshot share at the fewest snapshots K allows (one every K + 1 batches), which
-a persistent buffer of their fixed size keeps instead. A scheme that writes the new value out of
-place and redirects reads, or logs redo and applies it lazily, could approach it;
-undo logging to the media writes each row twice and cannot.
+a persistent buffer of their fixed size keeps instead. A scheme that writes the
+new value out of place and redirects reads, or logs redo and applies it lazily,
+could approach it; undo logging to the media writes each row twice and cannot.
 """
 
 from dataclasses import dataclass
