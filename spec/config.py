@@ -489,18 +489,22 @@ class GpuTiming:
     Defaults: an NVIDIA V100 (15.7 TFLOP/s FP32, 900 GB/s HBM2; NVIDIA V100
     datasheet) at 25% of peak compute and 50% of peak bandwidth, as small-batch
     MLPs reach, expressed per 4 ns device cycle; 2 us per kernel launch (launches
-    replayed from a CUDA graph; a plain launch costs about 5 us).
+    replayed from a CUDA graph; a plain launch costs about 5 us); a 6 MiB L2 cache
+    (NVIDIA Tesla V100 GPU architecture whitepaper), where the rows a batch gathers
+    stay while a pooling kernel reads their repeats.
     """
     flops_per_cycle: int = 15_700
     bytes_per_cycle: int = 1_800
     launch_cycles: int = 500
+    l2_bytes: int = 6 << 20
 
     def __post_init__(self):
         for name in ("flops_per_cycle", "bytes_per_cycle"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, f"gpu.{name} must be a positive integer, not {v!r}")
-        _check(isinstance(self.launch_cycles, int) and self.launch_cycles >= 0,
-               f"gpu.launch_cycles must be a non-negative integer, not {self.launch_cycles!r}")
+        for name in ("launch_cycles", "l2_bytes"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 0, f"gpu.{name} must be a non-negative integer, not {v!r}")
 
 
 @dataclass(frozen=True)

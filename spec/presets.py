@@ -62,9 +62,14 @@ def rm_config(rows, batch_size=256):
     as in every other preset), bottom MLP 13-256-128-16 and top MLP
     52-256-64-1, 13 dense features so that Criteo data fits too. ``max_bags``
     covers the ladder's largest batch (2048 x 8 bags) whatever ``batch_size``
-    is; the undo log is sized for ``batch_size``.
+    is; the undo log is sized for ``batch_size``. An update moves tens of thousands of
+    lines from host memory here: each stream keeps a round trip's worth of reads in
+    flight at the link's rate (about 60 cycles at a line a cycle: ``host_window`` 64,
+    where 32 left the update waiting for its deltas), with command queue ids for two
+    such streams (``cache_ids``).
     """
     return Config(tables=(rows,) * SCALE_TABLES, max_pooling=SCALE_POOLING,
+                  cache_ids=128, host_window=64,
                   max_bags=_pow2_at_least(max(SCALE_BATCHES + (batch_size,)) * SCALE_TABLES),
                   model=ModelShape(bottom_hidden=(256, 128), top_hidden=(256, 64), lr=0.1,
                                    batch_size=batch_size))

@@ -4,8 +4,9 @@ See docs/design.md, "Configuration ladder".
 
 Every system of :mod:`trainingcxl.host.protocol.systems` trains the same batches of
 each workload twice, with checkpointing and without. A run measures a window
-of batches (the first batch, which warms the device, and the table checks
-are outside it) with the device's counters and the host's modelled time.
+of batches (the first batch, which warms the device, the last, which only closes
+the window, and the table checks are outside it) with the device's counters and
+the host's modelled time.
 From the windows come cycles per batch, speedups over ``host-pmem`` and ``pmem``, checkpoint
 overhead, PMEM and link bytes, and energy (:mod:`trainingcxl.host.model.energy`).
 Separate runs measure the lookup and update engines against the PMEM
@@ -68,6 +69,8 @@ def _recovery_vs_log(args, workload, say):
     return sorted(out, key=lambda r: r["log_lines"])
 
 
+#: Batches of a ladder run: the window measured is batches 2..8 (batch 9 closes it).
+LADDER_BATCHES = 9
 SPEED_RUNS = {"verilator": ("small", 30, None), "icarus": ("tiny", 3, 8)}
 
 
@@ -246,7 +249,7 @@ def cmd_bench(args):
             return bench_scale.cmd_scale(args, say)
     if scale_only:
         raise SystemExit(f"error: {' and '.join(scale_only)} only apply with --scale")
-    args.batches = args.batches or 8
+    args.batches = args.batches or LADDER_BATCHES
     workloads = overridden([WORKLOADS[w] for w in args.workloads.split(",")], args.set,
                            args.media)
     say(f"[ladder] media: {_media(workloads)}")
@@ -336,8 +339,9 @@ def register(sub):
                     help=f"comma-separated systems (default: all: {', '.join(SYSTEMS)}; with "
                          f"--scale: cxl)")
     workload_options(sp, names=("batches", "seed"), defaults={"batches": None},
-                     helps={"batches": "batches per run; the window measured is batches 2..N, "
-                                       f"with --scale 3..N (default: 8, with --scale "
+                     helps={"batches": "batches per run; the window measured is batches "
+                                       "2..N-1, with --scale 3..N-1 (batch N closes it) "
+                                       f"(default: {LADDER_BATCHES}, with --scale "
                                        f"{bench_scale.DEFAULT_BATCHES})"},
                      batches={"type": _at_least(3)})
     staleness_option(sp, help="staleness bound K for every system")

@@ -35,8 +35,9 @@ DEFAULT_SYSTEMS = tuple(SYSTEMS)
 WARMUP_BATCHES = 2
 #: Batches of a scale run: the window measured is batches 3..10, a steady state of 8
 #: batches, two whole periods of ``cxl``'s MLP snapshots (a pull every K batches
-#: behind the energy-backed buffer), so that the window pays its share of them.
-DEFAULT_BATCHES = WARMUP_BATCHES + 2 * RELAXED_K
+#: behind the energy-backed buffer), so that the window pays its share of them; batch
+#: 11 closes the window where it begins (:mod:`trainingcxl.host.protocol.training`).
+DEFAULT_BATCHES = WARMUP_BATCHES + 2 * RELAXED_K + 1
 #: Shortest bag of the scale workloads (``rm_config``'s bags hold 16 to 32 rows).
 MIN_POOLING = 16
 

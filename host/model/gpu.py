@@ -53,11 +53,14 @@ def embedding_cycles(config, *, gathered, rows, bags, update):
     Pooling reads the ``gathered`` rows (duplicates included) and writes ``bags``
     pooled vectors; an update reads the ``bags`` deltas and rewrites the
     ``rows`` distinct rows (read and write). One kernel each; memory bound at
-    ``gpu.bytes_per_cycle``."""
+    ``gpu.bytes_per_cycle``. Pooling reads a row from the GPU's memory once for all
+    its repeats when the batch's distinct rows fit in the L2 cache
+    (``gpu.l2_bytes``), and once per index when they do not."""
     row_bytes = config.dim * 4
     t = config.gpu
     if update:
         nbytes = bags * row_bytes + 2 * rows * row_bytes + 4 * gathered
     else:
-        nbytes = gathered * row_bytes + bags * row_bytes + 4 * gathered
+        reads = rows if rows * row_bytes <= t.l2_bytes else gathered
+        nbytes = reads * row_bytes + bags * row_bytes + 4 * gathered
     return t.launch_cycles + -(-nbytes // t.bytes_per_cycle)

@@ -32,7 +32,11 @@ Three things vary, each an object the loop is given:
   power fails), ``cut(run)`` (what a failure takes away) and ``cancel()``.
 
 With ``measure_from`` the run also reports a measured window: counters and
-modelled host time from that batch to the last (``record.window``). With a
+modelled host time from where that batch begins to where the last batch begins
+(``record.window``), so that both ends fall at the same point of a batch's
+overlap with its neighbours and the window holds whole periods of the steady
+state; the last batch, whose update no next batch overlaps, only closes it (a
+run that stops early closes it where it stops). With a
 ``test_set`` it evaluates the model on held-out samples every ``eval_every``
 batches and after the last (``record.eval``): the device-trained model (the
 tables read back from the device, the GPU's MLPs) and the float32 reference
@@ -122,7 +126,7 @@ class TrainingRun:
         self.on_recovered = on_recovered or (lambda d, m: None)
         # Batches from ``measure_from`` on form the measured window (counters at both ends).
         self.measure_from = measure_from
-        self.window = None
+        self.window = self._window_start = None
         self.until_plan_done = until_plan_done     # stop once every planned failure is behind
         # Train past ``batches`` (up to 4x) until every planned failure has happened.
         self.limit = 4 * batches if extend else batches
@@ -404,8 +408,9 @@ class TrainingRun:
                           and all(f.consistent for f in rec.failures))
         return rec
 
-    async def _mark_window(self, edge):
-        """Counters and modelled host figures at an edge of the measured window."""
+    async def _mark_window(self, edge, last=None):
+        """Counters and modelled host figures at an edge of the measured window (``last``:
+        the window's last batch, at its end)."""
         self._account()
         counters = await self.device.counters(self.counter_regs)
         mark = {"cycle": self.now(), "counters": counters, "host": self._host_totals()}
@@ -414,11 +419,15 @@ class TrainingRun:
             return
         a = self._window_start
         self.window = Window(
-            first_batch=self.measure_from, last_batch=self.batch,
-            batches=self.batch - self.measure_from + 1,
+            first_batch=self.measure_from, last_batch=last,
+            batches=last - self.measure_from + 1,
             cycles=mark["cycle"] - a["cycle"],
             counters={k: v - a["counters"].get(k, 0) for k, v in counters.items()},
             host={k: v - a["host"].get(k, 0) for k, v in mark["host"].items()})
+
+    def _window_open(self):
+        return self.measure_from is not None and self.window is None and \
+            self._window_start is not None
 
     async def train_from(self, b):
         rec, sysm = self.record, self.strategy
@@ -428,6 +437,8 @@ class TrainingRun:
                 await hook.before_batch(self, b)
             if b == self.measure_from:
                 await self._mark_window("start")
+            elif self._window_open() and b == self.n:
+                await self._mark_window("end", last=b - 1)
             c0 = self.now()
             batch = self.batch_data(b)
             self.enter("lookup", b)
@@ -466,8 +477,8 @@ class TrainingRun:
             plan_done = not self._failures_ahead()
             stopping = (b >= self.limit or (plan_done and (self.until_plan_done or b >= self.n))
                         or self.stop_requested)
-            if self.measure_from is not None and stopping and b >= self.measure_from:
-                await self._mark_window("end")
+            if stopping and self._window_open():
+                await self._mark_window("end", last=b)
             check = b == 1 or b == self.n or b % self.check_every == 0 or stopping
             held_out = self.test_set is not None and (
                 stopping or (self.eval_every and b % self.eval_every == 0))
