@@ -172,3 +172,22 @@ def test_the_device_checks_the_gpus_copy_of_the_rows(fake_training, monkeypatch)
     t = fake_training("cxl", relaxed=True, config=_rows_config(), min_pooling=6,
                       batches=BATCHES)
     assert t.record.pooled_mismatches > 0 and not t.record.consistent
+
+
+def test_the_measured_window_holds_whole_periods(fake_training):
+    """The window runs from where its first batch begins to where the last batch of the
+    run begins: both ends at the same point of the overlap of a batch with the next
+    (relaxed order), and the last batch, whose update nothing overlaps, left out."""
+    from trainingcxl.host.protocol.hooks import RunHooks
+
+    class Begins(RunHooks):
+        at = {}
+
+        async def before_batch(self, run, b):
+            self.at[b] = run.now()
+
+    begins = Begins()
+    t = fake_training("cxl", batches=BATCHES, measure_from=3, hooks=[begins])
+    w = t.record.window
+    assert (w.first_batch, w.last_batch, w.batches) == (3, BATCHES - 1, BATCHES - 3)
+    assert w.cycles == begins.at[BATCHES] - begins.at[3] > 0
