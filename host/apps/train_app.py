@@ -127,8 +127,10 @@ async def train_job(dut):
                       test_set=test_set, eval_every=job.eval_every,
                       resume=job.resume, replay=media.recoveries() if job.resume else (),
                       on_recovered=media.record_recovery if media else None, hooks=hooks)
-    # Ctrl-C ends the run after the batch in progress, committed and checked.
-    signal.signal(signal.SIGINT, lambda *_: setattr(run, "stop_requested", True))
+    # SIGINT (Ctrl-C, or the command passing a stop on) and SIGTERM end the run after the
+    # batch in progress, committed, checked and made durable with its MLPs.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: setattr(run, "stop_requested", True))
     # What exists now lives for the whole run: keep the collector from walking it again.
     gc.freeze()
     wall0 = time.perf_counter()

@@ -4,6 +4,7 @@ board top, or a board on a serial port (:mod:`.train_targets`). A target object
 checks the command line for what it can do, runs the training and summarises it."""
 
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -190,10 +191,13 @@ def train_on_sim(args):
     if cfg.pool.devices > 1:
         _say_pool(cfg)
     runner = runner_for(cfg, job, live=True, where=args.cluster)
-    # One device's simulator ends its run after the batch in progress on Ctrl-C.
-    stop = _stop_on_ctrl_c() if cfg.pool.devices == 1 else contextlib.nullcontext()
-    with stop, _media_in_use(job.pmem):
+    # One device's simulator ends its run after the batch in progress on SIGINT or SIGTERM.
+    stop = _graceful_stop() if cfg.pool.devices == 1 else contextlib.nullcontext(_Stop())
+    with stop as stopped, _media_in_use(job.pmem):
         _, rec, error = runner(Task("train", cfg, job, sim=args.sim, workers=args.workers))
+    if rec is None and stopped.signum:
+        print(f"\nstopped ({stopped.name}) before the first batch was trained", file=sys.stderr)
+        return 128 + stopped.signum
     if rec is None:
         if cfg.pool.devices > 1:
             raise SystemExit(f"error: the pool's run failed: {error[-2000:]}")
@@ -260,9 +264,10 @@ def train_on_sim(args):
     if rec.interrupted:
         resume = (f"`trainingcxl train --pmem {job.pmem} --resume --batches {job.batches}` "
                   f"continues it" if job.pmem else "with --pmem FILE a run can be resumed")
-        print(f"\ninterrupted after batch {rec.stopped_after} of {job.batches} (committed and "
-              f"checked); {resume}", file=sys.stderr)
-        return 130
+        print(f"\ninterrupted ({stopped.name or 'SIGINT'}) after batch {rec.stopped_after} of "
+              f"{job.batches} (committed, checked and durable, its MLPs snapshotted); {resume}",
+              file=sys.stderr)
+        return 128 + (stopped.signum or signal.SIGINT)
     return 0 if rec.golden_match else 1
 
 
@@ -275,18 +280,48 @@ def _say_pool(cfg):
           + "; ".join(f"{s.device}: {s.label(cfg.tables)}" for s in plan), flush=True)
 
 
+class _Stop:
+    """The first stop signal received, if any."""
+    signum = None
+
+    @property
+    def name(self):
+        return signal.Signals(self.signum).name if self.signum else None
+
+
+def _children():
+    """The process ids of this process's children (the simulator's)."""
+    pids = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    return pids
+
+
 @contextlib.contextmanager
-def _stop_on_ctrl_c():
-    """While the simulation runs, Ctrl-C (SIGINT, which reaches the simulator too) ends the
-    run after the batch in progress rather than this process."""
-    def note(*_):
-        print("\n[stop] Ctrl-C: stopping after the batch in progress", file=sys.stderr,
-              flush=True)
-    before = signal.signal(signal.SIGINT, note)
+def _graceful_stop():
+    """While the simulation runs, SIGINT or SIGTERM, sent to this process alone or to its
+    group, ends the run after the batch in progress rather than this process: the
+    simulator (a child, where the run's loop lives) is passed a SIGINT of its own."""
+    stop = _Stop()
+
+    def note(signum, _frame):
+        if stop.signum is None:
+            stop.signum = signum
+            print(f"\n[stop] {stop.name}: stopping after the batch in progress", file=sys.stderr,
+                  flush=True)
+        for pid in _children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+    before = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGINT, before)
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 @contextlib.contextmanager

@@ -66,7 +66,10 @@ class Checkpoints:
         return ErrorCode.NONE
 
     async def check_committed(self, run, last):
-        """At the end of the run: the last batch's commit took effect."""
+        """At the end of the run (its last batch, or a stop after the batch in progress):
+        the last batch's commit took effect, and its MLP has a snapshot of its own, so that
+        a run resumed from here goes on with the tables and MLPs of ``last`` (at K >= 1
+        the snapshot would otherwise be up to K batches older and the MLPs roll back)."""
 
     def power_lost(self):
         """The host's state of the pulls went with the power."""
@@ -193,9 +196,19 @@ class _DeviceCheckpoints(Checkpoints, ABC):
         self.durable = st["durable"] if st["durable"] is not None else d
 
     async def check_committed(self, run, last):
-        # The run ends durable to its last batch: the pull in flight ends first.
-        st = await (run.device.wait_snapshot(self.pulling) if self.pulling is not None
-                    else run.device.checkpoint_state())
+        dev = run.device
+        if last > 0 and self.pulling != last and run.gpu is not None:
+            # A last snapshot of the last batch's MLP: the pull in flight ends first (the
+            # staged copy may not change under it).
+            if self.pulling is not None:
+                await dev.wait_snapshot(self.pulling)
+            await self._before_snapshot(run)
+            await self.path.copy(run, run.cfg.mlp_params * 4, hops=2)    # GPU -> host -> device
+            await dev.stage_mlp(run.gpu.model.parameters())
+            await self._pull(run, last)
+            self.pulling = last
+        st = await (dev.wait_snapshot(self.pulling) if self.pulling is not None
+                    else dev.checkpoint_state())
         if st["durable"] is not None:
             self.durable = max(self.durable, st["durable"])
         if st["committed"] != last:
@@ -355,8 +368,12 @@ class OverlappedSoftwareCheckpoints(SoftwareCheckpoints):
                 self._update_durable()
 
     async def check_committed(self, run, last):
-        # The run ends durable to its last batch: the snapshot in progress is finished.
+        # The run ends durable to its last batch, with a snapshot of its own MLP.
         await self._write(None)
+        if last > 0 and self.snapped != last and run.gpu is not None:
+            self.pending = (last, *await self.soft.stage_snapshot(last, run.gpu.model.parameters()))
+            self.started = last
+            await self._write(None)
 
     async def recover(self, run):
         got = await self.soft.recover()

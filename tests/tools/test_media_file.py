@@ -160,30 +160,49 @@ def test_the_python_api_reads_a_file_killed_mid_update(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.cocotb
-def test_ctrl_c_stops_at_a_batch_boundary_and_says_how_to_resume(tmp_path):
-    """SIGINT to the whole process group (what Ctrl-C sends): the run ends after the batch
-    in progress, committed and checked, writes its JSON marked interrupted, prints no
-    traceback and names the command that resumes it; the resume goes on from there."""
+@pytest.mark.parametrize("signum, group", [(signal.SIGINT, False), (signal.SIGTERM, True)])
+def test_a_graceful_stop_resumes_bit_identical_to_a_run_never_stopped(tmp_path, signum, group):
+    """SIGINT or SIGTERM, to the training process alone (what a supervisor or ``timeout``
+    sends) or to its whole group (Ctrl-C): the run ends after the batch in progress,
+    committed, checked and durable with a snapshot of that batch's MLPs, writes its JSON
+    marked interrupted, prints no traceback, names the command that resumes it and exits
+    128 + the signal; at K = 1 the resumed run ends bit-identical to a run never stopped
+    (tables, MLPs and losses)."""
     path, out = tmp_path / "m.pmem", tmp_path / "run.json"
-    proc = subprocess.Popen(_train("--batches", "400", "--pmem", str(path), "--json", str(out)),
+    common = ["--staleness", "1", "--check-every", "1"]
+    proc = subprocess.Popen(_train(*common, "--batches", "400", "--pmem", str(path),
+                                   "--json", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
         if line.lstrip().startswith("batch 3/"):
-            os.killpg(proc.pid, signal.SIGINT)
+            (os.killpg if group else os.kill)(proc.pid, signum)
             break
     lines += proc.stdout.readlines()
     text = "".join(lines)
-    assert proc.wait() == 130, text
+    assert proc.wait() == 128 + signum, text
     assert "Traceback" not in text and "--resume --batches 400" in text
     rec = json.loads(out.read_text())
-    assert rec["interrupted"] and rec["golden_match"] and 3 <= rec["stopped_after"] < 400
-    assert pmem.open(path).durable >= rec["stopped_after"] - 1
-    code, again = _run(_train("--pmem", str(path), "--resume", "--batches",
-                              str(rec["stopped_after"] + 2)))
+    stopped = rec["stopped_after"]
+    assert rec["interrupted"] and rec["golden_match"] and 3 <= stopped < 400
+    state = pmem.open(path)
+    assert state.durable == state.snapshot_batch == stopped
+    end = stopped + 3
+    code, again = _run(_train("--pmem", str(path), "--resume", "--batches", str(end),
+                              "--json", str(tmp_path / "resumed.json")))
     assert code == 0 and "bit-exact" in again, again
+    whole = tmp_path / "whole.pmem"
+    code, ref = _run(_train(*common, "--batches", str(end), "--pmem", str(whole), "--json",
+                            str(tmp_path / "whole.json")))
+    assert code == 0, ref
+    a, b = pmem.open(whole), pmem.open(path)
+    assert a.durable == b.durable == end
+    assert all(np.array_equal(x, y) for x, y in zip(a.tables, b.tables))
+    assert np.array_equal(a.mlp_params.view(np.uint32), b.mlp_params.view(np.uint32))
+    resumed = json.loads((tmp_path / "resumed.json").read_text())["loss"]
+    assert resumed == json.loads((tmp_path / "whole.json").read_text())["loss"][-len(resumed):]
 
 
 @pytest.mark.slow
