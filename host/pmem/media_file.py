@@ -61,12 +61,16 @@ def _size(config):
 def create(path, config, run, *, overwrite=False):
     """A new media file at ``path`` for ``config`` and the run ``run`` (a dict of
     :data:`RUN_FIELDS`), its media blank (all zero: the pages are allocated as they
-    are written). An existing file is replaced only with ``overwrite``; the new
-    file appears whole or not at all."""
+    are written). An existing media file is replaced only with ``overwrite``, and
+    nothing else ever is; the new file appears whole or not at all."""
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise MediaFileError(f"{path} exists (the media of a run): --resume continues that "
-                             f"run, --overwrite starts a new one in its place")
+    if path.exists() or path.is_symlink():
+        if not _is_media_file(path):
+            raise MediaFileError(f"{path} exists and is not a trainingcxl media file: "
+                                 f"refusing to replace it (name a new file)")
+        if not overwrite:
+            raise MediaFileError(f"{path} exists (the media of a run): --resume continues "
+                                 f"that run, --overwrite starts a new one in its place")
     description = json.dumps({
         "format": "trainingcxl PMEM media", "config": config.to_dict(),
         "config_digest": config.digest(), "tables": list(config.tables), "dim": config.dim,
@@ -88,6 +92,15 @@ def create(path, config, run, *, overwrite=False):
     finally:
         tmp.unlink(missing_ok=True)
     return MediaFile(path)
+
+
+def _is_media_file(path):
+    """``path`` is a regular file that begins as a media file does (of any version)."""
+    try:
+        with open(path, "rb") as f:
+            return Path(path).is_file() and f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 class MediaFile:

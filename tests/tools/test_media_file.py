@@ -59,6 +59,20 @@ def test_bad_files_are_refused_in_one_line(tmp_path):
         assert "\n" not in str(e.value)
 
 
+def test_overwrite_replaces_only_a_media_file(tmp_path):
+    """``--overwrite`` never clobbers what is not a media file: a user's file, a directory,
+    a link to either stay as they were, refused in one line."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link").symlink_to(notes)
+    for name in ("notes.txt", "dir", "link"):
+        for overwrite in (False, True):
+            with pytest.raises(MediaFileError, match="not a trainingcxl media file: refusing"):
+                create(tmp_path / name, PRESETS["tiny"], RUN, overwrite=overwrite)
+    assert notes.read_text() == "my notes\n" and (tmp_path / "link").is_symlink()
+
+
 # -- real processes, killed --------------------------------------------------------------
 
 def _train(*args):
