@@ -9,6 +9,8 @@ from trainingcxl.host.commands import (bench, bench_lookup, bench_update, build_
                                        formal, fuzz, lookup_demo, make_criteo_sample,
                                        print_config, study, train, verilog)
 from trainingcxl.host.commands.options import resolve_config
+from trainingcxl.host.jobs import JobError
+from trainingcxl.spec.config import ConfigError
 from trainingcxl.host.tools.argtypes import DefaultsHelpFormatter, OneLineErrors
 from trainingcxl.host.tools.outputs import check_outputs
 from trainingcxl.host.tools.provenance import Start
@@ -45,6 +47,10 @@ def main(argv=None):
     check_outputs(args)
     try:
         return args.func(args)
+    except (ConfigError, JobError) as e:
+        # A configuration or a job it cannot run, found by the command (the checks run
+        # before anything is built): the reason in one line.
+        raise SystemExit(f"error: {e}") from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -23,10 +23,12 @@ from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.tools.argtypes import save_figure
 from .bench_scale import MIN_POOLING, WARMUP_BATCHES, publish
 
-__all__ = ["DEVICES", "pool_points", "run_pool_bench", "report", "plot", "cmd_pool"]
+__all__ = ["DEVICES", "DEFAULT_BATCHES", "pool_points", "run_pool_bench", "report", "plot", "cmd_pool"]
 
 #: Pool sizes measured by default.
 DEVICES = (1, 2, 4, 8)
+#: Batches of a run: the window is batches 3..10, 8 after 2 of warm-up.
+DEFAULT_BATCHES = WARMUP_BATCHES + 8
 
 
 def pool_points(devices, rows, batch_size):

@@ -206,3 +206,13 @@ def test_the_simulated_board_runs_at_the_clock_it_is_named_for():
         _top("board-fastmhz", PRESETS["ulx3s"])
     with pytest.raises(SystemExit, match="--clock-mhz is for --target sim-board"):
         main(["train", "--target", "board", "--port", "/dev/null", "--clock-mhz", "50"])
+
+
+@pytest.mark.parametrize("command", [["train", "--config", "tiny"], ["campaign", "--config", "tiny"],
+                                     ["study"], ["bench", "--pool"]])
+def test_a_pool_too_large_is_refused_in_one_line(command):
+    """A configuration error the command finds (here the pool's size) is its reason in one
+    line, before anything is built."""
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--devices", "1000"])
+    assert str(e.value) == "error: pool.devices must be an integer in [1, 64], not 1000"
