@@ -344,6 +344,7 @@ def cmd_sweep(args):
                       min_pooling=args.min_pooling, system=CAMPAIGN_SYSTEM,
                       check_every=1000, relaxed=args.relaxed, staleness=args.staleness,
                       until_plan_done=True, test_samples=0)
+    common.replace(batches=4).validated(cfg)        # the job's own checks, before any build
     t0 = time.monotonic()
     with open_cluster(args.cluster, args.jobs) as cluster:
         cluster.prebuild([cfg])

@@ -216,3 +216,13 @@ def test_a_pool_too_large_is_refused_in_one_line(command):
     with pytest.raises(SystemExit) as e:
         main([*command, "--devices", "1000"])
     assert str(e.value) == "error: pool.devices must be an integer in [1, 64], not 1000"
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_a_batch_beyond_max_bags_is_refused_before_building(command, tmp_path):
+    """The job's own checks run before a device is built: one line, at once."""
+    with pytest.raises(SystemExit) as e:
+        main([command, "--config", "tiny", "--set", "max_bags=6", "--batch-size", "5",
+              "--json", str(tmp_path / "x.json")])
+    assert str(e.value) == "error: --batch-size 5 x 2 tables exceeds the configuration's max_bags (6)"
+    assert not (tmp_path / "x.json").exists()
