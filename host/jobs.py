@@ -230,6 +230,9 @@ class TrainJob(Job):
             if self.failure_every:
                 raise JobError("--failure-every plans CPR's failures; exact recovery's are "
                                "planned with --inject-failures")
+            if (self.pls, self.fraction) != (CPR_PLS, CPR_FRACTION):
+                raise JobError("--pls and --fraction set CPR's partial recovery: they go with "
+                               "--recovery cpr, cpr-mfu or cpr-ssu")
             return
         if config.pool.devices < 2:
             raise JobError(f"--recovery {self.recovery} is a pool's: a failed device reloads "
@@ -240,12 +243,13 @@ class TrainJob(Job):
         if self.failures:
             raise JobError(f"--recovery {self.recovery} plans its failures with "
                            f"--failure-every, between batches")
-        if self.failure_every < 0:
-            raise JobError("--failure-every is 0 (no failures) or more")
         try:
             check_cpr_settings(self.pls, self.fraction)
         except ValueError as e:
             raise JobError(str(e)) from None
+        if self.failure_every < 1:
+            raise JobError(f"--recovery {self.recovery} needs --failure-every N (N >= 1): the "
+                           f"mean batches between failures of one device")
 
     def validated(self, config, *, sim="verilator", note=lambda text: None):
         """This job resolved (:meth:`resolved`) and checked against ``config`` and the

@@ -49,7 +49,7 @@ from .study_runs import (StudyPoint, history_at_start, result, run_points, step,
                          workload as workload_of)
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import TrainJob
-from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure
+from trainingcxl.host.tools.argtypes import nonneg, positive, save_figure, share
 from trainingcxl.host.runs.cluster import LocalPool
 from trainingcxl.host.runs.fanout import Progress
 from trainingcxl.host.runs.runners import DeviceRunner
@@ -360,7 +360,7 @@ def register(sub):
     sp.add_argument("--pls", type=float, default=CPR_PLS,
                     help="with --devices: CPR's target portion of lost samples, which sets its "
                          "checkpoint interval to 2 x PLS x the failure interval")
-    sp.add_argument("--fraction", type=float, default=CPR_FRACTION,
+    sp.add_argument("--fraction", type=share, default=CPR_FRACTION, metavar="F",
                     help="with --devices: the share of a device's rows CPR-MFU and CPR-SSU "
                          "save each time, every that share of the interval")
     sp.add_argument("--seeds", type=positive, default=3, help="seeds per point")

@@ -12,7 +12,7 @@ import time
 from trainingcxl.spec.presets import PRESETS
 from trainingcxl.host.jobs import JobError, TrainJob
 from trainingcxl.host.model.partial import CPR_VARIANTS
-from trainingcxl.host.tools.argtypes import fraction, nonneg, positive, save_figure
+from trainingcxl.host.tools.argtypes import fraction, nonneg, positive, save_figure, share
 from trainingcxl.host.tools.plans import add_failure_options, failure_plan, failure_summary
 from . import report
 from .options import (cluster_options, config_arg, devices_option, sim_option, staleness_option,
@@ -69,7 +69,7 @@ def register(sub):
     TrainJob.add_arguments(sp, "recovery", "failure_every", "pls", "fraction",
                            recovery={"choices": ("exact", *CPR_VARIANTS)},
                            failure_every={"type": nonneg, "metavar": "N"},
-                           pls={"type": float}, fraction={"type": fraction, "metavar": "F"})
+                           pls={"type": float}, fraction={"type": share, "metavar": "F"})
     sp.add_argument("--no-checkpoint", action="store_true",
                     help="no undo log, commits or snapshots (to measure what checkpointing "
                          "costs); power failures cannot be injected")

@@ -4,7 +4,7 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["plural", "nonneg", "positive", "fraction", "name_value", "write_json", "save_figure",
+__all__ = ["plural", "nonneg", "positive", "fraction", "share", "name_value", "write_json", "save_figure",
            "add_set_option", "with_overrides", "DefaultsHelpFormatter", "OneLineErrors"]
 
 
@@ -67,6 +67,17 @@ def fraction(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 < v < 1:
         raise argparse.ArgumentTypeError(f"{v} must lie strictly between 0 and 1")
+    return v
+
+
+def share(text):
+    """argparse type: a share of a whole, a number in (0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"{v} must lie in (0, 1]")
     return v
 
 

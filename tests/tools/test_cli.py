@@ -226,3 +226,23 @@ def test_a_batch_beyond_max_bags_is_refused_before_building(command, tmp_path):
               "--json", str(tmp_path / "x.json")])
     assert str(e.value) == "error: --batch-size 5 x 2 tables exceeds the configuration's max_bags (6)"
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--pls", "-1"], "--pls and --fraction set CPR's partial recovery"),
+    (["--fraction", "0.5"], "--pls and --fraction set CPR's partial recovery"),
+    (["--devices", "2", "--recovery", "cpr"], "--recovery cpr needs --failure-every N"),
+])
+def test_options_that_do_not_apply_are_refused(args, why, tmp_path):
+    """An option the run would not use is refused in one line, not ignored."""
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--config", "tiny", *args, "--json", str(tmp_path / "x.json")])
+    assert str(e.value).startswith(f"error: {why}") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("command", [["train", "--config", "tiny"], ["study"]])
+def test_a_share_of_rows_has_one_range_everywhere(command, capsys):
+    for bad in ("0", "1.5"):
+        with pytest.raises(SystemExit):
+            main([*command, "--fraction", bad])
+        assert "must lie in (0, 1]" in capsys.readouterr().err
