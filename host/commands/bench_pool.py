@@ -20,7 +20,7 @@ import time
 from trainingcxl.spec.config import NOMINAL_CLOCK_MHZ, PoolShape
 from trainingcxl.spec.presets import rm_config
 from trainingcxl.host.jobs import TrainJob
-from trainingcxl.host.tools.argtypes import save_figure
+from trainingcxl.host.tools.argtypes import DOC_FONTS, save_figure
 from .bench_scale import MIN_POOLING, WARMUP_BATCHES, publish
 
 __all__ = ["DEVICES", "DEFAULT_BATCHES", "pool_points", "run_pool_bench", "report", "plot", "cmd_pool"]
@@ -136,7 +136,8 @@ def plot(result, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    plt.rcParams.update(DOC_FONTS)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     for scaling, marker in (("strong", "o"), ("weak", "s")):
         pts = sorted((r["devices"], r) for r in result["points"]
                      if r["scaling"] == scaling or (r["devices"] == 1))

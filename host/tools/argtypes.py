@@ -4,7 +4,7 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["plural", "nonneg", "positive", "fraction", "share", "name_value", "write_json", "save_figure",
+__all__ = ["plural", "nonneg", "positive", "fraction", "share", "name_value", "write_json", "save_figure", "DOC_FONTS",
            "add_set_option", "with_overrides", "DefaultsHelpFormatter", "OneLineErrors"]
 
 
@@ -102,6 +102,11 @@ def write_json(path, record):
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
     tmp.replace(path)
+
+
+#: Text sizes of the figures the docs show: readable where a figure 11-16 inches wide is
+#: drawn at the width of the docs' column.
+DOC_FONTS = {"font.size": 15, "axes.titlesize": 16, "legend.fontsize": 15, "figure.titlesize": 17}
 
 
 def save_figure(fig, path):
