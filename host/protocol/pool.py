@@ -119,14 +119,14 @@ class PoolLink:
             raise PoolFailed()
         return answer
 
-    def exchange(self, parts, t, owed=0, durable=0):
-        """Once a batch: this device's pooled vectors ``parts`` (each batch x its tables x
-        dim), when it could start the GPU step, ``t``, with the GPU kernels it owes, and
-        the newest batch the host has seen durable on it; returns every table's pooled
+    def exchange(self, parts, t, owed=0, durable=0, batch=0):
+        """Once a batch (``batch``): this device's pooled vectors ``parts`` (each batch x
+        its tables x dim), when it could start the GPU step, ``t``, with the GPU kernels it
+        owes, and the newest batch the host has seen durable on it; returns every table's pooled
         vectors (each batch x model tables x dim), the pool's GPU start and kernels, and
         the newest batch durable on every device. Raises :class:`PoolFailed` if a
         failure of the pool comes first."""
-        return self._ask("batch", parts, int(t), int(owed), int(durable))
+        return self._ask("batch", parts, int(t), int(owed), int(durable), int(batch))
 
     def probe(self, records, durable, t):
         """After a failure: this device's checkpoint records, the newest batch the host

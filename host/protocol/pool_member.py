@@ -55,7 +55,7 @@ class PoolMember(RunHooks):
             (g_fixed, r_all, d_fixed), (run.gpu_from, run.gpu_owed), pool_durable = \
                 self.link.exchange([g_in[0].reshape(shape), r_in[1],
                                     np.asarray(looked.pooled).reshape(shape)],
-                                   t, run.gpu_owed, run.durable)
+                                   t, run.gpu_owed, run.durable, b)
         except PoolFailed:
             # Another device failed before this batch's GPU step: the failure reaches this
             # device at its cycle (a planned halt), which ends this task.

@@ -122,8 +122,9 @@ class _Exchange:
     once every device has probed, and a device that fails again and probes anew is
     given the same one; the recovery ends when every device has said ``resumed``."""
 
-    def __init__(self, conns, shard_list, workers):
+    def __init__(self, conns, shard_list, workers, on_batch=lambda b, durable: None):
         self.conns, self.shards, self.free = conns, shard_list, workers
+        self.on_batch = on_batch        # told of each batch the whole pool has looked up
         self.pending = {}               # device -> its message of the round
         self.ready = []                 # (device, answer): may run when a worker is free
         self.done = {}                  # device -> summary it sent last
@@ -210,6 +211,7 @@ class _Exchange:
             answer = (parts, (max(m[2] for m in messages.values()),
                               sum(m[3] for m in messages.values())),
                       min(m[4] for m in messages.values()))
+            self.on_batch(max(m[5] for m in messages.values()), answer[2])
         self.ready.extend((d, answer) for d in sorted(messages))
         self.pending = {}
 
@@ -224,14 +226,21 @@ class _Exchange:
             self.conns[device].send(answer)
 
 
-def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
+def run_pool(job, config, *, sim="verilator", workers=None, cluster=None, log=None):
     """Train ``job`` on ``config``'s pool of devices; returns the merged record (and each
     device's under ``devices``). ``workers``: simulators running at once (default: as
     many as this machine has cores, at most the devices). ``cluster``: a Ray
     :class:`~.cluster.RayCluster` to run the simulators on, or ``None`` for processes of
-    this machine."""
+    this machine. ``log``: told a line of progress as each batch reaches the pool's GPU
+    step (every ``job.log_every``-th and the last, as one device's run prints them)."""
     plan = shards(config)
     n = len(plan)
+    if cluster is None and log is not None:
+        # Each distinct device is built here first, its progress on the command's
+        # terminal (minutes, once per configuration); the simulators then find it built.
+        from trainingcxl.sim.runner import build
+        for cfg in {s.config.hardware_digest(): s.config for s in plan}.values():
+            build(sim, cfg, log=log)
     workers = max(1, min(n, workers or (cluster.workers if cluster is not None and
                                          cluster.name != "local" else os.cpu_count()) or 1))
     authkey = secrets.token_bytes(16)
@@ -253,7 +262,7 @@ def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
         exchange = None
         try:
             conns = _accept(listener, devices, n)
-            exchange = _Exchange(conns, plan, workers)
+            exchange = _Exchange(conns, plan, workers, _progress(job, log, t0))
             _serve(exchange, conns, devices)
         except RuntimeError as e:
             stopped = str(e)
@@ -273,6 +282,15 @@ def run_pool(job, config, *, sim="verilator", workers=None, cluster=None):
                            pieces=[s.label(config.tables) for s in plan],
                            recoveries=exchange.recoveries, wall_s=time.monotonic() - t0)
     return record
+
+
+def _progress(job, log, t0):
+    """The pool's progress line of a batch, as :func:`run_pool` tells ``log``."""
+    def on_batch(b, durable):
+        if log is not None and not job.quiet and (b % job.log_every == 0 or b == job.batches):
+            log(f"  batch {b}/{job.batches}: looked up on every device, pool durable to batch "
+                f"{durable}; {time.monotonic() - t0:.0f} s")
+    return on_batch
 
 
 def _accept(listener, devices, n):
@@ -425,12 +443,13 @@ class PoolRunner(Runner):
         from .cluster import open_cluster
         job = task.job if self.live else task.job.replace(quiet=True)
         try:
+            log = (lambda text: print(text, flush=True)) if self.live else None
             if self.where == "local":
-                record = run_pool(job, task.config, sim=task.sim, workers=task.workers)
+                record = run_pool(job, task.config, sim=task.sim, workers=task.workers, log=log)
             else:
                 with open_cluster(self.where) as cluster:
                     record = run_pool(job, task.config, sim=task.sim, workers=task.workers,
-                                      cluster=cluster)
+                                      cluster=cluster, log=log)
             return Result(task, record)
         except RuntimeError as e:
             return Result(task, None, str(e))

@@ -107,7 +107,7 @@ class FakeLink:
         self.model_rows = tuple(cfg.tables)
         self.exchanges, self.aligned, self.closed = [], 0, False
 
-    def exchange(self, parts, t, owed=0, durable=0):
+    def exchange(self, parts, t, owed=0, durable=0, batch=0):
         self.exchanges.append((parts, t, owed, durable))
         return parts, (t, owed), durable
 

@@ -129,7 +129,11 @@ def test_train_injects_random_failures_into_a_pool(tmp_path, capsys):
     rec = json.loads(out.read_text())
     assert rec["golden_match"] and rec["failures"] and rec["failures_planned_left"] == 0
     assert all(f["consistent"] for f in rec["failures"])
-    assert "devices failed" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "devices failed" in text
+    # A line of progress per batch the pool trains, as one device's run prints them (the
+    # batches after a recovery again).
+    assert all(f"batch {b}/5: looked up on every device" in text for b in range(1, 6))
     with pytest.raises(SystemExit, match="use --inject-failures"):
         main([*args, "--fail-at", "100"])
 
