@@ -71,6 +71,10 @@ def progress(text):
     print(text, file=sys.stderr, flush=True)
 
 
+#: Rows from which making and loading the tables takes seconds: the run says so first.
+LARGE_TABLES = 100_000
+
+
 class TrainingRun:
     """One training run: the protocol, the golden model beside it, and the failures.
 
@@ -300,6 +304,9 @@ class TrainingRun:
         await self.failures.start(self)
         await self.strategy.configure(self)
         await self.checkpoints.format(self)
+        if sum(cfg.tables) >= LARGE_TABLES:
+            self.log(f"[data] making {sum(cfg.tables):,} rows and loading them into the media "
+                     f"and the golden models ...")
         tables, t0 = self._models()
         await dev.load_tables(tables)
         self.gpu = Gpu(cfg, DenseModel(cfg, self.seed), own=self.own)

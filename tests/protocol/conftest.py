@@ -60,7 +60,7 @@ def fake_training():
                           failures=FakeFailures(device, failures), batches=batches, seed=0,
                           staleness=sysm.staleness if staleness is None else staleness,
                           relaxed=sysm.relaxed if relaxed is None else relaxed,
-                          check_every=1, log=lambda text: None, **kwargs)
+                          check_every=1, **{"log": lambda text: None, **kwargs})
         record = asyncio.run(run.run())
         return FakeTraining(run, record, device)
 

@@ -193,3 +193,11 @@ def test_the_measured_window_holds_whole_periods(fake_training):
     w = t.record.window
     assert (w.first_batch, w.last_batch, w.batches) == (3, BATCHES - 1, BATCHES - 3)
     assert w.cycles == begins.at[BATCHES] - begins.at[3] > 0
+
+
+def test_large_tables_are_announced_before_they_are_made(fake_training):
+    """Making and loading 10^5 rows takes seconds: the run says so before it starts."""
+    lines = []
+    cfg = PRESETS["tiny"].replace(tables=(100_000, 8))
+    fake_training("cxl-b", batches=1, config=cfg, log=lines.append)
+    assert lines[0].startswith("[data] making 100,008 rows and loading them into the media")
