@@ -150,6 +150,19 @@ def trainingcxl_task(fn, item):
     return fn(item)
 
 
+def _client_token():
+    """Ray Client sends the cluster's token only when token authentication is on in this
+    process; ``ray start`` turns it on where a token exists (``ray get-auth-token``), as
+    Ray's own ``ray.init()`` does, but a client connection does not: turn it on here the
+    same way (a cluster without tokens needs none: nothing changes)."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available)
+    except ImportError:             # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
 class RayCluster(Cluster):
     """Tasks on a Ray cluster: one CPU each, run again when their worker dies.
 
@@ -174,6 +187,8 @@ class RayCluster(Cluster):
                 options["num_cpus"] = jobs or os.cpu_count() or 1
             # Workers inherit this process's environment (simulator paths, cache).
             os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+            if address and address.startswith("ray://"):
+                _client_token()
             try:
                 # No address: a Ray instance of this run's own ("local"), even when
                 # another one (say, a run killed earlier) is still up on the machine.

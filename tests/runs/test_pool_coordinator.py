@@ -69,6 +69,61 @@ def test_a_pool_on_ray_gives_what_it_gives_on_this_machine():
     assert there["pool"]["where"] == "ray" and there["pool"]["workers"] == 1
 
 
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.xdist_group("ray")
+def test_a_pool_reaches_a_ray_head_through_ray_client(tmp_path):
+    """``--cluster ray://HOST:PORT`` as installed: a Ray head started on this machine with
+    ``ray start`` (its token authentication on, as Ray now starts it where a token
+    exists), and the pool's run through Ray Client gives the records of a run here."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    pytest.importorskip("ray.util.client")
+    gcs, client = _free_port(), _free_port()
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    # A short folder of its own: Ray's sockets live there, and a socket's path is short.
+    temp = tempfile.mkdtemp(prefix="tcxl-ray-", dir="/tmp")
+    log = open(tmp_path / "head.log", "w")
+    head = subprocess.Popen([ray_bin, "start", "--head", f"--port={gcs}",
+                             f"--ray-client-server-port={client}", "--num-cpus=2",
+                             f"--temp-dir={temp}", "--include-dashboard=false", "--block"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        args = ["train", "--config", "tiny", "--devices", "2", "--batches", "3", "--quiet"]
+        assert main([*args, "--json", str(tmp_path / "here.json")]) == 0
+        deadline = time.monotonic() + 120
+        while True:                     # the head takes seconds to listen
+            try:
+                code = main([*args, "--cluster", f"ray://127.0.0.1:{client}",
+                             "--json", str(tmp_path / "there.json")])
+                break
+            except SystemExit as e:
+                if "cannot reach" not in str(e) or time.monotonic() > deadline:
+                    raise
+        assert code == 0
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(60)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+    here, there = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("here", "there"))
+    for key in SAME:
+        assert there[key] == here[key], key
+    assert there["pool"]["where"] == f"ray://127.0.0.1:{client}"
+
+
 @pytest.mark.slow
 @pytest.mark.cocotb
 def test_a_pool_with_split_tables_trains_the_model_of_one_device_and_recovers():
