@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 __all__ = ["plural", "nonneg", "positive", "fraction", "share", "name_value", "write_json",
-           "save_figure", "DOC_FONTS", "add_set_option", "with_overrides", "DefaultsHelpFormatter", "OneLineErrors"]
+           "save_figure", "DOC_FONTS", "add_set_option", "with_overrides", "DefaultsHelpFormatter",
+           "OneLineErrors"]
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
