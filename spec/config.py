@@ -504,7 +504,8 @@ class GpuTiming:
             _check(isinstance(v, int) and v >= 1, f"gpu.{name} must be a positive integer, not {v!r}")
         for name in ("launch_cycles", "l2_bytes"):
             v = getattr(self, name)
-            _check(isinstance(v, int) and v >= 0, f"gpu.{name} must be a non-negative integer, not {v!r}")
+            _check(isinstance(v, int) and v >= 0,
+                   f"gpu.{name} must be a non-negative integer, not {v!r}")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from trainingcxl.host.jobs import TrainJob
 from trainingcxl.host.tools.argtypes import DOC_FONTS, save_figure
 from .bench_scale import MIN_POOLING, WARMUP_BATCHES, publish
 
-__all__ = ["DEVICES", "DEFAULT_BATCHES", "pool_points", "run_pool_bench", "report", "plot", "cmd_pool"]
+__all__ = ["DEVICES", "DEFAULT_BATCHES", "pool_points", "run_pool_bench", "report", "plot",
+           "cmd_pool"]
 
 #: Pool sizes measured by default.
 DEVICES = (1, 2, 4, 8)
@@ -136,7 +137,12 @@ def plot(result, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    plt.rcParams.update(DOC_FONTS)
+    # Text that stays readable where the docs show the figure at their column's width.
+    with plt.rc_context(DOC_FONTS):
+        _draw(result, path, plt)
+
+
+def _draw(result, path, plt):
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     for scaling, marker in (("strong", "o"), ("weak", "s")):
         pts = sorted((r["devices"], r) for r in result["points"]

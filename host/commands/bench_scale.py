@@ -233,14 +233,18 @@ def plot(result, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    # Text that stays readable where the docs show the figure at their column's width.
+    with plt.rc_context(DOC_FONTS):
+        _draw(result, path, plt)
+
+
+def _draw(result, path, plt):
     ok = [r for r in result["grid"] if r["ok"]]
     systems = list(result["systems"])
     sizes = [s for s in result["sizes"] if any(r["size"] == s for r in ok)]
     batches = [b for b in result["batch_sizes"] if any(r["batch_size"] == b for r in ok)]
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     width = 0.8 / max(1, len(systems))
-    # Text that stays readable where the docs show the figure at their column's width.
-    plt.rcParams.update(DOC_FONTS)
     fig, axes = plt.subplots(len(PLOT_ROWS), max(1, len(batches)), squeeze=False,
                              figsize=(5.2 * max(1, len(batches)), 3.8 * len(PLOT_ROWS)))
     for col, b in enumerate(batches):
