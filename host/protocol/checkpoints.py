@@ -182,11 +182,15 @@ class _DeviceCheckpoints(Checkpoints, ABC):
         # media writes for nothing).
         due = self.pulling is None or b - self.pulling >= run.cfg.snapshot_period(self.k)
         if due and not st["snapshot_busy"]:
-            await self.path.copy(run, run.cfg.mlp_params * 4, hops=2)    # GPU -> host -> device
-            await dev.stage_mlp(run.gpu.model.parameters())
-            await self._pull(run, b)
-            self.pulling = b
+            await self._stage_and_pull(run, b)
         await self._after_pull(run, b)
+
+    async def _stage_and_pull(self, run, b):
+        """Stage the GPU's MLP after batch ``b`` and start its pull (the engine is free)."""
+        await self.path.copy(run, run.cfg.mlp_params * 4, hops=2)    # GPU -> host -> device
+        await run.device.stage_mlp(run.gpu.model.parameters())
+        await self._pull(run, b)
+        self.pulling = b
 
     async def recover(self, run):
         return await run.device.recover()
@@ -203,10 +207,7 @@ class _DeviceCheckpoints(Checkpoints, ABC):
             if self.pulling is not None:
                 await dev.wait_snapshot(self.pulling)
             await self._before_snapshot(run)
-            await self.path.copy(run, run.cfg.mlp_params * 4, hops=2)    # GPU -> host -> device
-            await dev.stage_mlp(run.gpu.model.parameters())
-            await self._pull(run, last)
-            self.pulling = last
+            await self._stage_and_pull(run, last)
         st = await (dev.wait_snapshot(self.pulling) if self.pulling is not None
                     else dev.checkpoint_state())
         if st["durable"] is not None:
