@@ -183,7 +183,8 @@ def test_the_measured_window_holds_whole_periods(fake_training):
     from trainingcxl.host.protocol.hooks import RunHooks
 
     class Begins(RunHooks):
-        at = {}
+        def __init__(self):
+            self.at = {}
 
         async def before_batch(self, run, b):
             self.at[b] = run.now()

@@ -224,7 +224,8 @@ def test_a_batch_beyond_max_bags_is_refused_before_building(command, tmp_path):
     with pytest.raises(SystemExit) as e:
         main([command, "--config", "tiny", "--set", "max_bags=6", "--batch-size", "5",
               "--json", str(tmp_path / "x.json")])
-    assert str(e.value) == "error: --batch-size 5 x 2 tables exceeds the configuration's max_bags (6)"
+    assert str(e.value) == ("error: --batch-size 5 x 2 tables exceeds the configuration's "
+                            "max_bags (6)")
     assert not (tmp_path / "x.json").exists()
 
 
